@@ -1,0 +1,3 @@
+from sparkscale.daemon.cli import main
+
+main()

@@ -1,0 +1,1 @@
+"""Actuators: carry a plan out on running pipelines (executor scaling, migrations)."""

@@ -1,0 +1,147 @@
+"""The `sparkscale` command line. Every command that reads config takes `--config` and `--set`."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from sparkscale.config import Config, ConfigError, load_config
+from sparkscale.logsetup import configure_logging
+
+EXIT_CONFIG = 2
+EXIT_ENVIRONMENT = 3
+
+CONFIG_ENV = "SPARKSCALE_CONFIG"
+
+
+def _config_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Add --config/--set and hand the command a loaded, validated Config (exit 2 if it is not)."""
+
+    @click.option(
+        "--config", "config_path", type=click.Path(dir_okay=False), envvar=CONFIG_ENV, default=None,
+        help=f"YAML config file (default: built-in defaults; env {CONFIG_ENV}).",
+    )
+    @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a dotted config key.")
+    @functools.wraps(func)
+    def wrapper(config_path: str | None, overrides: tuple[str, ...], **kwargs: Any) -> Any:
+        cfg = _load_or_exit(config_path, overrides)
+        configure_logging(cfg.logging)
+        return func(cfg, **kwargs)
+
+    return wrapper
+
+
+def _load_or_exit(path: str | None, overrides: tuple[str, ...]) -> Config:
+    try:
+        return load_config(path, overrides)
+    except ConfigError as exc:
+        click.echo(f"invalid config:\n{exc}", err=True)
+        sys.exit(EXIT_CONFIG)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="sparkscale")
+def main() -> None:
+    """sparkscale: autoscaling for stateful Spark Structured Streaming pipelines."""
+
+
+@main.command("check-config")
+@click.argument("path", type=click.Path(dir_okay=False))
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a dotted config key.")
+@click.option("--show", is_flag=True, help="Print the effective config (defaults filled in) as JSON.")
+def check_config(path: str, overrides: tuple[str, ...], show: bool) -> None:
+    """Validate a config file: exit 0 if usable, 2 naming the file, key and problem if not."""
+    cfg = _load_or_exit(path, overrides)
+    if show:
+        click.echo(json.dumps(cfg.model_dump(mode="json"), indent=2))
+    else:
+        click.echo(f"{path}: ok ({len(cfg.apps)} app(s), policy {cfg.policy.name})")
+
+
+@main.command("run")
+@_config_options
+@click.option("--max-cycles", type=click.IntRange(min=1), default=None, help="Stop after N cycles per app.")
+def run(cfg: Config, max_cycles: int | None) -> None:
+    """Run the daemon in the foreground (what systemd runs)."""
+    from sparkscale.daemon.service import Daemon
+
+    sys.exit(Daemon(cfg, max_cycles=max_cycles).run())
+
+
+@main.group("cluster")
+def cluster() -> None:
+    """The embedded local environment: Spark standalone master and workers, Redis, ZooKeeper."""
+
+
+@cluster.command("up")
+@_config_options
+def cluster_up(cfg: Config) -> None:
+    """Start what is not running and wait until every service answers (idempotent)."""
+    from sparkscale.localenv import EnvironmentStartError, LocalEnvironment, PreflightError
+
+    started = time.monotonic()
+    try:
+        statuses = LocalEnvironment(cfg).up()
+    except PreflightError as exc:
+        click.echo(f"cannot start the embedded environment; this machine lacks:\n{exc}", err=True)
+        sys.exit(EXIT_ENVIRONMENT)
+    except EnvironmentStartError as exc:
+        click.echo(f"cannot start the embedded environment: {exc}", err=True)
+        sys.exit(EXIT_ENVIRONMENT)
+    _print_status(statuses)
+    click.echo(f"up in {time.monotonic() - started:.1f} s; run dir {cfg.cluster.run_path}")
+
+
+@cluster.command("down")
+@_config_options
+def cluster_down(cfg: Config) -> None:
+    """Stop exactly the processes `cluster up` started."""
+    from sparkscale.localenv import LocalEnvironment
+
+    stopped = LocalEnvironment(cfg).down()
+    click.echo(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")
+
+
+@cluster.command("status")
+@_config_options
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def cluster_status(cfg: Config, as_json: bool) -> None:
+    """Show what runs, with pids and ports; exit 1 if any service is down or not answering."""
+    from dataclasses import asdict
+
+    from sparkscale.localenv import LocalEnvironment
+
+    statuses = LocalEnvironment(cfg).status()
+    if as_json:
+        click.echo(json.dumps([asdict(s) for s in statuses], indent=2))
+    else:
+        _print_status(statuses)
+    sys.exit(0 if all(s.running and s.answers for s in statuses) else 1)
+
+
+def _print_status(statuses: list[Any]) -> None:
+    rows = [("SERVICE", "STATE", "PID", "PORTS", "ANSWERS")]
+    for s in statuses:
+        rows.append(
+            (
+                s.name,
+                "running" if s.running else "stopped",
+                str(s.pid) if s.running else "-",
+                ",".join(map(str, s.ports)) or "-",
+                "yes" if s.answers else "no",
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

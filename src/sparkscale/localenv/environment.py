@@ -1,0 +1,397 @@
+"""The embedded local environment: Spark standalone master and workers, Redis, ZooKeeper on loopback.
+
+`up` starts what is not already running and waits until each service answers; `down` stops exactly
+the processes that `up` recorded (pid and start time, so a recycled pid is never killed), with the
+processes they started themselves (a worker's executors), and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import psutil
+import redis
+import structlog
+
+from sparkscale.config import Config
+from sparkscale.localenv.preflight import ZOOKEEPER_CLASSPATH, Tools, check_tools
+
+log = structlog.get_logger(__name__)
+
+LOOPBACK = "127.0.0.1"
+STOP_GRACE_S = 20.0
+
+
+class EnvironmentStartError(Exception):
+    """A service did not start or did not answer in time; the message says which and why."""
+
+
+@dataclass
+class ServiceSpec:
+    """How to start one service and how to tell that it answers."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    workdir: Path
+    ports: list[int]
+    answers: Callable[[], bool]
+    files: dict[Path, str] = field(default_factory=dict)
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / f"{self.name}.log"
+
+
+@dataclass
+class ServiceRecord:
+    """What `up` wrote down about a process it started: enough to find it again and only it."""
+
+    name: str
+    pid: int
+    create_time: float
+    ports: list[int]
+    log: str
+
+
+@dataclass(frozen=True)
+class ServiceStatus:
+    name: str
+    pid: int | None
+    ports: list[int]
+    running: bool
+    answers: bool
+    log: str | None
+
+
+class LocalEnvironment:
+    """One embedded environment, rooted at `cluster.run_dir`."""
+
+    def __init__(self, cfg: Config):
+        self.cfg = cfg
+        self.run_dir = cfg.cluster.run_path
+        self.state_path = self.run_dir / "state.json"
+
+    # -- public ---------------------------------------------------------------------------------
+
+    def up(self) -> list[ServiceStatus]:
+        """Start whatever is not running, then wait until every service answers. Idempotent."""
+        tools = check_tools(self.cfg.cluster.java, self.cfg.spark.home)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        specs = self.specs(tools)
+        deadline = time.monotonic() + self.cfg.cluster.start_timeout_s
+        # Master first: a worker that finds no master waits 5-15 s before it tries again.
+        first = [s for s in specs if not s.name.startswith("spark-worker")]
+        workers = [s for s in specs if s.name.startswith("spark-worker")]
+        for batch in (first, workers):
+            for spec in batch:
+                self._ensure_started(spec)
+            for spec in batch:
+                self._wait_answers(spec, deadline)
+        return self.status()
+
+    def down(self) -> list[str]:
+        """Stop every recorded process with what it started; return the names stopped."""
+        records = self._read_state()
+        live = {name: proc for name, rec in records.items() if (proc := _live_process(rec)) is not None}
+        # All at once: nothing here needs an order to shut down cleanly, and waiting on each in
+        # turn would cost a poll interval per service.
+        _stop_trees(list(live.values()))
+        for name in live:
+            log.info("cluster.stopped", service=name, pid=records[name].pid)
+        self._write_state({})
+        return sorted(live, key=_stop_order)
+
+    def status(self) -> list[ServiceStatus]:
+        records = self._read_state()
+        answers = {spec.name: spec.answers for spec in self.specs(None)}
+        result = []
+        for name in answers:
+            record = records.get(name)
+            running = record is not None and _live_process(record) is not None
+            result.append(
+                ServiceStatus(
+                    name=name,
+                    pid=record.pid if record else None,
+                    ports=record.ports if record else [],
+                    running=running,
+                    answers=running and _safe(answers[name]),
+                    log=record.log if record else None,
+                )
+            )
+        return result
+
+    def recorded_pids(self) -> list[int]:
+        return [r.pid for r in self._read_state().values()]
+
+    # -- services -------------------------------------------------------------------------------
+
+    def specs(self, tools: Tools | None) -> list[ServiceSpec]:
+        """The services of this environment, in start order. `tools` may be None for status only."""
+        cfg = self.cfg
+        spark_home = str(tools.spark_home) if tools else ""
+        spark_class = str(tools.spark_class) if tools else ""
+        java = tools.java if tools else "java"
+        spark_env = {
+            "SPARK_HOME": spark_home,
+            "SPARK_CONF_DIR": str(self.run_dir / "spark" / "conf"),
+            "SPARK_LOCAL_IP": LOOPBACK,
+            "SPARK_LOG_DIR": str(self.run_dir / "spark"),
+            # Executors start Python workers; they must use the interpreter that has sparkscale.
+            "PYSPARK_PYTHON": sys.executable,
+        }
+        if tools and cfg.cluster.java != "java":
+            spark_env["JAVA_HOME"] = str(Path(tools.java).resolve().parent.parent)
+
+        specs = [
+            ServiceSpec(
+                name="zookeeper",
+                argv=[
+                    java, "-Xmx256m", "-cp", ZOOKEEPER_CLASSPATH,
+                    "-Dzookeeper.admin.enableServer=false",
+                    "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+                    str(self.run_dir / "zookeeper" / "zoo.cfg"),
+                ],
+                env={},
+                workdir=self.run_dir / "zookeeper",
+                ports=[cfg.zookeeper.first_port],
+                answers=lambda: _zookeeper_ruok(cfg.zookeeper.first_port),
+                files={self.run_dir / "zookeeper" / "zoo.cfg": self._zoo_cfg()},
+            ),
+            ServiceSpec(
+                name="redis",
+                argv=[tools.redis_server if tools else "redis-server", str(self.run_dir / "redis" / "redis.conf")],
+                env={},
+                workdir=self.run_dir / "redis",
+                ports=[cfg.redis.port],
+                answers=lambda: _redis_ping(cfg.redis.port),
+                files={self.run_dir / "redis" / "redis.conf": self._redis_conf()},
+            ),
+            ServiceSpec(
+                name="spark-master",
+                argv=[
+                    spark_class, "org.apache.spark.deploy.master.Master",
+                    "--host", LOOPBACK, "--port", str(cfg.spark.master_port),
+                    "--webui-port", str(cfg.spark.master_web_port),
+                ],
+                env=spark_env,
+                workdir=self.run_dir / "spark",
+                ports=[cfg.spark.master_port, cfg.spark.master_web_port],
+                answers=lambda: _master_json(cfg.spark.master_web_url).get("status") == "ALIVE",
+                files={self.run_dir / "spark" / "conf" / "spark-defaults.conf": ""},
+            ),
+        ]
+        for i in range(1, cfg.cluster.workers + 1):
+            web_port = cfg.cluster.worker_web_port + i - 1
+            workdir = self.run_dir / "spark" / f"worker-{i}"
+            specs.append(
+                ServiceSpec(
+                    name=f"spark-worker-{i}",
+                    argv=[
+                        spark_class, "org.apache.spark.deploy.worker.Worker",
+                        "--host", LOOPBACK,
+                        "--cores", str(cfg.cluster.worker_cores),
+                        "--memory", f"{cfg.cluster.worker_memory_mb}M",
+                        "--webui-port", str(web_port),
+                        "--work-dir", str(workdir / "work"),
+                        cfg.spark.master_url,
+                    ],
+                    env=spark_env,
+                    workdir=workdir,
+                    ports=[web_port],
+                    answers=lambda port=web_port: _worker_alive(cfg.spark.master_web_url, port),
+                )
+            )
+        return specs
+
+    def _zoo_cfg(self) -> str:
+        zk = self.cfg.zookeeper
+        return "\n".join(
+            [
+                "tickTime=2000",
+                f"dataDir={self.run_dir / 'zookeeper' / 'data'}",
+                f"clientPort={zk.first_port}",
+                f"clientPortAddress={LOOPBACK}",
+                "admin.enableServer=false",
+                "4lw.commands.whitelist=ruok,srvr",
+                # Allow sessions as long as the config asks for (maxSessionTimeout = 20 ticks by default).
+                f"maxSessionTimeout={max(40000, int(zk.session_timeout_s * 2000))}",
+                "",
+            ]
+        )
+
+    def _redis_conf(self) -> str:
+        return "\n".join(
+            [
+                f"bind {LOOPBACK}",
+                f"port {self.cfg.redis.port}",
+                "protected-mode yes",
+                "daemonize no",
+                f"dir {self.run_dir / 'redis'}",
+                # The action log and blocklist must survive a restart (issue 5): append-only file on.
+                "appendonly yes",
+                "appendfsync everysec",
+                'save ""',
+                'logfile ""',
+                "",
+            ]
+        )
+
+    # -- processes ------------------------------------------------------------------------------
+
+    def _ensure_started(self, spec: ServiceSpec) -> None:
+        records = self._read_state()
+        record = records.get(spec.name)
+        if record is not None and _live_process(record) is not None:
+            log.info("cluster.already_running", service=spec.name, pid=record.pid)
+            return
+        for port in spec.ports:
+            if _port_open(port):
+                raise EnvironmentStartError(
+                    f"{spec.name}: port {LOOPBACK}:{port} is already in use by a process this environment "
+                    f"did not start; stop it or choose other ports in the config"
+                )
+        spec.workdir.mkdir(parents=True, exist_ok=True)
+        for path, text in spec.files.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        (self.run_dir / "zookeeper" / "data").mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **spec.env}
+        with open(spec.log_path, "ab") as out:
+            proc = subprocess.Popen(
+                spec.argv, cwd=spec.workdir, env=env, stdout=out, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True,
+            )
+        records[spec.name] = ServiceRecord(
+            name=spec.name, pid=proc.pid, create_time=psutil.Process(proc.pid).create_time(),
+            ports=spec.ports, log=str(spec.log_path),
+        )
+        self._write_state(records)
+        log.info("cluster.started", service=spec.name, pid=proc.pid, ports=spec.ports)
+
+    def _wait_answers(self, spec: ServiceSpec, deadline: float) -> None:
+        delay = 0.1
+        while True:
+            record = self._read_state().get(spec.name)
+            if record is None or _live_process(record) is None:
+                raise EnvironmentStartError(f"{spec.name} exited during start-up; its log:\n{_tail(spec.log_path)}")
+            if _safe(spec.answers):
+                log.info("cluster.answers", service=spec.name, pid=record.pid)
+                return
+            if time.monotonic() > deadline:
+                raise EnvironmentStartError(
+                    f"{spec.name} did not answer within {self.cfg.cluster.start_timeout_s:.0f} s; "
+                    f"its log:\n{_tail(spec.log_path)}"
+                )
+            time.sleep(delay)
+            delay = min(delay * 1.5, 1.0)
+
+    def _read_state(self) -> dict[str, ServiceRecord]:
+        try:
+            data = json.loads(self.state_path.read_text())
+        except FileNotFoundError:
+            return {}
+        return {name: ServiceRecord(**rec) for name, rec in data.items()}
+
+    def _write_state(self, records: dict[str, ServiceRecord]) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.state_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({n: asdict(r) for n, r in records.items()}, indent=2))
+        tmp.replace(self.state_path)
+
+
+# -- helpers --------------------------------------------------------------------------------------
+
+
+def _stop_order(name: str) -> tuple[int, str]:
+    order = {"spark-worker": 0, "spark-master": 1, "redis": 2, "zookeeper": 3}
+    return (order.get(name.rsplit("-", 1)[0] if name.startswith("spark-worker") else name, 9), name)
+
+
+def _live_process(record: ServiceRecord) -> psutil.Process | None:
+    """The recorded process if it still runs and is the one we started (same start time)."""
+    try:
+        proc = psutil.Process(record.pid)
+        if abs(proc.create_time() - record.create_time) > 1.0 or proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return proc
+    except psutil.Error:
+        return None
+
+
+def _stop_trees(procs: list[psutil.Process]) -> None:
+    """SIGTERM the processes and what they started (a worker's executors); SIGKILL what outlives the grace."""
+    family: list[psutil.Process] = []
+    for proc in procs:
+        try:
+            family += [proc, *proc.children(recursive=True)]
+        except psutil.Error:
+            family.append(proc)
+    for p in family:
+        try:
+            p.terminate()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(family, timeout=STOP_GRACE_S)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(alive, timeout=5)
+
+
+def _safe(check: Callable[[], bool]) -> bool:
+    try:
+        return bool(check())
+    except Exception:  # noqa: BLE001 - "does it answer" is a yes/no question
+        return False
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((LOOPBACK, port)) == 0
+
+
+def _zookeeper_ruok(port: int) -> bool:
+    with socket.create_connection((LOOPBACK, port), timeout=2) as sock:
+        sock.sendall(b"ruok")
+        return sock.recv(16) == b"imok"
+
+
+def _redis_ping(port: int) -> bool:
+    client = redis.Redis(host=LOOPBACK, port=port, socket_timeout=2, socket_connect_timeout=2)
+    try:
+        return bool(client.ping())
+    finally:
+        client.close()
+
+
+def _master_json(web_url: str) -> dict:
+    with urllib.request.urlopen(f"{web_url}/json/", timeout=3) as resp:
+        return json.load(resp)
+
+
+def _worker_alive(web_url: str, worker_web_port: int) -> bool:
+    workers = _master_json(web_url).get("workers", [])
+    return any(
+        w.get("state") == "ALIVE" and str(w.get("webuiaddress", "")).endswith(f":{worker_web_port}") for w in workers
+    )
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"

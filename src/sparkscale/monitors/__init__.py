@@ -1,0 +1,1 @@
+"""Monitors: Spark REST, psutil and source backlog, turned into snapshots."""

@@ -1,0 +1,115 @@
+"""Shared fixtures. Integration fixtures start real servers on loopback, on free ports, in tmp dirs,
+so tests never touch a developer's running environment (default ports, ~/.sparkscale)."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import redis
+
+from sparkscale.config import Config, load_config
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_until(condition, timeout_s: float, what: str, interval_s: float = 0.2):
+    """Poll `condition` until it returns something truthy; fail the test naming `what` otherwise."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(interval_s)
+
+
+def isolated_overrides(run_dir: Path) -> list[str]:
+    """`--set` overrides that put a whole embedded environment on fresh ports under `run_dir`."""
+    master_web = free_port()
+    worker_web = free_port()
+    # worker N uses worker_web_port + N - 1: make sure the second one is free too.
+    while not _port_free(worker_web + 1):
+        worker_web = free_port()
+    return [
+        f"cluster.run_dir={run_dir}",
+        f"spark.master_url=spark://127.0.0.1:{free_port()}",
+        f"spark.master_web_url=http://127.0.0.1:{master_web}",
+        f"cluster.worker_web_port={worker_web}",
+        f"redis.port={free_port()}",
+        f"zookeeper.hosts=127.0.0.1:{free_port()}",
+        f"spark.driver_ui_port={free_port()}",
+    ]
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        return sock.connect_ex(("127.0.0.1", port)) != 0
+
+
+@dataclass
+class RedisServer:
+    host: str
+    port: int
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(host=self.host, port=self.port, decode_responses=True)
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory) -> Iterator[RedisServer]:
+    """A real redis-server on a free loopback port, for tests that need Redis alone."""
+    exe = shutil.which("redis-server")
+    if exe is None:
+        pytest.fail("redis-server is not installed: apt-get install redis-server (.ci/run does this)")
+    workdir = tmp_path_factory.mktemp("redis")
+    port = free_port()
+    proc = subprocess.Popen(
+        [exe, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(workdir), "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+    )
+    server = RedisServer("127.0.0.1", port)
+    client = server.client()
+    wait_until(lambda: _ping(client), 20, "redis-server to answer PING")
+    yield server
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def _ping(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+
+
+@dataclass
+class EmbeddedEnv:
+    cfg: Config
+    overrides: list[str]
+
+
+@pytest.fixture(scope="session")
+def embedded_env(tmp_path_factory) -> Iterator[EmbeddedEnv]:
+    """The whole embedded environment (Spark master + 2 workers, Redis, ZooKeeper), once per session."""
+    from sparkscale.localenv import LocalEnvironment
+
+    overrides = isolated_overrides(tmp_path_factory.mktemp("env"))
+    cfg = load_config(None, overrides)
+    env = LocalEnvironment(cfg)
+    env.up()
+    try:
+        yield EmbeddedEnv(cfg, overrides)
+    finally:
+        env.down()
