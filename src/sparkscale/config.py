@@ -118,15 +118,41 @@ class ZooKeeperConfig(_Section):
         return int(self.hosts.split(",")[0].rsplit(":", 1)[1])
 
 
+class DagConfig(_Section):
+    """The Shukla-Simmhan micro-DAGs: shape, and each operator's per-record cost and selectivity."""
+
+    shape: Literal["linear", "diamond", "star"] = "linear"
+    # A sleep per record: costs no CPU, so scaling past the machine's 2 physical cores is real.
+    cost_ms_per_record: float = Field(5.0, ge=0)
+    selectivity: float = Field(1.0, gt=0)  # records out per record in, for every stateless operator
+    key_space: int = Field(100, ge=1)  # distinct keys of the stateful operator
+
+
+class TaxiConfig(_Section):
+    """DEBS 2015 query 1: top-10 routes over a sliding window."""
+
+    window_minutes: int = Field(30, ge=1)
+    slide_minutes: int = Field(1, ge=1)
+    top_n: int = Field(10, ge=1)
+
+
 class AppConfig(_Section):
-    """One managed application: which pipeline it runs and the executor range it may use."""
+    """One managed application: which pipeline it runs, how it reads and writes, its executor range."""
 
     name: str
     pipeline: Literal["wordcount", "taxi_top_routes", "dag"] = "wordcount"
     min_executors: int = Field(1, ge=0)
     max_executors: int = Field(8, ge=1)
+    initial_executors: int = Field(1, ge=0)
     executor_cores: int = Field(1, ge=1)
     executor_memory_mb: int = Field(1024, ge=256)
+    source_partitions: int = Field(4, ge=1, le=256)  # input streams <app>:in:0..N-1
+    max_records_per_batch: int = Field(20000, ge=1)
+    trigger_interval_s: float = Field(1.0, gt=0)
+    shuffle_partitions: int = Field(4, ge=1, le=4096)  # state/shuffle partitions at first start
+    sink: Literal["idempotent", "append"] = "idempotent"
+    dag: DagConfig = DagConfig()
+    taxi: TaxiConfig = TaxiConfig()
 
     @field_validator("name")
     @classmethod
@@ -140,6 +166,11 @@ class AppConfig(_Section):
         if self.min_executors > self.max_executors:
             raise ValueError(
                 f"min_executors ({self.min_executors}) is above max_executors ({self.max_executors})"
+            )
+        if not self.min_executors <= self.initial_executors <= self.max_executors:
+            raise ValueError(
+                f"initial_executors ({self.initial_executors}) is outside "
+                f"[min_executors, max_executors] = [{self.min_executors}, {self.max_executors}]"
             )
         return self
 
