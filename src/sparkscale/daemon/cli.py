@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -32,6 +31,8 @@ def _config_options(func: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(func)
     def wrapper(config_path: str | None, overrides: tuple[str, ...], **kwargs: Any) -> Any:
         cfg = _load_or_exit(config_path, overrides)
+        # Commands that start other processes (a pipeline's driver) hand these on unchanged.
+        click.get_current_context().meta.update(config_path=config_path, overrides=list(overrides))
         configure_logging(cfg.logging)
         return func(cfg, **kwargs)
 
@@ -124,6 +125,49 @@ def cluster_status(cfg: Config, as_json: bool) -> None:
     else:
         _print_status(statuses)
     sys.exit(0 if all(s.running and s.answers for s in statuses) else 1)
+
+
+@main.group("pipeline")
+def pipeline() -> None:
+    """The managed PySpark pipelines: submit one to the master, stop it, see which run."""
+
+
+@pipeline.command("submit")
+@click.argument("app_name")
+@_config_options
+@click.option("--wait-s", type=float, default=180.0, show_default=True, help="How long to wait for the queries to run.")
+def pipeline_submit(cfg: Config, app_name: str, wait_s: float) -> None:
+    """Submit the managed app APP_NAME (its pipeline, per the config) and wait until its queries run."""
+    from sparkscale.pipeline.submit import PipelineError, submit
+
+    _require_app(cfg, app_name)
+    meta = click.get_current_context().meta
+    try:
+        record = submit(cfg, app_name, meta["config_path"], meta["overrides"], wait_s=wait_s)
+    except PipelineError as exc:
+        click.echo(f"cannot submit {app_name}: {exc}", err=True)
+        sys.exit(1)
+    click.echo(f"{app_name} runs: driver pid {record.pid}, REST API http://127.0.0.1:{record.ui_port}/api/v1, "
+               f"log {record.log}")
+
+
+@pipeline.command("stop")
+@click.argument("app_name")
+@_config_options
+def pipeline_stop(cfg: Config, app_name: str) -> None:
+    """Stop the driver of APP_NAME (and its executors with it)."""
+    from sparkscale.pipeline.submit import stop
+
+    _require_app(cfg, app_name)
+    click.echo(f"{app_name} stopped" if stop(cfg, app_name) else f"{app_name} was not running")
+
+
+def _require_app(cfg: Config, app_name: str) -> None:
+    try:
+        cfg.app(app_name)
+    except KeyError as exc:
+        click.echo(str(exc.args[0]), err=True)
+        sys.exit(EXIT_CONFIG)
 
 
 def _print_status(statuses: list[Any]) -> None:

@@ -25,11 +25,11 @@ import structlog
 
 from sparkscale.config import Config
 from sparkscale.localenv.preflight import ZOOKEEPER_CLASSPATH, Tools, check_tools
+from sparkscale.processes import live_process, stop_trees, tail
 
 log = structlog.get_logger(__name__)
 
 LOOPBACK = "127.0.0.1"
-STOP_GRACE_S = 20.0
 
 
 class EnvironmentStartError(Exception):
@@ -106,7 +106,7 @@ class LocalEnvironment:
         live = {name: proc for name, rec in records.items() if (proc := _live_process(rec)) is not None}
         # All at once: nothing here needs an order to shut down cleanly, and waiting on each in
         # turn would cost a poll interval per service.
-        _stop_trees(list(live.values()))
+        stop_trees(list(live.values()))
         for name in live:
             log.info("cluster.stopped", service=name, pid=records[name].pid)
         self._write_state({})
@@ -284,14 +284,14 @@ class LocalEnvironment:
         while True:
             record = self._read_state().get(spec.name)
             if record is None or _live_process(record) is None:
-                raise EnvironmentStartError(f"{spec.name} exited during start-up; its log:\n{_tail(spec.log_path)}")
+                raise EnvironmentStartError(f"{spec.name} exited during start-up; its log:\n{tail(spec.log_path)}")
             if _safe(spec.answers):
                 log.info("cluster.answers", service=spec.name, pid=record.pid)
                 return
             if time.monotonic() > deadline:
                 raise EnvironmentStartError(
                     f"{spec.name} did not answer within {self.cfg.cluster.start_timeout_s:.0f} s; "
-                    f"its log:\n{_tail(spec.log_path)}"
+                    f"its log:\n{tail(spec.log_path)}"
                 )
             time.sleep(delay)
             delay = min(delay * 1.5, 1.0)
@@ -319,36 +319,7 @@ def _stop_order(name: str) -> tuple[int, str]:
 
 
 def _live_process(record: ServiceRecord) -> psutil.Process | None:
-    """The recorded process if it still runs and is the one we started (same start time)."""
-    try:
-        proc = psutil.Process(record.pid)
-        if abs(proc.create_time() - record.create_time) > 1.0 or proc.status() == psutil.STATUS_ZOMBIE:
-            return None
-        return proc
-    except psutil.Error:
-        return None
-
-
-def _stop_trees(procs: list[psutil.Process]) -> None:
-    """SIGTERM the processes and what they started (a worker's executors); SIGKILL what outlives the grace."""
-    family: list[psutil.Process] = []
-    for proc in procs:
-        try:
-            family += [proc, *proc.children(recursive=True)]
-        except psutil.Error:
-            family.append(proc)
-    for p in family:
-        try:
-            p.terminate()
-        except psutil.Error:
-            pass
-    _, alive = psutil.wait_procs(family, timeout=STOP_GRACE_S)
-    for p in alive:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(alive, timeout=5)
+    return live_process(record.pid, record.create_time)
 
 
 def _safe(check: Callable[[], bool]) -> bool:
@@ -388,10 +359,3 @@ def _worker_alive(web_url: str, worker_web_port: int) -> bool:
     return any(
         w.get("state") == "ALIVE" and str(w.get("webuiaddress", "")).endswith(f":{worker_web_port}") for w in workers
     )
-
-
-def _tail(path: Path, lines: int = 20) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"

@@ -1,0 +1,80 @@
+"""The main program of a managed pipeline's driver (what `sparkscale pipeline submit` hands to
+spark-submit): builds the app's queries, starts the control agent beside them, and runs until the
+queries end or the process is told to stop."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+
+import structlog
+
+from sparkscale.config import ConfigError, load_config
+from sparkscale.logsetup import configure_logging
+
+log = structlog.get_logger("sparkscale.pipeline.driver")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="sparkscale-driver")
+    parser.add_argument("--app", required=True)
+    parser.add_argument("--config", default=None)
+    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    args = parser.parse_args(argv)
+    try:
+        cfg = load_config(args.config, args.overrides)
+        app = cfg.app(args.app)
+    except (ConfigError, KeyError) as exc:
+        print(f"invalid config:\n{exc}", file=sys.stderr)
+        return 2
+    configure_logging(cfg.logging.model_copy(update={"stderr_format": "json", "file": None}))
+
+    from pyspark.sql import SparkSession
+
+    from sparkscale.pipeline.agent import ControlAgent
+    from sparkscale.pipeline.submit import checkpoint_root, started_marker
+    from sparkscale.pipeline.workloads import PipelineContext, build_workload
+
+    spark = SparkSession.builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    agent = ControlAgent(spark, cfg, app, initial_executors=app.initial_executors)
+    agent.start()
+    stopping = threading.Event()
+
+    def _on_signal(signum: int, _frame: object) -> None:
+        log.info("driver.signal", app=app.name, signal=signal.Signals(signum).name)
+        stopping.set()
+        for query in spark.streams.active:
+            query.stop()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+
+    ctx = PipelineContext(spark=spark, cfg=cfg, app=app, checkpoint_root=checkpoint_root(cfg, app))
+    queries = build_workload(ctx)
+    log.info("driver.queries_started", app=app.name, queries=[q.name for q in queries],
+             app_id=spark.sparkContext.applicationId)
+    marker = started_marker(cfg, app.name)
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text(spark.sparkContext.applicationId)
+    code = 0
+    try:
+        # Runs until every query stopped (by the agent, a signal, or a failure).
+        while spark.streams.active and not stopping.is_set():
+            spark.streams.awaitAnyTermination(timeout=5)
+            spark.streams.resetTerminated()
+    except Exception as exc:  # noqa: BLE001 - a failed query ends the driver with its reason logged
+        log.error("driver.query_failed", app=app.name, error=str(exc))
+        code = 1
+    finally:
+        marker.unlink(missing_ok=True)
+        agent.stop()
+        spark.stop()
+    log.info("driver.exit", app=app.name, code=code)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,181 @@
+"""Submitting a managed pipeline to the standalone master, and stopping it again (head-node side).
+
+The driver runs in client mode on this host (so the control agent in it can reach ZooKeeper and
+Redis on loopback); its spark-submit process is recorded (pid and start time) under the run dir so
+that `pipeline stop` stops exactly it and what it started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import psutil
+import structlog
+
+from sparkscale.config import AppConfig, Config
+from sparkscale.localenv.preflight import check_tools
+from sparkscale.processes import live_process, stop_trees, tail
+
+log = structlog.get_logger(__name__)
+
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+
+class PipelineError(Exception):
+    """A pipeline could not be submitted, or died while starting; the message carries its log tail."""
+
+
+@dataclass
+class PipelineRecord:
+    app: str
+    pid: int
+    create_time: float
+    log: str
+    ui_port: int
+    submitted_at: float
+
+
+def pipelines_dir(cfg: Config) -> Path:
+    return cfg.cluster.run_path / "pipelines"
+
+
+def checkpoint_root(cfg: Config, app: AppConfig) -> Path:
+    """Checkpoints of an app's queries: one directory per query below this one."""
+    return cfg.cluster.run_path / "checkpoints" / app.name
+
+
+def driver_ui_port(cfg: Config, app: AppConfig) -> int:
+    """Each managed app gets its own UI (and REST API) port, in config order from `driver_ui_port`."""
+    return cfg.spark.driver_ui_port + [a.name for a in cfg.apps].index(app.name)
+
+
+def spark_conf(cfg: Config, app: AppConfig) -> dict[str, str]:
+    """The Spark configuration of a managed pipeline (DESIGN.md: RocksDB state, decommissioning)."""
+    return {
+        "spark.app.name": app.name,
+        # Standalone mode starts as many executors as cores.max allows; the agent then sets the
+        # target to initial_executors (DESIGN.md), and the daemon moves it within [min, max].
+        "spark.cores.max": str(app.max_executors * app.executor_cores),
+        "spark.executor.cores": str(app.executor_cores),
+        "spark.executor.memory": f"{app.executor_memory_mb}m",
+        "spark.driver.memory": "1g",
+        "spark.dynamicAllocation.enabled": "false",
+        # Scale-in is a graceful decommission (the lazy kill of N-Storm), not a kill.
+        "spark.decommission.enabled": "true",
+        "spark.storage.decommission.enabled": "true",
+        "spark.storage.decommission.shuffleBlocks.enabled": "true",
+        "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+        # Only read at a query's first start; afterwards the checkpoint's value wins.
+        "spark.sql.shuffle.partitions": str(app.shuffle_partitions),
+        "spark.sql.adaptive.enabled": "false",
+        "spark.ui.port": str(driver_ui_port(cfg, app)),
+        "spark.port.maxRetries": "0",  # a taken UI port is an error, not a silent move elsewhere
+        "spark.driver.host": "127.0.0.1",
+        "spark.pyspark.python": sys.executable,
+        "spark.pyspark.driver.python": sys.executable,
+    }
+
+
+def submit_command(cfg: Config, app: AppConfig, config_path: str | None, overrides: list[str]) -> list[str]:
+    tools = check_tools(cfg.cluster.java, cfg.spark.home)
+    argv = [str(tools.spark_submit), "--master", cfg.spark.master_url, "--deploy-mode", "client"]
+    for key, value in spark_conf(cfg, app).items():
+        argv += ["--conf", f"{key}={value}"]
+    argv.append(str(Path(__file__).with_name("driver.py")))
+    argv += ["--app", app.name]
+    if config_path:
+        argv += ["--config", str(Path(config_path).resolve())]
+    for item in overrides:
+        argv += ["--set", item]
+    return argv
+
+
+def submit(
+    cfg: Config, app_name: str, config_path: str | None = None, overrides: list[str] | None = None,
+    wait_s: float = 180.0,
+) -> PipelineRecord:
+    """Start the app's driver in the background; return once its queries run (or raise)."""
+    app = cfg.app(app_name)
+    current = running(cfg, app_name)
+    if current is not None:
+        raise PipelineError(f"{app_name} already runs (pid {current.pid}); `sparkscale pipeline stop {app_name}` first")
+    directory = pipelines_dir(cfg)
+    directory.mkdir(parents=True, exist_ok=True)
+    log_path = directory / f"{app_name}.log"
+    argv = submit_command(cfg, app, config_path, list(overrides or []))
+    env = {
+        **os.environ,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "SPARK_HOME": str(check_tools(cfg.cluster.java, cfg.spark.home).spark_home),
+    }
+    with open(log_path, "ab") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=env, start_new_session=True, cwd=directory)
+    record = PipelineRecord(
+        app=app_name, pid=proc.pid, create_time=psutil.Process(proc.pid).create_time(), log=str(log_path),
+        ui_port=driver_ui_port(cfg, app), submitted_at=time.time(),
+    )
+    _record_path(cfg, app_name).write_text(json.dumps(asdict(record)))
+    log.info("pipeline.submitted", app=app_name, pid=proc.pid, log=str(log_path), ui_port=record.ui_port)
+    _wait_started(cfg, record, proc, wait_s)
+    return record
+
+
+def _wait_started(cfg: Config, record: PipelineRecord, proc: subprocess.Popen, wait_s: float) -> None:
+    """The driver writes `<app>.started` once its queries run; wait for that or for its death."""
+    marker = started_marker(cfg, record.app)
+    deadline = time.monotonic() + wait_s
+    while not marker.exists():
+        if proc.poll() is not None:
+            raise PipelineError(f"{record.app} exited with code {proc.returncode} while starting; its log:\n"
+                                f"{tail(Path(record.log), 40)}")
+        if time.monotonic() > deadline:
+            raise PipelineError(f"{record.app} did not start its queries within {wait_s:.0f} s; its log:\n"
+                                f"{tail(Path(record.log), 40)}")
+        time.sleep(0.5)
+    log.info("pipeline.running", app=record.app, startup_s=round(time.time() - record.submitted_at, 1))
+
+
+def started_marker(cfg: Config, app_name: str) -> Path:
+    return pipelines_dir(cfg) / f"{app_name}.started"
+
+
+def running(cfg: Config, app_name: str) -> PipelineRecord | None:
+    path = _record_path(cfg, app_name)
+    try:
+        record = PipelineRecord(**json.loads(path.read_text()))
+    except FileNotFoundError:
+        return None
+    return record if _live(record) is not None else None
+
+
+def stop(cfg: Config, app_name: str) -> bool:
+    """Stop the app's driver and what it started; True if it was running."""
+    path = _record_path(cfg, app_name)
+    started_marker(cfg, app_name).unlink(missing_ok=True)
+    try:
+        record = PipelineRecord(**json.loads(path.read_text()))
+    except FileNotFoundError:
+        return False
+    proc = _live(record)
+    if proc is not None:
+        stop_trees([proc])
+        log.info("pipeline.stopped", app=app_name, pid=record.pid)
+    path.unlink(missing_ok=True)
+    return proc is not None
+
+
+def _record_path(cfg: Config, app_name: str) -> Path:
+    return pipelines_dir(cfg) / f"{app_name}.json"
+
+
+def _live(record: PipelineRecord) -> psutil.Process | None:
+    return live_process(record.pid, record.create_time)
