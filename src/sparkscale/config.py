@@ -134,6 +134,8 @@ class TaxiConfig(_Section):
     window_minutes: int = Field(30, ge=1)
     slide_minutes: int = Field(1, ge=1)
     top_n: int = Field(10, ge=1)
+    # Event time the trip generator advances per record (the data set has ~5 trips a second).
+    sim_seconds_per_record: float = Field(0.2, gt=0)
 
 
 class AppConfig(_Section):
@@ -347,6 +349,8 @@ def _apply_override(raw: dict[str, Any], item: str) -> str:
         value = yaml.safe_load(text) if text.strip() else ""
     except yaml.YAMLError:
         value = text
+    if isinstance(value, (dict, list)) and not text.strip().startswith(("{", "[")):
+        value = text  # `prefix=foo:` is the string "foo:", not the mapping {"foo": None}
     if _DEFAULTS_JSON is None:
         _DEFAULTS_JSON = Config().model_dump(mode="json")
     parts = key.split(".")

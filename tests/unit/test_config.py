@@ -181,3 +181,8 @@ def test_console_script_is_installed_and_exits_2_on_a_bad_file(tmp_path):
     proc = subprocess.run([str(exe), "check-config", str(bad)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "policy.target_utilization" in proc.stderr
+
+
+def test_set_keeps_a_string_that_yaml_would_read_as_a_mapping():
+    assert load_config(None, ["redis.key_prefix=test:"]).redis.key_prefix == "test:"
+    assert load_config(None, ["redis.key_prefix=a:b:"]).redis.key_prefix == "a:b:"

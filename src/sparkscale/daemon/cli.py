@@ -162,6 +162,37 @@ def pipeline_stop(cfg: Config, app_name: str) -> None:
     click.echo(f"{app_name} stopped" if stop(cfg, app_name) else f"{app_name} was not running")
 
 
+@main.command("loadgen")
+@_config_options
+@click.option("--app", "app_name", required=True, help="The managed app whose input streams to feed.")
+@click.option("--profile", required=True,
+              help="Rate profile: 1000 | constant:R[@Ds] | steps:1000@60s,4000@120s | ramp:A-B@Ds | "
+                   "sine:BASE,AMP,PERIODs[@Ds] | diurnal:PEAK@Mm")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the record generator.")
+@click.option("--max-duration-s", type=float, default=None, help="Stop after this many seconds at the latest.")
+def loadgen(cfg: Config, app_name: str, profile: str, seed: int, max_duration_s: float | None) -> None:
+    """Write generated records to an app's input streams at a rate that follows a profile.
+
+    Logs the achieved rate every second (event loadgen.second) and warns when it falls behind."""
+    import signal
+    import threading
+
+    from sparkscale.pipeline.loadgen import run_loadgen
+
+    _require_app(cfg, app_name)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        summary = run_loadgen(cfg, app_name, profile, seed=seed, max_duration_s=max_duration_s, stop=stop)
+    except ValueError as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(EXIT_CONFIG)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    click.echo(f"run {summary.run_id}: sent {summary.records_sent} records in {summary.duration_s:.1f} s "
+               f"({summary.records_sent / max(summary.duration_s, 1e-9):.0f}/s; target {summary.target_records})")
+
+
 def _require_app(cfg: Config, app_name: str) -> None:
     try:
         cfg.app(app_name)

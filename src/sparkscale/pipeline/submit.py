@@ -74,6 +74,8 @@ def spark_conf(cfg: Config, app: AppConfig) -> dict[str, str]:
         # Only read at a query's first start; afterwards the checkpoint's value wins.
         "spark.sql.shuffle.partitions": str(app.shuffle_partitions),
         "spark.sql.adaptive.enabled": "false",
+        # Event-time windows (taxi) and their printed bounds must not depend on the host's zone.
+        "spark.sql.session.timeZone": "UTC",
         "spark.ui.port": str(driver_ui_port(cfg, app)),
         "spark.port.maxRetries": "0",  # a taken UI port is an error, not a silent move elsewhere
         "spark.driver.host": "127.0.0.1",
