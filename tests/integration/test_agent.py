@@ -1,0 +1,272 @@
+"""The control agent in a real driver on the embedded standalone cluster: commands through a real
+ZooKeeper, executors counted through the driver's REST API, progress and pause keys in a real Redis.
+
+One SparkSession and one agent serve the whole module (a session costs ~20 s on 2 cores), so the
+tests run in file order and each starts from where the previous one left the application.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+import redis
+from kazoo.client import KazooClient
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from structlog.testing import capture_logs
+
+from sparkscale.actuators.control_channel import (
+    Ack,
+    acks_path,
+    agent_epoch_path,
+    agent_path,
+    command_seq,
+    commands_path,
+    send_command,
+    wait_ack,
+)
+from sparkscale.config import AppConfig
+from sparkscale.pipeline.agent import ControlAgent
+from tests.conftest import wait_until
+
+pytestmark = pytest.mark.integration
+
+APP = AppConfig(name="agenttest", min_executors=1, max_executors=6, initial_executors=2)
+EPOCH = 7  # the acting leader's epoch in these tests
+ACK_TIMEOUT_S = 60.0
+
+
+@pytest.fixture(scope="module")
+def spark(embedded_env, tmp_path_factory) -> Iterator[SparkSession]:
+    cfg = embedded_env.cfg
+    session = (
+        SparkSession.builder.master(cfg.spark.master_url)
+        .appName("sparkscale-agent-test")
+        .config("spark.cores.max", "6")
+        .config("spark.executor.cores", "1")
+        .config("spark.executor.memory", "512m")
+        .config("spark.decommission.enabled", "true")
+        .config("spark.ui.port", str(cfg.spark.driver_ui_port))
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.local.dir", str(tmp_path_factory.mktemp("spark-local")))
+        .getOrCreate()
+    )
+    yield session
+    for query in session.streams.active:
+        query.stop()
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def zk(embedded_env) -> Iterator[KazooClient]:
+    client = KazooClient(hosts=embedded_env.cfg.zookeeper.hosts, timeout=10)
+    client.start(timeout=15)
+    yield client
+    client.stop()
+    client.close()
+
+
+@pytest.fixture(scope="module")
+def rds(embedded_env) -> redis.Redis:
+    return redis.Redis(port=embedded_env.cfg.redis.port, decode_responses=True)
+
+
+@pytest.fixture(scope="module")
+def queries(spark, tmp_path_factory) -> dict[str, object]:
+    """`ticks`: a stateful aggregation of the rate source (never runs dry); `files`: a file source
+    that runs dry once its two files are read, so it reaches a clean batch boundary."""
+    checkpoints = tmp_path_factory.mktemp("checkpoints")
+    ticks = (
+        spark.readStream.format("rate").option("rowsPerSecond", 20).option("numPartitions", 2).load()
+        .groupBy((F.col("value") % 4).alias("k")).count()
+        .writeStream.format("noop").outputMode("complete").queryName("ticks")
+        .option("checkpointLocation", str(checkpoints / "ticks"))
+        .trigger(processingTime="1 second").start()
+    )
+    indir = tmp_path_factory.mktemp("files-in")
+    for i in range(2):
+        (indir / f"part-{i}.json").write_text("".join(json.dumps({"n": i * 10 + j}) + "\n" for j in range(10)))
+    files = (
+        spark.readStream.schema("n LONG").option("maxFilesPerTrigger", 1).json(str(indir))
+        .writeStream.format("noop").queryName("files")
+        .option("checkpointLocation", str(checkpoints / "files"))
+        .trigger(processingTime="1 second").start()
+    )
+    return {"ticks": ticks, "files": files}
+
+
+@pytest.fixture(scope="module")
+def agent(spark, embedded_env, queries) -> Iterator[ControlAgent]:
+    control = ControlAgent(spark, embedded_env.cfg, APP, initial_executors=APP.initial_executors)
+    control.start()
+    yield control
+    control.stop()
+
+
+def command(env, zk: KazooClient, type: str, args: dict | None = None, epoch: int = EPOCH) -> Ack:
+    """Send one command exactly as the daemon does and wait for the agent's ack."""
+    root = env.cfg.zookeeper.root
+    name = send_command(zk, root, APP.name, type, args, epoch)
+    return wait_ack(zk, root, APP.name, name, ACK_TIMEOUT_S)
+
+
+def active_executors(spark: SparkSession) -> list[dict]:
+    """Active executors from the driver's REST API, the way the daemon's monitors see them."""
+    sc = spark.sparkContext
+    url = f"{sc.uiWebUrl}/api/v1/applications/{sc.applicationId}/executors"
+    with urllib.request.urlopen(url, timeout=15) as resp:
+        return [e for e in json.load(resp) if e["id"] != "driver" and e["isActive"]]
+
+
+def count_is(spark: SparkSession, n: int):
+    def check() -> bool:
+        try:
+            return len(active_executors(spark)) == n
+        except OSError:  # the UI can be slow to answer while executors start on 2 cores: ask again
+            return False
+
+    return check
+
+
+# -- tests, in order ------------------------------------------------------------------------------
+
+
+def test_agent_registers_an_ephemeral_znode(agent, zk, spark, embedded_env):
+    data, stat = zk.get(agent_path(embedded_env.cfg.zookeeper.root, APP.name))
+    info = json.loads(data)
+    assert stat.ephemeralOwner != 0
+    assert info["app_id"] == spark.sparkContext.applicationId
+    assert info["ui_url"] == spark.sparkContext.uiWebUrl
+    assert info["driver_host"] == "127.0.0.1" and isinstance(info["pid"], int)
+
+
+def test_initial_target_then_set_executors(agent, spark, zk, embedded_env, record_property):
+    # Standalone launches up to spark.cores.max (6) executors at first; the agent trims to 2.
+    wait_until(count_is(spark, 2), 150, "the initial 2 executors (surplus of the start-up burst trimmed)")
+
+    started = time.monotonic()
+    ack = command(embedded_env, zk, "set_executors", {"total": 4})
+    assert ack.ok, ack.detail
+    assert ack.detail["target"] == 4
+    wait_until(count_is(spark, 4), 90, "4 active executors after set_executors 4")
+    record_property("scale_out_2_to_4_s", round(time.monotonic() - started, 1))
+    # The new leader's epoch is remembered in ZooKeeper for a restarted agent.
+    data, _ = zk.get(agent_epoch_path(embedded_env.cfg.zookeeper.root, APP.name))
+    assert int(data) == EPOCH
+
+
+def test_decommission_removes_the_newest_executor(agent, spark, zk, embedded_env, record_property):
+    before = active_executors(spark)
+    newest = max(before, key=lambda e: (e["addTime"], int(e["id"])))["id"]
+
+    started = time.monotonic()
+    ack = command(embedded_env, zk, "decommission", {"count": 1})
+    assert ack.ok, ack.detail
+    assert ack.detail["removed"] == [newest] and ack.detail["graceful"] is True
+    wait_until(count_is(spark, 3), 60, "3 active executors after decommissioning one")
+    record_property("decommission_one_s", round(time.monotonic() - started, 1))
+    # The removed executor is not replaced: the target went down with it.
+    assert agent.target_executors == 3
+
+
+def test_bad_commands_are_answered_not_ignored(agent, zk, embedded_env):
+    ack = command(embedded_env, zk, "defragment_universe", {})
+    assert not ack.ok and "unknown command type 'defragment_universe'" in ack.detail
+
+    ack = command(embedded_env, zk, "set_executors", {"total": 2}, epoch=EPOCH - 4)
+    assert not ack.ok and ack.detail == f"stale epoch {EPOCH - 4} < {EPOCH}"
+    assert agent.target_executors == 3  # the stale command changed nothing
+
+    ack = command(embedded_env, zk, "set_executors", {"total": 99})
+    assert not ack.ok and "outside [min_executors, max_executors]" in ack.detail
+
+    ack = command(embedded_env, zk, "set_executors", {"total": "four"})
+    assert not ack.ok and "'total' must be an integer" in ack.detail
+
+    ack = command(embedded_env, zk, "decommission", {"executor_ids": ["no-such-executor"]})
+    assert not ack.ok and "no active executors with ids ['no-such-executor']" in ack.detail
+
+    # Malformed JSON written straight to ZooKeeper still gets an ack.
+    root = embedded_env.cfg.zookeeper.root
+    path = zk.create(f"{commands_path(root, APP.name)}/cmd-", b"{not json", sequence=True)
+    ack = wait_ack(zk, root, APP.name, path.rsplit("/", 1)[1], ACK_TIMEOUT_S)
+    assert not ack.ok and ack.detail.startswith("malformed command")
+
+
+def test_pause_and_resume_sources(agent, rds, zk, embedded_env):
+    key = f"{embedded_env.cfg.redis.key_prefix}{APP.name}:paused"
+    ack = command(embedded_env, zk, "pause_sources")
+    assert ack.ok and rds.exists(key)
+    ack = command(embedded_env, zk, "resume_sources")
+    assert ack.ok and ack.detail["was_paused"] is True and not rds.exists(key)
+
+
+def test_progress_is_published_to_redis(agent, rds, embedded_env):
+    key = f"{embedded_env.cfg.redis.key_prefix}{APP.name}:progress:ticks"
+    first = int(wait_until(lambda: rds.hget(key, "batch_id"), 60, "a progress hash for 'ticks'"))
+    wait_until(lambda: int(rds.hget(key, "batch_id")) > first, 60, "a later batch id for 'ticks'")
+    latest = rds.hgetall(key)
+    assert latest["query"] == "ticks" and float(latest["batch_duration_ms"]) > 0
+    assert "processed_rows_per_s" in latest and "input_rows_per_s" in latest
+    assert int(latest["state_partitions"]) == 4 and int(latest["state_rows_total"]) == 4
+    sources = json.loads(latest["sources"])
+    assert sources and "end_offset" in sources[0]
+    assert rds.xlen(f"{key}:history") >= 2
+
+
+def test_report(agent, zk, embedded_env, spark):
+    ack = command(embedded_env, zk, "report")
+    assert ack.ok, ack.detail
+    names = {q["name"] for q in ack.detail["queries"]}
+    assert names == {"ticks", "files"}
+    assert ack.detail["paused"] is False and ack.detail["target_executors"] == 3
+    assert sum(e["active"] for e in ack.detail["executors"]) == 3
+
+
+def test_stop_query_refuses_when_no_boundary_comes(agent, zk, embedded_env, queries):
+    # The rate source ignores the pause key and always has data: no clean boundary, so no stop.
+    ack = command(embedded_env, zk, "stop_query", {"query": "ticks", "timeout_s": 2})
+    assert not ack.ok and "did not reach a batch boundary within 2 s" in ack.detail
+    assert queries["ticks"].isActive
+    assert command(embedded_env, zk, "resume_sources").ok
+
+
+def test_stop_query_at_a_batch_boundary(agent, zk, embedded_env, queries, rds):
+    ack = command(embedded_env, zk, "stop_query", {"query": "files", "timeout_s": 60})
+    assert ack.ok, ack.detail
+    assert ack.detail["notes"] == ["sources were not paused: paused them first"]
+    # Both files read, one per batch (0 and 1); an idle progress event may carry the next id.
+    assert ack.detail["last_batch_id"] >= 1
+    assert not queries["files"].isActive
+    assert rds.exists(f"{embedded_env.cfg.redis.key_prefix}{APP.name}:paused")
+
+
+def test_restarted_agent_keeps_its_epoch_and_runs_nothing_twice(agent, zk, embedded_env, spark, rds):
+    root = embedded_env.cfg.zookeeper.root
+    agent.stop()
+    wait_until(lambda: zk.exists(agent_path(root, APP.name)) is None, 10, "the agent znode to go")
+    done = set(zk.get_children(acks_path(root, APP.name)))
+    # Sent while no agent runs: the next one must pick it up.
+    pending = send_command(zk, root, APP.name, "resume_sources", {}, EPOCH)
+
+    with capture_logs() as events:
+        successor = ControlAgent(spark, embedded_env.cfg, APP)
+        successor.start()
+        try:
+            ack = wait_ack(zk, root, APP.name, pending, ACK_TIMEOUT_S)
+            assert ack.ok and not rds.exists(f"{embedded_env.cfg.redis.key_prefix}{APP.name}:paused")
+            stale = command(embedded_env, zk, "report", epoch=EPOCH - 1)
+            assert not stale.ok and stale.detail == f"stale epoch {EPOCH - 1} < {EPOCH}"
+            assert successor.last_seq >= command_seq(pending)
+        finally:
+            successor.stop()
+    received = {e["command"] for e in events if e["event"] == "agent.command_received"}
+    assert pending in received and not received & done
+    # The old agent's fixture teardown calls stop() again: harmless.
