@@ -193,6 +193,35 @@ def loadgen(cfg: Config, app_name: str, profile: str, seed: int, max_duration_s:
                f"({summary.records_sent / max(summary.duration_s, 1e-9):.0f}/s; target {summary.target_records})")
 
 
+@main.command("verify")
+@_config_options
+@click.option("--app", "app_name", required=True, help="The managed app to check.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def verify(cfg: Config, app_name: str, as_json: bool) -> None:
+    """Compare an app's output with a direct computation over everything produced for it.
+
+    Prints lost, duplicated and total counts; exits 1 if anything was lost or duplicated. Run it
+    once the app has processed all its input (it says so when it has not)."""
+    from sparkscale.pipeline.check import redis_client, unprocessed_records, verify_app
+
+    _require_app(cfg, app_name)
+    client = redis_client(cfg)
+    pending = unprocessed_records(client, cfg, cfg.app(app_name))
+    client.close()
+    result = verify_app(cfg, app_name)
+    if as_json:
+        click.echo(json.dumps({**result.to_dict(), "unprocessed_records": pending}, indent=2))
+    else:
+        click.echo(f"{app_name}: total expected {result.total_expected}, arrived {result.total_arrived}, "
+                   f"lost {result.lost}, duplicated {result.duplicated}, unexpected {result.unexpected}")
+        if result.mismatched_keys:
+            click.echo(f"mismatched keys: {', '.join(result.mismatched_keys[:10])}"
+                       + (f" (+{len(result.mismatched_keys) - 10} more)" if len(result.mismatched_keys) > 10 else ""))
+        if pending:
+            click.echo(f"note: {pending} input records are not processed yet; differences may only be lag")
+    sys.exit(0 if result.ok else 1)
+
+
 def _require_app(cfg: Config, app_name: str) -> None:
     try:
         cfg.app(app_name)

@@ -1,0 +1,524 @@
+"""Redis Streams as a replayable, pausable, rate-capped Structured Streaming source.
+
+Built on PySpark's Python Data Source API (`pyspark.sql.datasource`). The input of an app is the N
+streams `{prefix}{app}:in:{i}`; each micro-batch reads, per stream, the entries in (start, end]
+(XRANGE with an exclusive start), one Spark input partition per stream, so a restart from the
+checkpoint re-reads exactly the same records.
+
+Where the pieces run (PySpark 4.3): the `DataSource` instance is pickled by the driver JVM and the
+stream reader (`initialOffset`, `latestOffset`, `partitions`, `commit`) lives in a long-lived
+Python process that the JVM starts for the query, not in the driver's own Python; `read` runs in
+executor Python workers. Nothing is shared in memory with the driver's Python: the pause flag comes
+from Redis and the bookkeeping goes to Redis.
+
+Offsets are JSON dicts `{"ids": {"0": "<entry id>", ...}, "counts": {"0": <int>, ...}}`: per
+partition the last entry id admitted, and how many entries the stream had received up to and
+including it (its position). Backlog method: `XINFO STREAM` reports `entries-added`, the number of
+entries ever added to the stream; the backlog of a partition is `entries-added` minus the position
+in the offset. That is O(1) per stream and exact as long as the streams are not trimmed and no
+entry is deleted (docs/internals.md: input streams are never trimmed while a verifier may run).
+
+The bookkeeping hash `{prefix}{app}:source:{query}` (read it with `read_source_status`):
+
+| field | written | meaning |
+|---|---|---|
+| `committed`, `committed_at` | `commit(end)` | offsets Spark committed to the source (JSON) |
+| `processed`, `processed_at` | every `latestOffset` | end of the last finished batch (JSON) |
+| `latest`, `latest_at`, `admitted_records` | `latestOffset` that advances | offsets admitted for the next batch |
+| `backlog`, `backlog_by_partition`, `backlog_at` | both | entries after `processed` (or `committed`, if further) |
+| `paused` | every `latestOffset` | "1" while the pause key held admission back |
+
+Spark 4.3 commits to the source lazily: `commit(end of batch N)` comes only when batch N+1 is
+planned, so after the last batch of a burst `committed` trails by one batch until new data comes.
+`latestOffset(start)` is called only between batches and `start` is the end of the batch that just
+finished, so `processed` is current; "has the query drained?" is `backlog == 0`, not `committed`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+import structlog
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, ReadMinRows
+from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+
+log = structlog.get_logger(__name__)
+
+SOURCE_NAME = "redis_streams"
+_XRANGE_PAGE = 1000
+_START_ID = "0-0"
+
+# Id of the `n`-th entry after an exclusive start, and how many entries there were (at most n).
+# Run server side so that only the id crosses the wire, not the payloads of the skipped entries.
+_NTH_ID_LUA = """
+local r = redis.call('XRANGE', KEYS[1], ARGV[1], '+', 'COUNT', tonumber(ARGV[2]))
+if #r == 0 then return {false, 0} end
+return {r[#r][1], #r}
+"""
+
+
+# ---------------------------------------------------------------------------------------------
+# Keys and options
+
+
+def input_stream_key(prefix: str, app: str, partition: int) -> str:
+    return f"{prefix}{app}:in:{partition}"
+
+
+def paused_key(prefix: str, app: str) -> str:
+    return f"{prefix}{app}:paused"
+
+
+def source_status_key(prefix: str, app: str, query: str) -> str:
+    return f"{prefix}{app}:source:{query}"
+
+
+@dataclass(frozen=True)
+class RedisStreamsOptions:
+    """Everything the source needs, as the typed twin of its string options."""
+
+    app: str
+    query: str
+    partitions: int
+    fields: tuple[str, ...] = ()
+    host: str = "127.0.0.1"
+    port: int = 6380
+    db: int = 0
+    prefix: str = "sparkscale:"
+    max_records_per_batch: int | None = None
+    starting: str = "earliest"  # or "latest": only entries added after the first batch
+
+    def as_options(self) -> dict[str, str]:
+        """The `.option(...)` map for `spark.readStream.format("redis_streams")`."""
+        opts = {
+            "host": self.host,
+            "port": str(self.port),
+            "db": str(self.db),
+            "prefix": self.prefix,
+            "app": self.app,
+            "query": self.query,
+            "partitions": str(self.partitions),
+            "fields": ",".join(self.fields),
+            "startingOffsets": self.starting,
+        }
+        if self.max_records_per_batch is not None:
+            opts["maxRecordsPerBatch"] = str(self.max_records_per_batch)
+        return opts
+
+    @classmethod
+    def parse(cls, options: Any) -> RedisStreamsOptions:
+        """From Spark's (case-insensitive) option map; raises ValueError naming the bad option."""
+
+        def get(name: str, default: str | None = None) -> str | None:
+            value = options.get(name.lower(), options.get(name, default))
+            return default if value is None else str(value)
+
+        def required(name: str) -> str:
+            value = get(name)
+            if not value:
+                raise ValueError(f"redis_streams: option {name!r} is required")
+            return value
+
+        def integer(name: str, default: str | None, minimum: int) -> int | None:
+            text = get(name, default)
+            if text is None or text == "":
+                return None
+            try:
+                value = int(text)
+            except ValueError:
+                raise ValueError(f"redis_streams: option {name!r} must be an integer, got {text!r}") from None
+            if value < minimum:
+                raise ValueError(f"redis_streams: option {name!r} must be >= {minimum}, got {value}")
+            return value
+
+        starting = (get("startingOffsets", "earliest") or "earliest").lower()
+        if starting not in ("earliest", "latest"):
+            raise ValueError(f"redis_streams: startingOffsets must be earliest or latest, got {starting!r}")
+        fields = tuple(f.strip() for f in (get("fields", "") or "").split(",") if f.strip())
+        clash = {"uid", "ts", "partition", "entry_id"} & set(fields)
+        if clash:
+            raise ValueError(f"redis_streams: payload fields clash with fixed columns: {sorted(clash)}")
+        return cls(
+            app=required("app"),
+            query=required("query"),
+            partitions=integer("partitions", None, 1) or _missing("partitions"),
+            fields=fields,
+            host=get("host", "127.0.0.1") or "127.0.0.1",
+            port=integer("port", "6380", 1) or 6380,
+            db=integer("db", "0", 0) or 0,
+            prefix=get("prefix", "sparkscale:") or "",
+            max_records_per_batch=integer("maxRecordsPerBatch", None, 1),
+            starting=starting,
+        )
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(host=self.host, port=self.port, db=self.db, decode_responses=True)
+
+    def stream_key(self, partition: int) -> str:
+        return input_stream_key(self.prefix, self.app, partition)
+
+
+def _missing(name: str) -> int:
+    raise ValueError(f"redis_streams: option {name!r} is required")
+
+
+def source_schema(fields: Sequence[str]) -> StructType:
+    """`uid, ts, partition, entry_id`, then one string column per payload field."""
+    return StructType(
+        [
+            StructField("uid", StringType()),
+            StructField("ts", LongType()),
+            StructField("partition", IntegerType()),
+            StructField("entry_id", StringType()),
+            *(StructField(name, StringType()) for name in fields),
+        ]
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Offsets and admission (pure)
+
+
+@dataclass(frozen=True)
+class StreamOffsets:
+    """Per partition: the last admitted entry id and the stream position (entries up to it)."""
+
+    ids: tuple[str, ...]
+    counts: tuple[int, ...]
+
+    def to_json(self) -> dict[str, dict[str, Any]]:
+        # Key order is fixed: Spark compares offsets by their JSON text.
+        return {
+            "ids": {str(i): entry for i, entry in enumerate(self.ids)},
+            "counts": {str(i): n for i, n in enumerate(self.counts)},
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], partitions: int) -> StreamOffsets:
+        """Partitions missing from `data` (the app gained input streams) start at the beginning."""
+        ids = data.get("ids", {})
+        counts = data.get("counts", {})
+        return cls(
+            ids=tuple(str(ids.get(str(i), _START_ID)) for i in range(partitions)),
+            counts=tuple(int(counts.get(str(i), 0)) for i in range(partitions)),
+        )
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts)
+
+
+def split_cap(backlogs: Sequence[int], cap: int, rotate: int = 0) -> list[int]:
+    """Share `cap` records over partitions fairly (water-filling), never beyond a backlog.
+
+    Partitions with little waiting take all of it; the rest is split evenly over the others. The
+    last indivisible records go round-robin starting at `rotate`, so no partition is always first.
+    """
+    n = len(backlogs)
+    alloc = [0] * n
+    remaining = max(cap, 0)
+    active = [i for i in range(n) if backlogs[i] > 0]
+    while remaining > 0 and active:
+        share = remaining // len(active)
+        if share == 0:
+            order = sorted(active, key=lambda i: (i - rotate) % n)
+            for i in order[:remaining]:
+                alloc[i] += 1
+            break
+        for i in active:
+            take = min(share, backlogs[i] - alloc[i])
+            alloc[i] += take
+            remaining -= take
+        active = [i for i in active if alloc[i] < backlogs[i]]
+    return alloc
+
+
+def cap_for_limit(limit: ReadLimit, default_cap: int | None) -> tuple[int | None, int]:
+    """(max records, min records) to admit for Spark's ReadLimit; None means no upper bound."""
+    if isinstance(limit, ReadMaxRows):
+        return limit.max_rows, 0
+    if isinstance(limit, ReadMinRows):
+        return None, limit.min_rows
+    if isinstance(limit, ReadAllAvailable):
+        # Spark passes this for Trigger.AvailableNow/Once even when we asked for a cap; it must win.
+        return None, 0
+    return default_cap, 0  # files/bytes limits mean nothing here: fall back to our own cap
+
+
+# ---------------------------------------------------------------------------------------------
+# Redis reads shared by reader and monitor
+
+
+@dataclass(frozen=True)
+class StreamHead:
+    """What `XINFO STREAM` says about an input stream (zeros when it does not exist yet)."""
+
+    last_id: str
+    entries_added: int
+
+
+def stream_heads(client: redis.Redis, keys: Sequence[str]) -> list[StreamHead]:
+    """One round trip for all streams; a missing stream is an empty one."""
+    pipe = client.pipeline(transaction=False)
+    for key in keys:
+        pipe.xinfo_stream(key)
+    heads: list[StreamHead] = []
+    for reply in pipe.execute(raise_on_error=False):
+        if isinstance(reply, redis.ResponseError):
+            if "no such key" not in str(reply).lower():
+                raise reply
+            heads.append(StreamHead(_START_ID, 0))
+        elif isinstance(reply, Exception):
+            raise reply
+        else:
+            heads.append(StreamHead(str(reply["last-generated-id"]), int(reply["entries-added"])))
+    return heads
+
+
+def backlog_by_partition(heads: Sequence[StreamHead], offsets: StreamOffsets) -> list[int]:
+    return [max(h.entries_added - n, 0) for h, n in zip(heads, offsets.counts)]
+
+
+def live_backlog(client: redis.Redis, prefix: str, app: str, query: str, partitions: int) -> list[int]:
+    """Backlog per partition now, from the query's last processed offsets (all entries if none).
+
+    For a monitor that wants a figure fresher than the last trigger's; one round trip per call.
+    """
+    status = read_source_status(client, prefix, app, query)
+    basis = StreamOffsets.from_json(status.processed or status.committed or {}, partitions)
+    heads = stream_heads(client, [input_stream_key(prefix, app, i) for i in range(partitions)])
+    return backlog_by_partition(heads, basis)
+
+
+@dataclass(frozen=True)
+class SourceStatus:
+    """The source's bookkeeping hash, decoded (what the monitor reads)."""
+
+    committed: dict[str, Any] | None
+    committed_at: float | None
+    processed: dict[str, Any] | None
+    processed_at: float | None
+    latest: dict[str, Any] | None
+    latest_at: float | None
+    backlog: int | None
+    backlog_by_partition: list[int]
+    backlog_at: float | None
+    paused: bool
+
+
+def read_source_status(client: redis.Redis, prefix: str, app: str, query: str) -> SourceStatus:
+    raw = client.hgetall(source_status_key(prefix, app, query))
+
+    def js(name: str) -> Any:
+        return json.loads(raw[name]) if name in raw else None
+
+    def num(name: str) -> float | None:
+        return float(raw[name]) if name in raw else None
+
+    return SourceStatus(
+        committed=js("committed"),
+        committed_at=num("committed_at"),
+        processed=js("processed"),
+        processed_at=num("processed_at"),
+        latest=js("latest"),
+        latest_at=num("latest_at"),
+        backlog=int(raw["backlog"]) if "backlog" in raw else None,
+        backlog_by_partition=js("backlog_by_partition") or [],
+        backlog_at=num("backlog_at"),
+        paused=raw.get("paused") == "1",
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The data source
+
+
+class RedisStreamPartition(InputPartition):
+    """One input stream's (start, end] range for one micro-batch (pickled to the executor)."""
+
+    def __init__(self, partition: int, key: str, start_id: str, end_id: str):
+        super().__init__(partition)
+        self.partition = partition
+        self.key = key
+        self.start_id = start_id
+        self.end_id = end_id
+
+
+class RedisStreamsDataSource(DataSource):
+    """`spark.readStream.format("redis_streams")`: see the module docstring."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> StructType:
+        return source_schema(RedisStreamsOptions.parse(self.options).fields)
+
+    def streamReader(self, schema: StructType) -> RedisStreamsReader:
+        _quiet_unconfigured_logging()
+        return RedisStreamsReader(RedisStreamsOptions.parse(self.options))
+
+
+class RedisStreamsReader(DataSourceStreamReader):
+    def __init__(self, opts: RedisStreamsOptions):
+        self.opts = opts
+        self.keys = [opts.stream_key(i) for i in range(opts.partitions)]
+        self._client: redis.Redis | None = None
+        self._nth_id: Any = None
+        self._paused_seen = False
+        self._processed: StreamOffsets | None = None
+
+    # The reader lives in its own Python process for the whole query run: one connection is kept.
+    @property
+    def client(self) -> redis.Redis:
+        if self._client is None:
+            self._client = self.opts.client()
+            self._nth_id = self._client.register_script(_NTH_ID_LUA)
+        return self._client
+
+    @property
+    def status_key(self) -> str:
+        return source_status_key(self.opts.prefix, self.opts.app, self.opts.query)
+
+    def initialOffset(self) -> dict:
+        n = self.opts.partitions
+        if self.opts.starting == "latest":
+            heads = stream_heads(self.client, self.keys)
+            offsets = StreamOffsets(tuple(h.last_id for h in heads), tuple(h.entries_added for h in heads))
+        else:
+            offsets = StreamOffsets((_START_ID,) * n, (0,) * n)
+        return offsets.to_json()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        cap = self.opts.max_records_per_batch
+        return ReadMaxRows(cap) if cap is not None else ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        # `start` is the end of the last batch that finished (Spark calls this only between batches).
+        begin = StreamOffsets.from_json(start, self.opts.partitions)
+        self._processed = begin
+        heads = stream_heads(self.client, self.keys)
+        backlogs = backlog_by_partition(heads, begin)
+        paused = bool(self.client.exists(paused_key(self.opts.prefix, self.opts.app)))
+        self._note_pause(paused, sum(backlogs))
+        now = repr(time.time())
+        status: dict[str, Any] = {"paused": "1" if paused else "0", "processed": json.dumps(begin.to_json()),
+                                  "processed_at": now}
+        status.update(_backlog_fields(backlogs, now))
+        max_records, min_records = cap_for_limit(limit, self.opts.max_records_per_batch)
+        if paused or sum(backlogs) == 0 or sum(backlogs) < min_records:
+            self.client.hset(self.status_key, mapping=status)
+            return start  # unchanged JSON: Spark plans no batch
+        alloc = backlogs if max_records is None else split_cap(backlogs, max_records, rotate=begin.total)
+        ids, counts = list(begin.ids), list(begin.counts)
+        for i, want in enumerate(alloc):
+            if want <= 0:
+                continue
+            if want >= backlogs[i]:
+                ids[i], counts[i] = heads[i].last_id, heads[i].entries_added
+            else:
+                last_id, got = self._nth_id(keys=[self.keys[i]], args=[f"({begin.ids[i]}", want])
+                if got:
+                    ids[i], counts[i] = str(last_id), begin.counts[i] + int(got)
+        end = StreamOffsets(tuple(ids), tuple(counts))
+        if end == begin:  # entries vanished between XINFO and XRANGE (trimmed or deleted)
+            self.client.hset(self.status_key, mapping=status)
+            return start
+        status.update(latest=json.dumps(end.to_json()), latest_at=repr(time.time()),
+                      admitted_records=str(end.total - begin.total))
+        self.client.hset(self.status_key, mapping=status)
+        log.debug("source_admitted", query=self.opts.query, records=end.total - begin.total,
+                  backlog_records=sum(backlogs))
+        return end.to_json()
+
+    def reportLatestOffset(self) -> dict | None:
+        heads = stream_heads(self.client, self.keys)
+        return StreamOffsets(tuple(h.last_id for h in heads), tuple(h.entries_added for h in heads)).to_json()
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        begin = StreamOffsets.from_json(start, self.opts.partitions)
+        stop = StreamOffsets.from_json(end, self.opts.partitions)
+        if begin == stop:
+            return []
+        # One partition per stream, also for streams with nothing new: the source's parallelism
+        # stays N, which is what the monitor and the policies model.
+        return [
+            RedisStreamPartition(i, self.keys[i], begin.ids[i], stop.ids[i])
+            for i in range(self.opts.partitions)
+        ]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple]:
+        assert isinstance(partition, RedisStreamPartition)
+        if partition.start_id == partition.end_id:
+            return
+        client = self.opts.client()
+        fields = self.opts.fields
+        try:
+            cursor = f"({partition.start_id}"
+            while True:
+                page = client.xrange(partition.key, min=cursor, max=partition.end_id, count=_XRANGE_PAGE)
+                for entry_id, values in page:
+                    ts = values.get("ts")
+                    yield (
+                        values.get("uid"),
+                        int(ts) if ts not in (None, "") else None,
+                        partition.partition,
+                        entry_id,
+                        *(values.get(name) for name in fields),
+                    )
+                if len(page) < _XRANGE_PAGE:
+                    return
+                cursor = f"({page[-1][0]}"
+        finally:
+            client.close()
+
+    def commit(self, end: dict) -> None:
+        # Spark commits lazily: the end of batch N reaches here when batch N+1 is planned.
+        offsets = StreamOffsets.from_json(end, self.opts.partitions)
+        now = repr(time.time())
+        status = {"committed": json.dumps(offsets.to_json()), "committed_at": now}
+        base = offsets
+        if self._processed is not None and self._processed.total > offsets.total:
+            base = self._processed
+        status.update(_backlog_fields(backlog_by_partition(stream_heads(self.client, self.keys), base), now))
+        self.client.hset(self.status_key, mapping=status)
+
+    def stop(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def _note_pause(self, paused: bool, backlog: int) -> None:
+        if paused != self._paused_seen:
+            log.info("source_paused" if paused else "source_resumed", app=self.opts.app,
+                     query=self.opts.query, backlog_records=backlog)
+            self._paused_seen = paused
+
+
+def _backlog_fields(backlogs: Sequence[int], now: str) -> dict[str, str]:
+    return {"backlog": str(sum(backlogs)), "backlog_by_partition": json.dumps(list(backlogs)), "backlog_at": now}
+
+
+def _quiet_unconfigured_logging() -> None:
+    """The reader's process is started by the JVM and nobody configures structlog there; its
+    default prints every level to stdout (the JVM's log). Keep that to info and above."""
+    if not structlog.is_configured():
+        structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.INFO))
+
+
+def register(spark: Any) -> None:
+    """Make `format("redis_streams")` available in this SparkSession."""
+    spark.dataSource.register(RedisStreamsDataSource)
+
+
+def read_stream(spark: Any, opts: RedisStreamsOptions) -> Any:
+    """The streaming DataFrame of an app's input streams (registers the source if needed)."""
+    register(spark)
+    return spark.readStream.format(SOURCE_NAME).options(**opts.as_options()).load()

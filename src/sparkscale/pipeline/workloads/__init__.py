@@ -1,0 +1,71 @@
+"""The seed workloads. Each module has `build(ctx) -> list[StreamingQuery]` (run in the driver)
+and `expected_output(records, app) -> dict[str, int]` (pure: what its keyed sink must hold once every
+record was processed exactly once; the verifier's oracle)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sparkscale.config import AppConfig, Config
+from sparkscale.pipeline.redis_source import RedisStreamsOptions, read_stream
+from sparkscale.pipeline.sinks import SinkTarget, keyed_sink
+
+
+@dataclass(frozen=True)
+class PipelineContext:
+    """What a workload needs to build its queries: the session, its config, where checkpoints go."""
+
+    spark: Any
+    cfg: Config
+    app: AppConfig
+    checkpoint_root: Path
+
+    def checkpoint(self, query: str) -> str:
+        return str(self.checkpoint_root / query)
+
+    def read_input(self, query: str, fields: Iterable[str]) -> Any:
+        """The app's input streams as a streaming DataFrame (uid, ts, partition, entry_id, fields...)."""
+        redis_cfg = self.cfg.redis
+        return read_stream(
+            self.spark,
+            RedisStreamsOptions(
+                app=self.app.name, query=query, partitions=self.app.source_partitions, fields=tuple(fields),
+                host=redis_cfg.host, port=redis_cfg.port, db=redis_cfg.db, prefix=redis_cfg.key_prefix,
+                max_records_per_batch=self.app.max_records_per_batch,
+            ),
+        )
+
+    def sink_target(self, query: str) -> SinkTarget:
+        r = self.cfg.redis
+        return SinkTarget(app=self.app.name, query=query, host=r.host, port=r.port, db=r.db, prefix=r.key_prefix)
+
+    def start_keyed(self, df: Any, query: str, key_column: str, value_column: str) -> Any:
+        """Start `df` (an aggregate) into the keyed sink under `query`, on the app's trigger."""
+        writer = keyed_sink(df, self.sink_target(query), self.checkpoint(query), "update",
+                            key_column=key_column, value_column=value_column)
+        return writer.trigger(processingTime=f"{self.app.trigger_interval_s} seconds").start()
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    query: str  # the query whose keyed sink holds the workload's result
+    fields: tuple[str, ...]
+    build: Callable[[PipelineContext], list[Any]]
+    expected_output: Callable[[Iterable[Mapping[str, str]], AppConfig], dict[str, int]]
+
+
+def workload(name: str) -> Workload:
+    from sparkscale.pipeline.workloads import dag, taxi, wordcount
+
+    registry = {w.name: w for w in (wordcount.WORKLOAD, dag.WORKLOAD, taxi.WORKLOAD)}
+    if name not in registry:
+        raise KeyError(f"no workload named {name!r} (known: {', '.join(sorted(registry))})")
+    return registry[name]
+
+
+def build_workload(ctx: PipelineContext) -> list[Any]:
+    return workload(ctx.app.pipeline).build(ctx)
