@@ -36,6 +36,7 @@ from sparkscale.actuators.control_channel import (
     commands_path,
 )
 from sparkscale.config import AppConfig, Config
+from sparkscale.redisconn import connect
 
 log = structlog.get_logger(__name__)
 
@@ -248,10 +249,7 @@ class ControlAgent:
         self._pause_key = f"{cfg.redis.key_prefix}{app.name}:paused"
         self._own_zk = zk_client is None
         self.zk = zk_client or KazooClient(hosts=cfg.zookeeper.hosts, timeout=cfg.zookeeper.session_timeout_s)
-        self.redis = redis_client or redis.Redis(
-            host=cfg.redis.host, port=cfg.redis.port, db=cfg.redis.db,
-            socket_timeout=cfg.redis.socket_timeout_s, decode_responses=True,
-        )
+        self.redis = redis_client or connect(cfg.redis)
         self.executors = SparkExecutors(spark)
         self.highest_epoch = 0
         self.last_seq = -1

@@ -14,11 +14,11 @@ from sparkscale.pipeline.redis_source import live_backlog
 from sparkscale.pipeline.sinks import SinkTarget
 from sparkscale.pipeline.verify import VerifyResult, compare_keyed, read_input_records, read_keyed_sink
 from sparkscale.pipeline.workloads import workload
+from sparkscale.redisconn import connect
 
 
 def redis_client(cfg: Config) -> redis.Redis:
-    r = cfg.redis
-    return redis.Redis(host=r.host, port=r.port, db=r.db, socket_timeout=r.socket_timeout_s, decode_responses=True)
+    return connect(cfg.redis)
 
 
 def unprocessed_records(client: redis.Redis, cfg: Config, app: AppConfig) -> int:

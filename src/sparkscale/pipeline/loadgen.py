@@ -25,6 +25,7 @@ import structlog
 from sparkscale.config import AppConfig, Config
 from sparkscale.pipeline.profiles import LoadProfile, parse_profile
 from sparkscale.pipeline.records import RecordSource, record_source
+from sparkscale.redisconn import connect
 
 log = structlog.get_logger(__name__)
 
@@ -303,10 +304,7 @@ def run_loadgen(
     """
     profile = parse_profile(profile_spec)
     app = cfg.app(app_name)
-    client = redis.Redis(
-        host=cfg.redis.host, port=cfg.redis.port, db=cfg.redis.db,
-        socket_timeout=cfg.redis.socket_timeout_s, socket_connect_timeout=cfg.redis.socket_timeout_s,
-    )
+    client = connect(cfg.redis, decode_responses=False)
     try:
         generator = LoadGenerator(client, cfg.redis.key_prefix, app, profile, record_source(app, seed), seed=seed)
         return generator.run(max_duration_s=max_duration_s, stop=stop, on_second=on_second)
