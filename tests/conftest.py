@@ -4,23 +4,16 @@ so tests never touch a developer's running environment (default ports, ~/.sparks
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 import redis
 
 from sparkscale.config import Config, load_config
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from sparkscale.localenv.ports import free_port, isolated_overrides
 
 
 def wait_until(condition, timeout_s: float, what: str, interval_s: float = 0.2):
@@ -33,29 +26,6 @@ def wait_until(condition, timeout_s: float, what: str, interval_s: float = 0.2):
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}")
         time.sleep(interval_s)
-
-
-def isolated_overrides(run_dir: Path) -> list[str]:
-    """`--set` overrides that put a whole embedded environment on fresh ports under `run_dir`."""
-    master_web = free_port()
-    worker_web = free_port()
-    # worker N uses worker_web_port + N - 1: make sure the second one is free too.
-    while not _port_free(worker_web + 1):
-        worker_web = free_port()
-    return [
-        f"cluster.run_dir={run_dir}",
-        f"spark.master_url=spark://127.0.0.1:{free_port()}",
-        f"spark.master_web_url=http://127.0.0.1:{master_web}",
-        f"cluster.worker_web_port={worker_web}",
-        f"redis.port={free_port()}",
-        f"zookeeper.hosts=127.0.0.1:{free_port()}",
-        f"spark.driver_ui_port={free_port()}",
-    ]
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        return sock.connect_ex(("127.0.0.1", port)) != 0
 
 
 @dataclass

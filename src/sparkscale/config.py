@@ -205,6 +205,10 @@ class DhalionConfig(_Section):
     over_provisioned_utilization: float = Field(0.5, gt=0, lt=1)
     evaluation_windows: int = Field(3, ge=1)
     blocklist_ttl_s: float = Field(600.0, gt=0)
+    # Backpressure from the backlog: the total source backlog grew over this many windows (this one included).
+    backlog_growth_windows: int = Field(3, ge=2)
+    # An action met its expected outcome when it brought at least this fraction of the expected change.
+    outcome_fraction: float = Field(0.5, gt=0, le=1)
 
 
 class ThresholdRule(_Section):
@@ -239,6 +243,18 @@ class PolicyConfig(_Section):
     threshold: ThresholdConfig = ThresholdConfig()
 
 
+class GuardsConfig(_Section):
+    """Limits on every policy's plan (sparkscale.policies.guards). The cooldown after an action and
+    the stabilisation after a migration are `loop.cooldown_s` and `loop.stabilization_s`."""
+
+    # Scale down only after every recommendation for this long was below the current count, and then
+    # to the largest of them (0 = scale down at once).
+    scale_down_delay_s: float = Field(120.0, ge=0)
+    # One step changes the executor count by at most these factors (x up, / down), and by at least 1.
+    max_scale_up_factor: float = Field(2.0, ge=1)
+    max_scale_down_factor: float = Field(2.0, ge=1)
+
+
 class LoggingConfig(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     stderr: bool = True
@@ -255,6 +271,7 @@ class Config(_Section):
     apps: list[AppConfig] = [AppConfig(name="wordcount")]
     loop: LoopConfig = LoopConfig()
     policy: PolicyConfig = PolicyConfig()
+    guards: GuardsConfig = GuardsConfig()
     logging: LoggingConfig = LoggingConfig()
 
     @field_validator("apps")
@@ -273,6 +290,16 @@ class Config(_Section):
                 return app
         known = ", ".join(a.name for a in self.apps) or "none"
         raise KeyError(f"no managed app named {name!r} (configured: {known})")
+
+    def with_app(self, name: str) -> Config:
+        """This config if it manages `name`; if `name` is a pipeline (`taxi_top_routes`), this
+        config plus an app of that name running it with default settings; else KeyError."""
+        if any(app.name == name for app in self.apps):
+            return self
+        if name in PIPELINES:
+            return self.model_copy(update={"apps": [*self.apps, AppConfig(name=name, pipeline=name)]})
+        self.app(name)  # raises, naming the configured apps
+        return self
 
 
 # ---------------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from kazoo.client import KazooClient
 from sparkscale.config import load_config
 from sparkscale.daemon.cli import main
 from sparkscale.localenv import EnvironmentStartError, LocalEnvironment, PreflightError, check_tools
-from tests.conftest import isolated_overrides
+from sparkscale.localenv.ports import isolated_overrides
 
 pytestmark = pytest.mark.integration
 

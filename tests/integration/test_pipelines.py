@@ -7,10 +7,12 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from click.testing import CliRunner
 from kazoo.client import KazooClient
 
 from sparkscale.actuators.control_channel import send_command, wait_ack
 from sparkscale.config import Config, load_config
+from sparkscale.daemon.cli import main
 from sparkscale.pipeline.check import drained, redis_client, verify_app
 from sparkscale.pipeline.loadgen import run_loadgen
 from sparkscale.pipeline.redis_source import StreamOffsets, read_source_status, stream_heads
@@ -42,13 +44,6 @@ apps:
     shuffle_partitions: 4
     max_records_per_batch: 4000
     dag: {shape: linear, cost_ms_per_record: 0.5, selectivity: 1.5, key_space: 50}
-  - name: taxi
-    pipeline: taxi_top_routes
-    max_executors: 2
-    initial_executors: 2
-    executor_memory_mb: 512
-    source_partitions: 2
-    shuffle_partitions: 4
 """
 
 
@@ -151,15 +146,30 @@ def test_dag_linear_under_steps_loses_and_duplicates_nothing(setup):
     assert (result.lost, result.duplicated, result.unexpected) == (0, 0, 0), result.summary()
 
 
-def test_taxi_top_routes_match_a_batch_computation(setup):
-    cfg = setup[0]
-    summary, result, client = run_and_verify(setup, "taxi", "constant:300@15s", seed=3)
+def test_taxi_top_routes_submitted_by_name_match_a_batch_computation(setup):
+    """`sparkscale pipeline submit taxi_top_routes`: a pipeline name stands for a default app."""
+    cfg, path, overrides = setup
+    sets = [arg for o in overrides for arg in ("--set", o)]
+    cfg = cfg.with_app("taxi_top_routes")
+    app = cfg.app("taxi_top_routes")
+    cli = CliRunner()
+    result = cli.invoke(main, ["pipeline", "submit", "taxi_top_routes", "--config", path, *sets])
+    assert result.exit_code == 0, result.output
+    client = redis_client(cfg)
+    try:
+        summary = run_loadgen(cfg, "taxi_top_routes", "constant:300@15s", seed=3)
+        wait_until(lambda: drained(client, cfg, app), 180, "taxi_top_routes to process all its input")
+        verified = cli.invoke(main, ["verify", "--app", "taxi_top_routes", "--config", path, *sets])
+    finally:
+        stopped = cli.invoke(main, ["pipeline", "stop", "taxi_top_routes", "--config", path, *sets])
+    assert stopped.exit_code == 0 and "stopped" in stopped.output
     assert summary.records_sent >= 0.95 * 300 * 15
-    assert result.ok, result.summary()
-    trips = [{**r.fields, "uid": r.uid} for r in read_input_records(client, cfg.redis.key_prefix, "taxi")]
-    top_n = cfg.app("taxi").taxi.top_n
-    expected_top = top_routes(taxi_expected(trips, cfg.app("taxi")), top_n)
-    actual_top = top_routes(read_keyed_sink(client, target(cfg, "taxi", "top_routes")), top_n)
+    assert verified.exit_code == 0, verified.output
+    assert "lost 0, duplicated 0" in verified.output
+
+    trips = [{**r.fields, "uid": r.uid} for r in read_input_records(client, cfg.redis.key_prefix, "taxi_top_routes")]
+    expected_top = top_routes(taxi_expected(trips, app), app.taxi.top_n)
+    actual_top = top_routes(read_keyed_sink(client, target(cfg, "taxi_top_routes", "top_routes")), app.taxi.top_n)
     assert len(expected_top) >= 20  # windows: 15 s x 300 trips/s x 0.2 s of event time = 15 min
     assert actual_top == expected_top
     # Popular routes dominate: the top route of the busiest window is counted many times.

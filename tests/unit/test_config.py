@@ -186,3 +186,12 @@ def test_console_script_is_installed_and_exits_2_on_a_bad_file(tmp_path):
 def test_set_keeps_a_string_that_yaml_would_read_as_a_mapping():
     assert load_config(None, ["redis.key_prefix=test:"]).redis.key_prefix == "test:"
     assert load_config(None, ["redis.key_prefix=a:b:"]).redis.key_prefix == "a:b:"
+
+
+def test_a_pipeline_name_stands_for_a_default_app_of_that_name():
+    cfg = load_config(None).with_app("taxi_top_routes")
+    assert [a.name for a in cfg.apps] == ["wordcount", "taxi_top_routes"]
+    assert cfg.app("taxi_top_routes").pipeline == "taxi_top_routes"
+    assert cfg.with_app("wordcount") is cfg
+    with pytest.raises(KeyError, match="no managed app named 'nope'"):
+        cfg.with_app("nope")

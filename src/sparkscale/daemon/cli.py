@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from sparkscale.config import Config, ConfigError, load_config
+from sparkscale.config import PIPELINES, Config, ConfigError, load_config
 from sparkscale.logsetup import configure_logging
 
 EXIT_CONFIG = 2
@@ -140,7 +140,7 @@ def pipeline_submit(cfg: Config, app_name: str, wait_s: float) -> None:
     """Submit the managed app APP_NAME (its pipeline, per the config) and wait until its queries run."""
     from sparkscale.pipeline.submit import PipelineError, submit
 
-    _require_app(cfg, app_name)
+    cfg = _require_app(cfg, app_name)
     meta = click.get_current_context().meta
     try:
         record = submit(cfg, app_name, meta["config_path"], meta["overrides"], wait_s=wait_s)
@@ -158,7 +158,7 @@ def pipeline_stop(cfg: Config, app_name: str) -> None:
     """Stop the driver of APP_NAME (and its executors with it)."""
     from sparkscale.pipeline.submit import stop
 
-    _require_app(cfg, app_name)
+    cfg = _require_app(cfg, app_name)
     click.echo(f"{app_name} stopped" if stop(cfg, app_name) else f"{app_name} was not running")
 
 
@@ -179,7 +179,7 @@ def loadgen(cfg: Config, app_name: str, profile: str, seed: int, max_duration_s:
 
     from sparkscale.pipeline.loadgen import run_loadgen
 
-    _require_app(cfg, app_name)
+    cfg = _require_app(cfg, app_name)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
@@ -204,7 +204,7 @@ def verify(cfg: Config, app_name: str, as_json: bool) -> None:
     once the app has processed all its input (it says so when it has not)."""
     from sparkscale.pipeline.check import redis_client, unprocessed_records, verify_app
 
-    _require_app(cfg, app_name)
+    cfg = _require_app(cfg, app_name)
     client = redis_client(cfg)
     pending = unprocessed_records(client, cfg, cfg.app(app_name))
     client.close()
@@ -222,11 +222,12 @@ def verify(cfg: Config, app_name: str, as_json: bool) -> None:
     sys.exit(0 if result.ok else 1)
 
 
-def _require_app(cfg: Config, app_name: str) -> None:
+def _require_app(cfg: Config, app_name: str) -> Config:
+    """`cfg` with `app_name` in it (a bare pipeline name gets a default app); exit 2 if unknown."""
     try:
-        cfg.app(app_name)
+        return cfg.with_app(app_name)
     except KeyError as exc:
-        click.echo(str(exc.args[0]), err=True)
+        click.echo(f"{exc.args[0]}; a pipeline name ({', '.join(PIPELINES)}) also works", err=True)
         sys.exit(EXIT_CONFIG)
 
 

@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     args = parser.parse_args(argv)
     try:
-        cfg = load_config(args.config, args.overrides)
+        cfg = load_config(args.config, args.overrides).with_app(args.app)
         app = cfg.app(args.app)
     except (ConfigError, KeyError) as exc:
         print(f"invalid config:\n{exc}", file=sys.stderr)
