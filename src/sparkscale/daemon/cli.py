@@ -248,5 +248,10 @@ def _print_status(statuses: list[Any]) -> None:
         click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
 
 
+from sparkscale.daemon.plan_cmd import plan_command  # noqa: E402 - registered after the group exists
+
+main.add_command(plan_command, "plan")
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

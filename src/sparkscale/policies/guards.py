@@ -1,0 +1,266 @@
+"""Guards: limits applied to any policy's plan before it is carried out, so that every policy
+obeys the same stability rules (lecture, "Scaling Controller": accuracy, *stability: no
+oscillations*, fast convergence). Pure: the daemon passes in what it knows (history, migration).
+
+Order, each step explained in the returned plan's explanation (lines starting "guard "):
+
+1. executor range: a `scale_executors` target is clamped to the app's [min_executors,
+   max_executors]; an app outside its range gets an action back into it.
+2. scale-down delay (`guards.scale_down_delay_s`): a scale-down happens only once every
+   recommendation over the delay was below the current count, and then to the largest of them
+   (the recommendation is the clamped target, or the current count when the plan scales nothing).
+3. step cap (`guards.max_scale_up_factor` / `max_scale_down_factor`): at most x2 up or /2 down by
+   default, and always at least one executor.
+4. cooldown (`loop.cooldown_s`): no change within cooldown_s of the last executed one.
+5. migration (`loop.stabilization_s`): no change while a migration runs, nor within
+   stabilization_s after one ended.
+
+Warnings always pass. Each guarded plan records its recommendation in its observations (below), so
+that the next decision's scale-down delay can see it in the history.
+
+Observations: policies never do I/O and Plan's JSON has exactly five keys, so the figures a later
+decision needs (backlog, metrics, recommendations) travel in the plan's explanation as one line
+`observations: {json}` (`observations_of`, `with_observations`). The daemon keeps plans in the
+decision history, so the figures come back with them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sparkscale.config import AppConfig, GuardsConfig, LoopConfig
+from sparkscale.plan import Action, Plan
+from sparkscale.policies.base import DecisionHistory, PastDecision
+from sparkscale.snapshot import Snapshot
+
+OBSERVATIONS_PREFIX = "observations: "
+RECOMMENDED = "recommended_executors"  # the observation key the scale-down delay reads
+
+# Relative slack before rounding, so that float noise does not add an executor.
+_SLACK = 1e-9
+
+
+# ---------------------------------------------------------------------------------------------
+# Observations recorded in plans
+
+
+def observations_of(plan: Plan) -> dict[str, Any]:
+    """The figures a plan recorded (empty if none, or if the line is not valid JSON)."""
+    for line in reversed(plan.explanation):
+        if line.startswith(OBSERVATIONS_PREFIX):
+            try:
+                value = json.loads(line[len(OBSERVATIONS_PREFIX):])
+            except json.JSONDecodeError:
+                return {}
+            return value if isinstance(value, dict) else {}
+    return {}
+
+
+def observations_line(figures: Mapping[str, Any]) -> str:
+    return OBSERVATIONS_PREFIX + json.dumps(dict(figures), sort_keys=True)
+
+
+def with_observations(explanation: Iterable[str], figures: Mapping[str, Any]) -> tuple[str, ...]:
+    """`explanation` with its observations line (last) holding the old figures updated by `figures`."""
+    lines = list(explanation)
+    merged: dict[str, Any] = {}
+    kept = []
+    for line in lines:
+        if line.startswith(OBSERVATIONS_PREFIX):
+            merged.update(observations_of(Plan("", "", explanation=(line,))))
+        else:
+            kept.append(line)
+    merged.update(figures)
+    return (*kept, observations_line(merged))
+
+
+def recent_observations(history: DecisionHistory, key: str, count: int,
+                        query: str | None = None) -> tuple[tuple[float, Any], ...]:
+    """(decided_at, value) of `key` in the last `count` decisions, oldest first, stopping at the
+    first decision (newest backwards) that did not record it: these are consecutive windows. With
+    `query`, only decisions that recorded that query count (an app may run several queries)."""
+    found: list[tuple[float, Any]] = []
+    for decision in reversed(history.decisions):
+        if len(found) >= count:
+            break
+        obs = observations_of(decision.plan)
+        if query is not None and obs.get("query", query) != query:
+            continue
+        if key not in obs:
+            break
+        found.append((decision.decided_at, obs[key]))
+    return tuple(reversed(found))
+
+
+# ---------------------------------------------------------------------------------------------
+# Guards
+
+
+@dataclass(frozen=True)
+class GuardInput:
+    """What the guards know besides the plan. Times are seconds since the epoch on the snapshot
+    clock; "now" is `snapshot.taken_at`."""
+
+    snapshot: Snapshot
+    history: DecisionHistory
+    app: AppConfig
+    migration_running: bool = False
+    last_migration_end: float | None = None
+    # When the last action was carried out; None = the last history plan with a change (dry runs
+    # and failed actions are known only to the daemon, which should then pass this).
+    last_action_at: float | None = None
+
+    @property
+    def now(self) -> float:
+        return self.snapshot.taken_at
+
+    @property
+    def executors(self) -> int:
+        return len(self.snapshot.executors)
+
+
+def apply_guards(plan: Plan, given: GuardInput, guards: GuardsConfig, loop: LoopConfig) -> Plan:
+    """`plan` after every guard (module docstring), with one explanation line per change."""
+    notes: list[str] = []
+    current = given.executors
+    actions = list(plan.actions)
+
+    actions = _executor_range(actions, current, given.app, notes)
+    recommended = _target(actions, current)
+    actions = _scale_down_delay(actions, current, recommended, given, guards.scale_down_delay_s, notes)
+    actions = _step_cap(actions, guards.max_scale_up_factor, guards.max_scale_down_factor, notes)
+    actions = _cooldown(actions, given, loop.cooldown_s, notes)
+    actions = _migration(actions, given, loop.stabilization_s, notes)
+
+    explanation = with_observations((*plan.explanation, *notes), {RECOMMENDED: recommended})
+    return Plan(plan.policy, plan.app, plan.parallelism, tuple(actions), explanation)
+
+
+def _target(actions: list[Action], current: int) -> int:
+    """The executor count the actions ask for (the current one when they scale nothing)."""
+    for a in actions:
+        if a.type == "scale_executors" and a.to is not None:
+            return a.to
+    return current
+
+
+def _replace_scale(actions: list[Action], new: Action | None) -> list[Action]:
+    """`actions` with its scale_executors action replaced by `new` (or dropped, for None)."""
+    out = [a for a in actions if a.type != "scale_executors"]
+    if new is not None:
+        index = next((i for i, a in enumerate(actions) if a.type == "scale_executors"), len(out))
+        out.insert(min(index, len(out)), new)
+    return out
+
+
+def _scale(actions: list[Action]) -> Action | None:
+    return next((a for a in actions if a.type == "scale_executors"), None)
+
+
+def _retarget(action: Action, to: int, why: str) -> Action | None:
+    if action.from_ == to:
+        return None
+    return Action.scale_executors(action.from_ if action.from_ is not None else to, to, f"{action.reason}; {why}")
+
+
+def _executor_range(actions: list[Action], current: int, app: AppConfig, notes: list[str]) -> list[Action]:
+    low, high = app.min_executors, app.max_executors
+    action = _scale(actions)
+    if action is None:
+        if low <= current <= high:
+            return actions
+        bound = low if current < low else high
+        notes.append(f"guard executor range: the app holds {current} executors, outside [{low}, {high}]: "
+                     f"scale to {bound}")
+        return [*actions, Action.scale_executors(current, bound, f"back into the executor range [{low}, {high}]")]
+    to = action.to if action.to is not None else current
+    clamped = min(max(to, low), high)
+    if clamped == to:
+        return actions
+    bound = "max_executors" if clamped < to else "min_executors"
+    why = f"clamped from {to} to {bound} = {clamped}"
+    notes.append(f"guard executor range: {action.summary()} {why}"
+                 + (" (no change left)" if clamped == action.from_ else ""))
+    return _replace_scale(actions, _retarget(action, clamped, why))
+
+
+def _scale_down_delay(actions: list[Action], current: int, recommended: int, given: GuardInput,
+                      delay_s: float, notes: list[str]) -> list[Action]:
+    action = _scale(actions)
+    if action is None or action.to is None or action.to >= current or delay_s <= 0:
+        return actions
+    since = given.now - delay_s
+    # The recommendations over the delay, newest backwards; a decision without one ends the run.
+    seen: list[int] = [recommended]
+    lasted_s = 0.0
+    for decision in reversed(given.history.decisions):
+        value = observations_of(decision.plan).get(RECOMMENDED)
+        if not isinstance(value, int) or isinstance(value, bool) or value >= current:
+            break
+        lasted_s = given.now - decision.decided_at
+        if decision.decided_at < since:
+            break  # the run began before the delay: this one is older than the span we look at
+        seen.append(value)
+    if lasted_s < delay_s:
+        notes.append(f"guard scale-down delay: {action.summary()} held: fewer executors have been "
+                     f"recommended for {lasted_s:g} s of the {delay_s:g} s required")
+        return _replace_scale(actions, None)
+    target = max(seen)
+    if target == action.to:
+        return actions
+    why = f"raised to {target}, the largest recommendation of the last {delay_s:g} s"
+    notes.append(f"guard scale-down delay: {action.summary()} {why}")
+    return _replace_scale(actions, _retarget(action, target, why))
+
+
+def _step_cap(actions: list[Action], up_factor: float, down_factor: float, notes: list[str]) -> list[Action]:
+    action = _scale(actions)
+    if action is None or action.from_ is None or action.to is None:
+        return actions
+    current, to = action.from_, action.to
+    if to > current:
+        # Lecture, "Speculative: small changes ... one at a time" vs dataflow-wide: bound each step.
+        limit = max(current + 1, math.floor(current * up_factor * (1 + _SLACK)))
+        capped, word = min(to, limit), f"at most x{up_factor:g}"
+    else:
+        limit = min(current - 1, math.ceil(current / down_factor * (1 - _SLACK)))
+        capped, word = max(to, limit), f"at most /{down_factor:g}"
+    if capped == to:
+        return actions
+    why = f"capped at {capped} ({word} per step)"
+    notes.append(f"guard step cap: {action.summary()} {why}")
+    return _replace_scale(actions, _retarget(action, capped, why))
+
+
+def _drop_changes(actions: list[Action], notes: list[str], why: str) -> list[Action]:
+    changes = [a for a in actions if a.type != "warn"]
+    if changes:
+        notes.append(f"guard {why}: dropped " + ", ".join(a.summary() for a in changes))
+    return [a for a in actions if a.type == "warn"]
+
+
+def _last_action_at(history: DecisionHistory) -> float | None:
+    last: PastDecision | None = next((d for d in reversed(history.decisions) if d.plan.changes), None)
+    return last.decided_at if last else None
+
+
+def _cooldown(actions: list[Action], given: GuardInput, cooldown_s: float, notes: list[str]) -> list[Action]:
+    last = given.last_action_at if given.last_action_at is not None else _last_action_at(given.history)
+    if last is None or given.now - last >= cooldown_s:
+        return actions
+    return _drop_changes(actions, notes, f"cooldown (last action {given.now - last:g} s ago, "
+                                         f"cooldown {cooldown_s:g} s)")
+
+
+def _migration(actions: list[Action], given: GuardInput, stabilization_s: float, notes: list[str]) -> list[Action]:
+    if given.migration_running:
+        return _drop_changes(actions, notes, "migration (a migration is running)")
+    end = given.last_migration_end
+    if end is not None and given.now - end < stabilization_s:
+        return _drop_changes(actions, notes, f"migration (stabilising: the last migration ended "
+                                             f"{given.now - end:g} s ago, stabilisation {stabilization_s:g} s)")
+    return actions
