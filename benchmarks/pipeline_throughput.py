@@ -1,8 +1,10 @@
 """The highest rate each workload sustains on the embedded environment, with 1 and with N executors.
 
 Method, per workload and executor count: submit the app with its executor count fixed (min = max =
-initial), then, `--repeat` times: pause its sources through the control agent, write a backlog with
-the load generator, resume, and time how long the pipeline takes to process all of it. The
+initial), then, once to warm up (executors registering, JIT; not counted) and `--repeat` times:
+pause its sources through the control agent, write a backlog with the load generator, resume, and
+time how long the pipeline takes to process all of it. The records per batch are capped so that a
+batch lasts about 1-10 s (a single huge batch would say nothing about batch duration). The
 saturated processing rate (backlog / drain time) is the highest input rate it can sustain; the
 median batch duration during the drain (from the agent's progress reports) is its batch duration
 at that rate. Prints a table and writes JSON (figures, not assertions: this is not a test).
@@ -31,8 +33,9 @@ from sparkscale.pipeline.submit import stop, submit
 from sparkscale.pipeline.workloads import workload
 
 # Backlog per run: large enough for tens of batches at the expected rate, small enough to write fast.
-BACKLOG = {"wordcount": 60000, "dag": 1500, "taxi_top_routes": 20000}
+BACKLOG = {"wordcount": 150000, "dag": 1500, "taxi_top_routes": 40000}
 WRITE_RATE = {"wordcount": 30000, "dag": 3000, "taxi_top_routes": 8000}
+BATCH_CAP = {"wordcount": 20000, "dag": 400, "taxi_top_routes": 10000}
 
 
 def app_yaml(pipeline: str, executors: int) -> str:
@@ -47,7 +50,7 @@ def app_yaml(pipeline: str, executors: int) -> str:
     executor_memory_mb: 768
     source_partitions: 4
     shuffle_partitions: 4
-    max_records_per_batch: 20000
+    max_records_per_batch: {BATCH_CAP[pipeline]}
 """
 
 
@@ -60,7 +63,7 @@ def measure(cfg, app_name: str, pipeline: str, repeat: int) -> list[dict]:
     zk.start(timeout=15)
     runs = []
     try:
-        for i in range(repeat):
+        for i in range(repeat + 1):  # run 0 warms up
             ack = wait_ack(zk, cfg.zookeeper.root, app_name,
                            send_command(zk, cfg.zookeeper.root, app_name, "pause_sources", {}, epoch=1), 60)
             assert ack.ok, ack.detail
@@ -75,17 +78,26 @@ def measure(cfg, app_name: str, pipeline: str, repeat: int) -> list[dict]:
             assert ack.ok, ack.detail
             _wait(lambda: unprocessed_records(client, cfg, app) == 0, 900)
             drain_s = time.monotonic() - started
-            batches = [f for _, f in client.xrange(history, min=f"({since}", max="+")
-                       if int(f.get("num_input_rows", 0)) > 0]
+
+            def batches_since() -> list[dict]:
+                return [f for _, f in client.xrange(history, min=f"({since}", max="+")
+                        if int(f.get("num_input_rows", 0)) > 0]
+
+            # Progress events reach Redis through an asynchronous listener: wait until they account
+            # for every record (or a bounded time) before reading batch durations.
+            _wait(lambda: sum(int(f["num_input_rows"]) for f in batches_since()) >= summary.records_sent, 60)
+            batches = batches_since()
             durations = [float(f["batch_duration_ms"]) / 1000 for f in batches if "batch_duration_ms" in f]
-            runs.append({
+            run = {
                 "records": summary.records_sent,
                 "drain_s": round(drain_s, 2),
                 "rate_per_s": round(summary.records_sent / drain_s, 1),
                 "batches": len(batches),
                 "median_batch_duration_s": round(statistics.median(durations), 2) if durations else None,
-            })
-            print(f"  {app_name} run {i + 1}: {runs[-1]}", flush=True)
+            }
+            print(f"  {app_name} run {i}{' (warm-up)' if i == 0 else ''}: {run}", flush=True)
+            if i > 0:
+                runs.append(run)
     finally:
         zk.stop()
         zk.close()

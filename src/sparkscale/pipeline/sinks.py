@@ -246,9 +246,11 @@ class KeyedBatchWriter:
         self.replace = replace  # complete mode: the batch is the whole result
 
     def __call__(self, df: Any, batch_id: int) -> None:
+        # collect(), not toLocalIterator(): the latter runs one job per partition, one after the
+        # other, which serialises the stateful stage and hides the parallelism we scale.
         latest = {
             str(row[self.key_column]): _value_text(row[self.value_column])
-            for row in df.select(self.key_column, self.value_column).toLocalIterator()
+            for row in df.select(self.key_column, self.value_column).collect()
         }
         self.write_batch(latest, batch_id)
 
