@@ -152,7 +152,6 @@ class AppConfig(_Section):
     max_records_per_batch: int = Field(20000, ge=1)
     trigger_interval_s: float = Field(1.0, gt=0)
     shuffle_partitions: int = Field(4, ge=1, le=4096)  # state/shuffle partitions at first start
-    sink: Literal["idempotent", "append"] = "idempotent"
     dag: DagConfig = DagConfig()
     taxi: TaxiConfig = TaxiConfig()
 
