@@ -249,8 +249,10 @@ def _print_status(statuses: list[Any]) -> None:
 
 
 from sparkscale.daemon.plan_cmd import plan_command  # noqa: E402 - registered after the group exists
+from sparkscale.daemon.snapshot_cmd import snapshot_command  # noqa: E402
 
 main.add_command(plan_command, "plan")
+main.add_command(snapshot_command, "snapshot")
 
 
 if __name__ == "__main__":  # pragma: no cover

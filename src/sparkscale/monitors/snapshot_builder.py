@@ -1,0 +1,324 @@
+"""From what the monitors read (Spark REST, Redis, psutil) to a Snapshot v1 of one query. Pure: no I/O.
+
+Operators. A micro-batch runs the query's stages one after another; the k-th COMPLETE stage of a
+batch (in stage id order: Spark numbers parent stages before their children, and later jobs after
+earlier ones) is operator `stage{k}`. Batches whose stage count differs from the majority in the
+window (a first batch that also read state, a batch still missing its last job) are left out, and
+named in `extensions["monitor"]["excluded_batches"]`. Stages that were SKIPPED (already computed
+in the batch) ran no task and are not operators.
+
+Instances. One instance per task over the window (a task is one partition of a stage in one
+batch): records in = input records + shuffle records read, records out = shuffle records written +
+output records written, useful time = executor run time less shuffle fetch wait (DS2's W_u: time
+not spent waiting for input). A last stage that writes nothing Spark measures (a `foreachBatch`
+sink collects to the driver) passes its input on: records out = records in.
+
+The virtual source operator. The input streams are not a Spark stage, but DS2 needs a source with
+an arrival rate. `source` has one instance per input partition with records in = records out =
+the records the query read from that partition in the window, and useful time = the window: its
+true rate is then the rate observed, not a capacity (a Redis stream has no processing time to
+measure), and its selectivity is 1. `arrival_rate` is what producers added to the input streams
+per second over the window; `backlog` is what waits now.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sparkscale.monitors.spark_rest import RestExecutor, RestJob, RestStage, RestTask
+from sparkscale.snapshot import ExecutorFigures, InstanceFigures, OperatorFigures, Snapshot
+
+SOURCE_OPERATOR = "source"
+
+
+@dataclass(frozen=True)
+class SourceFigures:
+    """The input streams over the window: records produced, and records waiting now (per partition)."""
+
+    partitions: int
+    produced_records: tuple[int, ...]
+    backlog_by_partition: tuple[int, ...]
+    measured_s: float | None = None  # the span `produced_records` covers; the window if None
+
+
+@dataclass(frozen=True)
+class ProgressReport:
+    """One `lastProgress` of the query, as the control agent published it (docs/internals.md)."""
+
+    batch_id: int
+    run_id: str
+    num_input_rows: int
+    batch_duration_ms: float | None = None
+    input_rows_per_s: float | None = None
+    processed_rows_per_s: float | None = None
+    timestamp: str | None = None
+    rows_by_partition: tuple[int, ...] | None = None  # from the source's start/end offsets
+    state_rows_total: int | None = None
+    state_partitions: int | None = None
+
+    @classmethod
+    def from_fields(cls, fields: Mapping[str, Any], partitions: int) -> ProgressReport:
+        """From the progress hash or one `:history` entry (all values strings in Redis)."""
+
+        def num(name: str) -> float | None:
+            value = fields.get(name)
+            return None if value in (None, "") else float(value)
+
+        state_rows = num("state_rows_total")
+        state_parts = num("state_partitions")
+        return cls(
+            batch_id=int(fields["batch_id"]), run_id=str(fields.get("run_id", "")),
+            num_input_rows=int(float(fields.get("num_input_rows", 0))),
+            batch_duration_ms=num("batch_duration_ms"), input_rows_per_s=num("input_rows_per_s"),
+            processed_rows_per_s=num("processed_rows_per_s"), timestamp=fields.get("timestamp"),
+            rows_by_partition=_rows_by_partition(fields.get("sources"), partitions),
+            state_rows_total=None if state_rows is None else int(state_rows),
+            state_partitions=None if state_parts is None else int(state_parts),
+        )
+
+
+def _rows_by_partition(sources: Any, partitions: int) -> tuple[int, ...] | None:
+    """Records per input partition of a batch: end minus start position (`counts` of the offsets)."""
+    if not sources:
+        return None
+    try:
+        items = json.loads(sources) if isinstance(sources, str) else sources
+        rows = [0] * partitions
+        for src in items:
+            end_offset, start_offset = src.get("end_offset"), src.get("start_offset")
+            if not isinstance(end_offset, Mapping):
+                return None
+            end = end_offset.get("counts") or {}
+            # The query's first batch has no start offset; PySpark reports it as the text "None".
+            start = start_offset.get("counts") or {} if isinstance(start_offset, Mapping) else {}
+            for p in range(partitions):
+                rows[p] += int(end.get(str(p), 0)) - int(start.get(str(p), 0))
+    except (ValueError, TypeError, AttributeError):
+        return None
+    return tuple(max(r, 0) for r in rows)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One finished micro-batch of the query, from its jobs."""
+
+    run_id: str
+    batch_id: int
+    job_ids: tuple[int, ...]
+    stage_ids: tuple[int, ...]  # every stage its jobs name, SKIPPED ones included
+    submitted_at_s: float
+    completed_at_s: float
+
+    @property
+    def duration_s(self) -> float:
+        return self.completed_at_s - self.submitted_at_s
+
+
+def finished_batches(
+    jobs: Sequence[RestJob], query: str, progress_batches: Sequence[tuple[str, int]] = ()
+) -> list[Batch]:
+    """The query's micro-batches whose every job succeeded, oldest first.
+
+    A batch's next job may not be submitted yet when we look, so a batch counts as finished only if
+    the query reported its progress, or a later batch of the same run has started.
+    """
+    grouped: dict[tuple[str, int], list[RestJob]] = defaultdict(list)
+    for job in jobs:
+        if job.batch is not None and job.batch.query == query:
+            grouped[(job.batch.run_id, job.batch.batch_id)].append(job)
+    latest_by_run: dict[str, int] = {}
+    for run_id, batch_id in grouped:
+        latest_by_run[run_id] = max(batch_id, latest_by_run.get(run_id, batch_id))
+    reported = set(progress_batches)
+    out: list[Batch] = []
+    for (run_id, batch_id), batch_jobs in grouped.items():
+        if any(j.status != "SUCCEEDED" or j.completed_at_s is None or j.submitted_at_s is None for j in batch_jobs):
+            continue
+        if (run_id, batch_id) not in reported and batch_id >= latest_by_run[run_id]:
+            continue
+        stage_ids = sorted({s for j in batch_jobs for s in j.stage_ids})
+        out.append(Batch(
+            run_id=run_id, batch_id=batch_id, job_ids=tuple(sorted(j.job_id for j in batch_jobs)),
+            stage_ids=tuple(stage_ids),
+            submitted_at_s=min(j.submitted_at_s for j in batch_jobs if j.submitted_at_s is not None),
+            completed_at_s=max(j.completed_at_s for j in batch_jobs if j.completed_at_s is not None),
+        ))
+    return sorted(out, key=lambda b: (b.completed_at_s, b.batch_id))
+
+
+def window_batches(batches: Sequence[Batch], taken_at: float, window_s: float) -> list[Batch]:
+    """The batches whose jobs all completed within (taken_at - window_s, taken_at]."""
+    return [b for b in batches if taken_at - window_s < b.completed_at_s <= taken_at]
+
+
+def completed_stages(batch: Batch, stages: Mapping[int, Sequence[RestStage]]) -> list[RestStage]:
+    """The batch's COMPLETE stage attempts in stage id order (the last attempt if one was retried).
+
+    SKIPPED stages (outputs already computed earlier in the batch) ran no task: left out."""
+    out: list[RestStage] = []
+    for stage_id in batch.stage_ids:
+        complete = [a for a in stages.get(stage_id, ()) if a.status == "COMPLETE"]
+        if complete:
+            out.append(max(complete, key=lambda a: a.attempt_id))
+    return out
+
+
+@dataclass(frozen=True)
+class SnapshotInputs:
+    """Everything the builder needs for one query over one window (the collector fills it in)."""
+
+    app: str
+    query: str
+    taken_at: float
+    window_s: float
+    executors: Sequence[RestExecutor]
+    batches: Sequence[Batch]  # finished batches; the builder selects the window's
+    stages: Mapping[int, Sequence[RestStage]]  # stage id -> attempts, for the window's batches
+    source: SourceFigures
+    progress: Sequence[ProgressReport] = ()
+    trigger_interval_s: float | None = None
+    host: Mapping[str, Any] | None = None  # extensions["host"]
+    app_figures: Mapping[str, Any] | None = None  # extensions["app"]
+    extra_extensions: Mapping[str, Any] = field(default_factory=dict)
+
+
+def build_snapshot(inputs: SnapshotInputs) -> Snapshot:
+    """The Snapshot v1 of the query (module docstring for what each figure means)."""
+    in_window = window_batches(inputs.batches, inputs.taken_at, inputs.window_s)
+    stages_of = {(b.run_id, b.batch_id): completed_stages(b, inputs.stages) for b in in_window}
+    counts = Counter(len(s) for s in stages_of.values() if s)
+    # Ties go to the larger count, so that a window of half-seen batches does not lose an operator.
+    majority = max(counts.items(), key=lambda kv: (kv[1], kv[0]))[0] if counts else 0
+    used = [b for b in in_window if len(stages_of[(b.run_id, b.batch_id)]) == majority and majority > 0]
+    excluded = [{"run_id": b.run_id, "batch": b.batch_id, "stages": len(stages_of[(b.run_id, b.batch_id)])}
+                for b in in_window if b not in used]
+
+    progress = _progress_by_batch(inputs.progress)
+    used_progress = [progress[(b.run_id, b.batch_id)] for b in used if (b.run_id, b.batch_id) in progress]
+
+    stage_ops = [_stage_operator(k, [stages_of[(b.run_id, b.batch_id)][k] for b in used], last=k == majority - 1)
+                 for k in range(majority)]
+    source_op, source_from = _source_operator(inputs, used, progress, stages_of)
+    operators = [source_op, *stage_ops]
+    ids = [op.id for op in operators]
+
+    extensions: dict[str, Any] = {
+        "monitor": {
+            "batches": [b.batch_id for b in used],
+            "runs": sorted({b.run_id for b in used}),
+            "batches_in_window": len(in_window),
+            "stage_count": majority,
+            "excluded_batches": excluded,
+            "source_records_from": source_from,  # batches counted each way
+            "produced_records": sum(inputs.source.produced_records),
+        },
+        "progress": _progress_summary(used_progress),
+    }
+    if inputs.host is not None:
+        extensions["host"] = dict(inputs.host)
+    if inputs.app_figures is not None:
+        extensions["app"] = dict(inputs.app_figures)
+    extensions.update(inputs.extra_extensions)
+
+    return Snapshot(
+        app=inputs.app, query=inputs.query, taken_at=inputs.taken_at, window_s=inputs.window_s,
+        executors=tuple(ExecutorFigures(e.id, e.host, max(e.cores, 1)) for e in inputs.executors),
+        operators=tuple(operators), edges=tuple(zip(ids, ids[1:], strict=False)),
+        trigger_interval_s=inputs.trigger_interval_s, batch_duration_s=_batch_duration_s(used, used_progress),
+        extensions=extensions,
+    )
+
+
+def _stage_operator(k: int, per_batch: Sequence[RestStage], last: bool) -> OperatorFigures:
+    instances = [_instance(stage, task) for stage in per_batch for task in stage.tasks if task.status == "SUCCESS"]
+    extra: dict[str, Any] = {"stage_name": per_batch[-1].name, "spark_stage_id": per_batch[-1].stage_id}
+    if last and instances and not any(i.records_out for i in instances):
+        # A foreachBatch sink collects to the driver: no output metrics. The stage passes its input on.
+        instances = [InstanceFigures(i.records_in, i.records_in, i.useful_time_s, i.executor, i.extra)
+                     for i in instances]
+        extra["records_out_from"] = "records_in"
+    return OperatorFigures(id=f"stage{k}", parallelism=max(per_batch[-1].num_tasks, 1),
+                           instances=tuple(instances), extra=extra)
+
+
+def _instance(stage: RestStage, task: RestTask) -> InstanceFigures:
+    # Useful time: run time less time blocked fetching shuffle input (DS2's W_u).
+    useful_ms = max(task.run_time_ms - task.fetch_wait_ms, 0.0)
+    return InstanceFigures(
+        records_in=task.input_records + task.shuffle_read_records,
+        records_out=task.shuffle_write_records + task.output_records,
+        useful_time_s=useful_ms / 1000.0,
+        executor=task.executor_id or None,
+        extra={"stage_id": stage.stage_id, "partition": task.index},
+    )
+
+
+def _source_operator(
+    inputs: SnapshotInputs, used: Sequence[Batch], progress: Mapping[tuple[str, int], ProgressReport],
+    stages_of: Mapping[tuple[str, int], Sequence[RestStage]],
+) -> tuple[OperatorFigures, dict[str, int]]:
+    """The virtual source: its true rate is its observed rate by construction (module docstring).
+
+    Records read per partition come from the batch's progress report (end minus start offset of
+    each input stream), else from the first stage's tasks, which scan one input partition each."""
+    src = inputs.source
+    n = src.partitions
+    read = [0] * n
+    counted_from = {"progress": 0, "tasks": 0}
+    for b in used:
+        report = progress.get((b.run_id, b.batch_id))
+        if report is not None and report.rows_by_partition is not None:
+            counted_from["progress"] += 1
+            for p, rows in enumerate(report.rows_by_partition[:n]):
+                read[p] += rows
+            continue
+        counted_from["tasks"] += 1
+        for task in stages_of[(b.run_id, b.batch_id)][0].tasks:
+            if task.status == "SUCCESS" and task.index < n:
+                read[task.index] += task.input_records
+    measured_s = src.measured_s or inputs.window_s
+    instances = tuple(InstanceFigures(r, r, inputs.window_s, None, {"partition": p}) for p, r in enumerate(read))
+    op = OperatorFigures(
+        id=SOURCE_OPERATOR, source=True, parallelism=max(n, 1), instances=instances,
+        arrival_rate=sum(src.produced_records) / measured_s if measured_s > 0 else 0.0,
+        backlog=float(sum(src.backlog_by_partition)),
+        extra={"backlog_by_partition": list(src.backlog_by_partition)},
+    )
+    return op, counted_from
+
+
+def _progress_by_batch(reports: Sequence[ProgressReport]) -> dict[tuple[str, int], ProgressReport]:
+    return {(r.run_id, r.batch_id): r for r in reports}  # the later report of a batch wins
+
+
+def _batch_duration_s(used: Sequence[Batch], reports: Sequence[ProgressReport]) -> float | None:
+    """Median batch duration: the query's own (triggerExecution), else first job start to last job end."""
+    durations = [r.batch_duration_ms / 1000.0 for r in reports if r.batch_duration_ms is not None]
+    if not durations:
+        durations = [b.duration_s for b in used]
+    return statistics.median(durations) if durations else None
+
+
+def _progress_summary(reports: Sequence[ProgressReport]) -> dict[str, Any]:
+    def mean(values: list[float]) -> float | None:
+        return statistics.fmean(values) if values else None
+
+    summary: dict[str, Any] = {
+        "batches": len(reports),
+        "num_input_rows": sum(r.num_input_rows for r in reports),
+        "input_rows_per_s": mean([r.input_rows_per_s for r in reports if r.input_rows_per_s is not None]),
+        "processed_rows_per_s": mean([r.processed_rows_per_s for r in reports if r.processed_rows_per_s is not None]),
+    }
+    if reports:
+        latest = max(reports, key=lambda r: r.batch_id)
+        summary["latest_batch_id"] = latest.batch_id
+        if latest.state_rows_total is not None:
+            summary["state_rows_total"] = latest.state_rows_total
+        if latest.state_partitions is not None:
+            summary["state_partitions"] = latest.state_partitions
+    return summary

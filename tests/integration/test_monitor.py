@@ -1,0 +1,158 @@
+"""The monitor against a real wordcount under a constant load: a live snapshot agrees with the load
+generator, with the query's own progress reports and with the executor processes of the app."""
+
+from __future__ import annotations
+
+import bisect
+import threading
+import time
+from datetime import datetime
+
+import pytest
+from click.testing import CliRunner
+
+from sparkscale.config import Config, load_config
+from sparkscale.daemon.snapshot_cmd import snapshot_command
+from sparkscale.monitors.collector import AppNotRunningError, CollectOptions, collect_snapshot
+from sparkscale.monitors.host import executor_processes
+from sparkscale.pipeline.check import redis_client
+from sparkscale.pipeline.loadgen import SecondReport, run_loadgen
+from sparkscale.pipeline.submit import stop, submit
+from sparkscale.policies.base import DecisionHistory, get_policy
+from sparkscale.snapshot import Snapshot
+from tests.conftest import wait_until
+
+pytestmark = pytest.mark.integration
+
+APP = "wcmon"
+RATE = 2000
+LOAD_S = 45
+SNAPSHOT_AFTER_S = 28
+WINDOW_S = 20.0
+
+CONFIG = f"""
+apps:
+  - name: {APP}
+    pipeline: wordcount
+    max_executors: 2
+    initial_executors: 2
+    executor_memory_mb: 512
+    source_partitions: 2
+    shuffle_partitions: 4
+    max_records_per_batch: 20000
+loop:
+  window_s: {WINDOW_S}
+"""
+
+
+class SentClock:
+    """(wall time, records sent) after every second of the load generator, to interpolate from."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self.sent: list[int] = []
+
+    def __call__(self, report: SecondReport) -> None:
+        self.times.append(time.time())
+        self.sent.append(report.sent_total)
+
+    def sent_at(self, t: float) -> float:
+        i = bisect.bisect_left(self.times, t)
+        assert 0 < i < len(self.times), "the window must lie inside the load generator's run"
+        t0, t1, s0, s1 = self.times[i - 1], self.times[i], self.sent[i - 1], self.sent[i]
+        return s0 + (s1 - s0) * (t - t0) / (t1 - t0)
+
+
+@pytest.fixture(scope="module")
+def setup(embedded_env, tmp_path_factory) -> tuple[Config, str, list[str]]:
+    path = tmp_path_factory.mktemp("monitor") / "sparkscale.yaml"
+    path.write_text(CONFIG)
+    overrides = [*embedded_env.overrides, "logging.stderr_format=json"]
+    return load_config(path, overrides), str(path), overrides
+
+
+def progress_in_window(client, cfg: Config, query: str, start_s: float, end_s: float) -> dict[int, int]:
+    """batch id -> numInputRows of the batches the query itself reports as ended in the window."""
+    out: dict[int, int] = {}
+    for _id, f in client.xrange(f"{cfg.redis.key_prefix}{APP}:progress:{query}:history"):
+        began = datetime.fromisoformat(f["timestamp"].replace("Z", "+00:00")).timestamp()
+        ended = began + float(f.get("batch_duration_ms", 0)) / 1000
+        if start_s < ended <= end_s:
+            out[int(f["batch_id"])] = int(f["num_input_rows"])
+    return out
+
+
+def test_live_wordcount_snapshot_matches_load_progress_and_executors(setup, tmp_path):
+    cfg, path, overrides = setup
+    with pytest.raises(AppNotRunningError, match="not running"):
+        collect_snapshot(cfg, APP)
+
+    submit(cfg, APP, path, overrides)
+    client = redis_client(cfg)
+    clock = SentClock()
+    done = threading.Event()
+    result: dict[str, object] = {}
+
+    def load() -> None:
+        try:
+            result["summary"] = run_loadgen(cfg, APP, f"constant:{RATE}@{LOAD_S}s", seed=7, on_second=clock)
+        finally:
+            done.set()
+
+    worker = threading.Thread(target=load, daemon=True)
+    try:
+        worker.start()
+        wait_until(lambda: len(clock.times) >= SNAPSHOT_AFTER_S or done.is_set(), 90, "the load to run a while")
+        assert not done.is_set(), "the load generator stopped early"
+        snap = collect_snapshot(cfg, APP, CollectOptions(window_s=WINDOW_S))
+        cli = CliRunner().invoke(snapshot_command, ["--app", APP, "--config", path,
+                                                    *[a for o in overrides for a in ("--set", o)]])
+        local_executors = {p.cmdline()[p.cmdline().index("--executor-id") + 1]
+                           for p in executor_processes(snap.extensions["spark"]["app_id"])}
+        wait_until(done.is_set, 60, "the load generator to finish")
+        worker.join(5)
+        progress = progress_in_window(client, cfg, snap.query, snap.taken_at - WINDOW_S, snap.taken_at)
+    finally:
+        stop(cfg, APP)
+
+    # Kept for people: the live snapshot, and what the stages read and wrote.
+    (tmp_path / "snapshot.json").write_text(snap.to_json(indent=2))
+
+    # Operators: the virtual source, the scan (one task per input partition), the stateful count.
+    assert [op.id for op in snap.operators] == ["source", "stage0", "stage1"]
+    source, stage0, stage1 = snap.operators
+    assert source.parallelism == stage0.parallelism == 2
+    assert stage1.parallelism == 4
+    assert len(snap.extensions["monitor"]["batches"]) >= 5
+
+    # Arrival rate: what the load generator sent over the same window, within 10 %.
+    achieved = (clock.sent_at(snap.taken_at) - clock.sent_at(snap.taken_at - WINDOW_S)) / WINDOW_S
+    assert achieved == pytest.approx(RATE, rel=0.1)
+    assert source.arrival_rate == pytest.approx(achieved, rel=0.1)
+
+    # What the stages read agrees with what the query reports it took in over the window.
+    reported = sum(progress.values())
+    assert reported > 0.5 * RATE * WINDOW_S
+    assert sum(i.records_in for i in stage0.instances) == pytest.approx(reported, rel=0.1)
+    assert sum(i.records_in for i in source.instances) == pytest.approx(reported, rel=0.1)
+    assert sum(i.records_in for i in stage1.instances) > 0
+    assert all(i.useful_time_s >= 0 for op in snap.operators for i in op.instances)
+
+    # The executors listed are the app's executor processes (all on this host).
+    assert {e.id for e in snap.executors} == local_executors
+    assert len(local_executors) == 2
+
+    # A valid snapshot: JSON round trip, the CLI, and DS2 plans from it.
+    assert Snapshot.from_json(snap.to_json()) == snap
+    assert cli.exit_code == 0, cli.output
+    assert Snapshot.from_json(cli.stdout).query == "counts"
+    plan = get_policy("ds2").decide(snap, DecisionHistory.empty(), cfg.policy, cfg.app(APP))
+    assert set(plan.parallelism) == {"source", "stage0", "stage1"}
+
+
+def test_snapshot_command_says_when_the_app_does_not_run(setup):
+    _, path, overrides = setup
+    result = CliRunner().invoke(snapshot_command, ["--app", APP, "--config", path,
+                                                   *[a for o in overrides for a in ("--set", o)]])
+    assert result.exit_code == 1
+    assert "is not running" in result.stderr
