@@ -20,7 +20,8 @@ explanation too):
   measured instance keeps its parallelism (with a `warn` action).
 
 Spark mapping (DESIGN.md): micro-batches run a query's stages one after another on the same
-cores, so Σ π over the non-source operators is the number of cores the query needs; an operator
+cores, so the sum of the operators' exact needs, rounded up once, is the number of cores the
+query needs (Σ π would round every stage up to a whole core); an operator
 whose partitions are fewer than its π is partition-bound and needs a repartition.
 """
 
@@ -104,8 +105,20 @@ class Ds2Estimate:
 
     @property
     def cores_needed(self) -> int:
-        """Σ π over non-source operators: the cores the query needs (DESIGN.md, Spark mapping)."""
-        return sum(op.optimal_parallelism for op in self.operators if not op.source)
+        """Cores the query needs: ceil(Σ exact requirement) over non-source operators.
+
+        A micro-batch runs its stages one after another on the same cores (DESIGN.md), so their
+        fractional needs add up before rounding: two stages needing 0.3 cores each need 1 core, not
+        the 2 that Σ π would give. Operators without an estimate count with their parallelism."""
+        total = 0.0
+        for op in self.operators:
+            if op.source:
+                continue
+            if op.required is None:
+                total += op.optimal_parallelism
+            else:
+                total += min(op.required, op.optimal_parallelism)  # clamped down at max_parallelism
+        return max(1, _ceil(total))
 
     def __iter__(self) -> Iterator[OperatorEstimate]:
         return iter(self.operators)
@@ -230,7 +243,7 @@ def _num(x: float) -> str:
 
 @register_policy
 class Ds2Policy:
-    """DS2 as a sparkscale policy: executors for Σ π cores, repartitions where partitions < π."""
+    """DS2 as a sparkscale policy: executors for the cores needed, repartitions where partitions < π."""
 
     name: ClassVar[str] = "ds2"
 
@@ -253,7 +266,7 @@ class Ds2Policy:
         executors = min(max(wanted, app.min_executors), app.max_executors)
         current = len(snapshot.executors)
         explanation.append(
-            f"total: cores needed = Σ π over non-source operators = {cores}; executors needed = "
+            f"total: cores needed = ceil(Σ exact needs over non-source operators) = {cores}; executors needed = "
             f"ceil({cores} / {app.executor_cores} cores each) = {wanted}, within [{app.min_executors}, "
             f"{app.max_executors}] -> {executors}; current executors {current} ({snapshot.cores} cores)"
         )
@@ -265,7 +278,7 @@ class Ds2Policy:
             direction = "up" if executors > current else "down"
             actions.append(Action.scale_executors(
                 current, executors,
-                f"scale {direction}: Σ π = {cores} cores needed at utilisation {_num(u)}, "
+                f"scale {direction}: {cores} cores needed at utilisation {_num(u)}, "
                 f"{executors} executor(s) of {app.executor_cores} core(s)"))
 
         for op in est.operators:
