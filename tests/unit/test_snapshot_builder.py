@@ -314,3 +314,23 @@ def test_snapshot_command_exit_codes(tmp_path):
     result = CliRunner().invoke(snapshot_command, ["--app", "wordcount", *sets])
     assert result.exit_code == 1
     assert "app 'wordcount' is not running: its Spark REST API at http://127.0.0.1:" in result.stderr
+
+
+def test_plan_command_on_the_recorded_live_snapshot_explains_each_operator(tmp_path):
+    """`sparkscale plan` on a snapshot of a real wordcount: the figures behind the decision."""
+    from click.testing import CliRunner
+
+    from sparkscale.daemon.cli import main
+
+    path = tmp_path / "wordcount.snapshot.json"
+    path.write_text(recorded_snapshot().to_json(indent=2))
+    table = CliRunner().invoke(main, ["plan", str(path), "--policy", "ds2"])
+    assert table.exit_code == 0, table.output
+    for operator in ("stage0", "stage1"):
+        line = next(x for x in table.output.splitlines() if x.strip().startswith("[") and f"] {operator}:" in x)
+        assert "true processing rate" in line and "target input rate" in line and "π = ceil(" in line
+    assert "cores needed" in table.output
+    as_json = CliRunner().invoke(main, ["plan", str(path), "--policy", "ds2", "--json"])
+    plan = json.loads(as_json.output)
+    assert set(plan) == {"policy", "app", "parallelism", "actions", "explanation"}
+    assert plan["policy"] == "ds2" and set(plan["parallelism"]) == {"source", "stage0", "stage1"}
