@@ -19,7 +19,7 @@ import psutil
 import structlog
 
 from sparkscale.config import AppConfig, Config
-from sparkscale.localenv.preflight import check_tools
+from sparkscale.localenv.preflight import Tools, check_tools
 from sparkscale.processes import live_process, stop_trees, tail
 
 log = structlog.get_logger(__name__)
@@ -84,8 +84,9 @@ def spark_conf(cfg: Config, app: AppConfig) -> dict[str, str]:
     }
 
 
-def submit_command(cfg: Config, app: AppConfig, config_path: str | None, overrides: list[str]) -> list[str]:
-    tools = check_tools(cfg.cluster.java, cfg.spark.home)
+def submit_command(
+    cfg: Config, app: AppConfig, config_path: str | None, overrides: list[str], tools: Tools
+) -> list[str]:
     argv = [str(tools.spark_submit), "--master", cfg.spark.master_url, "--deploy-mode", "client"]
     for key, value in spark_conf(cfg, app).items():
         argv += ["--conf", f"{key}={value}"]
@@ -110,13 +111,14 @@ def submit(
     directory = pipelines_dir(cfg)
     directory.mkdir(parents=True, exist_ok=True)
     log_path = directory / f"{app_name}.log"
-    argv = submit_command(cfg, app, config_path, list(overrides or []))
+    tools = check_tools(cfg.cluster.java, cfg.spark.home)  # runs `java -version`: once per submit
+    argv = submit_command(cfg, app, config_path, list(overrides or []), tools)
     env = {
         **os.environ,
         "SPARK_LOCAL_IP": "127.0.0.1",
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
-        "SPARK_HOME": str(check_tools(cfg.cluster.java, cfg.spark.home).spark_home),
+        "SPARK_HOME": str(tools.spark_home),
     }
     with open(log_path, "ab") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
