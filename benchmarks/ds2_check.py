@@ -22,10 +22,11 @@ from sparkscale.config import load_config
 from sparkscale.localenv import LocalEnvironment
 from sparkscale.localenv.ports import isolated_overrides
 from sparkscale.monitors.collector import CollectOptions, collect_snapshot
-from sparkscale.pipeline.check import redis_client, unprocessed_records
+from sparkscale.pipeline.check import unprocessed_records
 from sparkscale.pipeline.loadgen import run_loadgen
 from sparkscale.pipeline.submit import stop, submit
 from sparkscale.policies.ds2 import estimate
+from sparkscale.redisconn import connect
 
 
 def app_yaml(name: str, executors: int) -> str:
@@ -45,7 +46,7 @@ def app_yaml(name: str, executors: int) -> str:
 def trial(cfg, config_path: str, overrides: list[str], name: str, rate: int, run_s: float, window_s: float) -> dict:
     app = cfg.app(name)
     submit(cfg, name, config_path, overrides)
-    client = redis_client(cfg)
+    client = connect(cfg.redis)
     try:
         result: dict = {}
         loader = threading.Thread(target=lambda: result.update(

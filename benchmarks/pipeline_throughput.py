@@ -27,10 +27,11 @@ from sparkscale.actuators.control_channel import send_command, wait_ack
 from sparkscale.config import load_config
 from sparkscale.localenv import LocalEnvironment
 from sparkscale.localenv.ports import isolated_overrides
-from sparkscale.pipeline.check import redis_client, unprocessed_records
+from sparkscale.pipeline.check import unprocessed_records
 from sparkscale.pipeline.loadgen import run_loadgen
 from sparkscale.pipeline.submit import stop, submit
 from sparkscale.pipeline.workloads import workload
+from sparkscale.redisconn import connect
 
 # Backlog per run: large enough for tens of batches at the expected rate, small enough to write fast.
 BACKLOG = {"wordcount": 150000, "dag": 1500, "taxi_top_routes": 40000}
@@ -57,7 +58,7 @@ def app_yaml(pipeline: str, executors: int) -> str:
 def measure(cfg, app_name: str, pipeline: str, repeat: int) -> list[dict]:
     app = cfg.app(app_name)
     query = workload(pipeline).query
-    client = redis_client(cfg)
+    client = connect(cfg.redis)
     history = f"{cfg.redis.key_prefix}{app_name}:progress:{query}:history"
     zk = KazooClient(hosts=cfg.zookeeper.hosts)
     zk.start(timeout=15)

@@ -15,10 +15,10 @@ from sparkscale.config import Config, load_config
 from sparkscale.daemon.snapshot_cmd import snapshot_command
 from sparkscale.monitors.collector import AppNotRunningError, CollectOptions, collect_snapshot
 from sparkscale.monitors.host import executor_processes
-from sparkscale.pipeline.check import redis_client
 from sparkscale.pipeline.loadgen import SecondReport, run_loadgen
 from sparkscale.pipeline.submit import stop, submit
 from sparkscale.policies.base import DecisionHistory, get_policy
+from sparkscale.redisconn import connect
 from sparkscale.snapshot import Snapshot
 from tests.conftest import wait_until
 
@@ -88,7 +88,7 @@ def test_live_wordcount_snapshot_matches_load_progress_and_executors(setup, tmp_
         collect_snapshot(cfg, APP)
 
     submit(cfg, APP, path, overrides)
-    client = redis_client(cfg)
+    client = connect(cfg.redis)
     clock = SentClock()
     done = threading.Event()
     result: dict[str, object] = {}

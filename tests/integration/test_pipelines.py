@@ -13,7 +13,7 @@ from kazoo.client import KazooClient
 from sparkscale.actuators.control_channel import send_command, wait_ack
 from sparkscale.config import Config, load_config
 from sparkscale.daemon.cli import main
-from sparkscale.pipeline.check import drained, redis_client, verify_app
+from sparkscale.pipeline.check import drained, verify_app
 from sparkscale.pipeline.loadgen import run_loadgen
 from sparkscale.pipeline.redis_source import StreamOffsets, read_source_status, stream_heads
 from sparkscale.pipeline.sinks import SinkTarget
@@ -21,6 +21,7 @@ from sparkscale.pipeline.submit import stop, submit
 from sparkscale.pipeline.verify import read_input_records, read_keyed_sink
 from sparkscale.pipeline.workloads.taxi import expected_output as taxi_expected
 from sparkscale.pipeline.workloads.taxi import top_routes
+from sparkscale.redisconn import connect
 from tests.conftest import wait_until
 
 pytestmark = pytest.mark.integration
@@ -66,7 +67,7 @@ def run_and_verify(setup, app_name: str, profile: str, seed: int, while_loading=
     cfg, path, overrides = setup
     app = cfg.app(app_name)
     submit(cfg, app_name, path, overrides)
-    client = redis_client(cfg)
+    client = connect(cfg.redis)
     try:
         with ThreadPoolExecutor(1) as pool:
             loading = pool.submit(run_loadgen, cfg, app_name, profile, seed=seed)
@@ -155,7 +156,7 @@ def test_taxi_top_routes_submitted_by_name_match_a_batch_computation(setup):
     cli = CliRunner()
     result = cli.invoke(main, ["pipeline", "submit", "taxi_top_routes", "--config", path, *sets])
     assert result.exit_code == 0, result.output
-    client = redis_client(cfg)
+    client = connect(cfg.redis)
     try:
         summary = run_loadgen(cfg, "taxi_top_routes", "constant:300@15s", seed=3)
         wait_until(lambda: drained(client, cfg, app), 180, "taxi_top_routes to process all its input")

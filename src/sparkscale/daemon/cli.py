@@ -202,10 +202,11 @@ def verify(cfg: Config, app_name: str, as_json: bool) -> None:
 
     Prints lost, duplicated and total counts; exits 1 if anything was lost or duplicated. Run it
     once the app has processed all its input (it says so when it has not)."""
-    from sparkscale.pipeline.check import redis_client, unprocessed_records, verify_app
+    from sparkscale.pipeline.check import unprocessed_records, verify_app
+    from sparkscale.redisconn import connect
 
     cfg = _require_app(cfg, app_name)
-    client = redis_client(cfg)
+    client = connect(cfg.redis)
     pending = unprocessed_records(client, cfg, cfg.app(app_name))
     client.close()
     result = verify_app(cfg, app_name)

@@ -17,10 +17,6 @@ from sparkscale.pipeline.workloads import workload
 from sparkscale.redisconn import connect
 
 
-def redis_client(cfg: Config) -> redis.Redis:
-    return connect(cfg.redis)
-
-
 def unprocessed_records(client: redis.Redis, cfg: Config, app: AppConfig) -> int:
     """Input entries the app's query has not finished processing (all of them if it never ran).
 
@@ -37,7 +33,7 @@ def drained(client: redis.Redis, cfg: Config, app: AppConfig) -> bool:
 def verify_app(cfg: Config, app_name: str) -> VerifyResult:
     app = cfg.app(app_name)
     work = workload(app.pipeline)
-    client = redis_client(cfg)
+    client = connect(cfg.redis)
     try:
         produced = read_input_records(client, cfg.redis.key_prefix, app.name)
         records = ({**r.fields, "uid": r.uid or ""} for r in produced)
