@@ -12,15 +12,11 @@ first count that keeps up. Prints a table and writes JSON. Figures, not assertio
 from __future__ import annotations
 
 import argparse
-import json
-import tempfile
 import threading
 import time
-from pathlib import Path
 
-from sparkscale.config import load_config
-from sparkscale.localenv import LocalEnvironment
-from sparkscale.localenv.ports import isolated_overrides
+from _harness import embedded_environment, write_results  # benchmarks/ is on sys.path when run as a script
+
 from sparkscale.monitors.collector import CollectOptions, collect_snapshot
 from sparkscale.pipeline.check import unprocessed_records
 from sparkscale.pipeline.loadgen import run_loadgen
@@ -87,24 +83,15 @@ def main() -> None:
     rates = [int(r) for r in args.rates.split(",")]
     counts = [int(n) for n in args.executors.split(",")]
 
-    run_dir = Path(tempfile.mkdtemp(prefix="sparkscale-ds2-"))
-    config_path = run_dir / "ds2.yaml"
-    config_path.write_text("apps:" + "".join(app_yaml(f"wc{n}", n) for n in counts) + "logging:\n  level: warning\n")
-    overrides = isolated_overrides(run_dir / "env")
-    cfg = load_config(config_path, overrides)
-    env = LocalEnvironment(cfg)
-    env.up()
     rows = []
-    try:
+    with embedded_environment("sparkscale-ds2-", "".join(app_yaml(f"wc{n}", n) for n in counts)) as bench:
         for rate in rates:
             for n in counts:
-                row = trial(cfg, str(config_path), overrides, f"wc{n}", rate, args.run_s, args.window_s)
+                row = trial(bench.cfg, bench.config_path, bench.overrides, f"wc{n}", rate, args.run_s, args.window_s)
                 print(row, flush=True)
                 rows.append(row)
                 if row["kept_up"]:
                     break
-    finally:
-        env.down()
 
     lines = ["| input rate (lines/s) | executors tried | kept up | backlog at end | batch duration (s) | "
              "DS2 cores (u=configured) | DS2 cores (u=1) |", "|---|---|---|---|---|---|---|"]
@@ -115,12 +102,9 @@ def main() -> None:
     table = "\n".join(lines)
     print(table)
     if args.out:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
         command = "python benchmarks/ds2_check.py " + " ".join(
             f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if v is not None)
-        out.with_suffix(".json").write_text(json.dumps({"command": command, "rows": rows}, indent=2))
-        out.with_suffix(".md").write_text(f"{table}\n\nCommand: `{command}`\n")
+        write_results(args.out, table, {"command": command, "rows": rows})
 
 
 if __name__ == "__main__":

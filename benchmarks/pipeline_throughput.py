@@ -15,18 +15,13 @@ at that rate. Prints a table and writes JSON (figures, not assertions: this is n
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import tempfile
 import time
-from pathlib import Path
 
+from _harness import embedded_environment, write_results  # benchmarks/ is on sys.path when run as a script
 from kazoo.client import KazooClient
 
 from sparkscale.actuators.control_channel import send_command, wait_ack
-from sparkscale.config import load_config
-from sparkscale.localenv import LocalEnvironment
-from sparkscale.localenv.ports import isolated_overrides
 from sparkscale.pipeline.check import unprocessed_records
 from sparkscale.pipeline.loadgen import run_loadgen
 from sparkscale.pipeline.submit import stop, submit
@@ -124,20 +119,13 @@ def main() -> None:
     pipelines = args.workloads.split(",")
     counts = [int(n) for n in args.executors.split(",")]
 
-    run_dir = Path(tempfile.mkdtemp(prefix="sparkscale-bench-"))
-    config_path = run_dir / "bench.yaml"
-    config_path.write_text("apps:" + "".join(app_yaml(p, n) for p in pipelines for n in counts)
-                           + "logging:\n  level: warning\n")
-    overrides = isolated_overrides(run_dir / "env")
-    cfg = load_config(config_path, overrides)
-    env = LocalEnvironment(cfg)
-    env.up()
     results = []
-    try:
+    with embedded_environment("sparkscale-bench-", "".join(app_yaml(p, n) for p in pipelines for n in counts)) as bench:
+        cfg = bench.cfg
         for pipeline in pipelines:
             for n in counts:
                 name = f"{pipeline.replace('_', '-')}-{n}"
-                submit(cfg, name, str(config_path), overrides)
+                submit(cfg, name, bench.config_path, bench.overrides)
                 try:
                     runs = measure(cfg, name, pipeline, args.repeat)
                 finally:
@@ -148,8 +136,6 @@ def main() -> None:
                     "median_batch_duration_s": statistics.median(
                         r["median_batch_duration_s"] for r in runs if r["median_batch_duration_s"] is not None),
                 })
-    finally:
-        env.down()
 
     lines = ["| workload | executors | sustained rate (records/s, median of runs) | batch duration at it (s) |",
              "|---|---|---|---|"]
@@ -159,12 +145,9 @@ def main() -> None:
     table = "\n".join(lines)
     print(table)
     if args.out:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        meta = {"command": "python benchmarks/pipeline_throughput.py " + " ".join(
-            f"--{k} {v}" for k, v in vars(args).items() if v is not None), "taken_at": time.time()}
-        out.with_suffix(".json").write_text(json.dumps({**meta, "results": results}, indent=2))
-        out.with_suffix(".md").write_text(f"{table}\n\nCommand: `{meta['command']}`\n")
+        command = "python benchmarks/pipeline_throughput.py " + " ".join(
+            f"--{k} {v}" for k, v in vars(args).items() if v is not None)
+        write_results(args.out, table, {"command": command, "taken_at": time.time(), "results": results})
 
 
 if __name__ == "__main__":

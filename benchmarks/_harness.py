@@ -1,0 +1,47 @@
+"""What every benchmark here does around its measurements: an isolated embedded environment for a
+set of apps, and the results written as a markdown table plus JSON."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sparkscale.config import Config, load_config
+from sparkscale.localenv import LocalEnvironment
+from sparkscale.localenv.ports import isolated_overrides
+
+
+@dataclass(frozen=True)
+class BenchEnv:
+    cfg: Config
+    config_path: str
+    overrides: list[str]
+
+
+@contextmanager
+def embedded_environment(prefix: str, apps_yaml: str) -> Iterator[BenchEnv]:
+    """An embedded environment on free ports in a fresh temp dir, running the given `apps:` items."""
+    run_dir = Path(tempfile.mkdtemp(prefix=prefix))
+    config_path = run_dir / "bench.yaml"
+    config_path.write_text("apps:" + apps_yaml + "logging:\n  level: warning\n")
+    overrides = isolated_overrides(run_dir / "env")
+    cfg = load_config(config_path, overrides)
+    env = LocalEnvironment(cfg)
+    env.up()
+    try:
+        yield BenchEnv(cfg, str(config_path), overrides)
+    finally:
+        env.down()
+
+
+def write_results(out: str, table: str, payload: dict[str, Any]) -> None:
+    """OUT.json (the payload, which names its `command`) and OUT.md (the table and the command)."""
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.with_suffix(".json").write_text(json.dumps(payload, indent=2))
+    path.with_suffix(".md").write_text(f"{table}\n\nCommand: `{payload['command']}`\n")
