@@ -139,6 +139,10 @@ def test_three_streams_arrive_exactly_once_within_the_cap(spark, redis_server, t
                    BATCH_TIMEOUT_S, "all 90 records at the sink")
         wait_until(lambda: sum(rows_per_batch(query).values()) == len(uids), 30, "progress of every batch")
         batches = rows_per_batch(query)
+        # The source records its backlog when it plans a trigger: the figure after the last batch
+        # appears on the next trigger, so wait for it while the query still runs.
+        wait_until(lambda: read_source_status(client, PREFIX, app, "q").backlog == 0, 30,
+                   "the source to record the empty backlog")
     finally:
         query.stop()
 
