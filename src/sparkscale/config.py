@@ -202,12 +202,8 @@ class DhalionConfig(_Section):
     skew_ratio: float = Field(2.0, gt=1)
     slow_instance_ratio: float = Field(2.0, gt=1)
     over_provisioned_utilization: float = Field(0.5, gt=0, lt=1)
-    evaluation_windows: int = Field(3, ge=1)
-    blocklist_ttl_s: float = Field(600.0, gt=0)
     # Backpressure from the backlog: the total source backlog grew over this many windows (this one included).
     backlog_growth_windows: int = Field(3, ge=2)
-    # An action met its expected outcome when it brought at least this fraction of the expected change.
-    outcome_fraction: float = Field(0.5, gt=0, le=1)
 
 
 class ThresholdRule(_Section):
@@ -254,6 +250,51 @@ class GuardsConfig(_Section):
     max_scale_down_factor: float = Field(2.0, ge=1)
 
 
+class OutcomesConfig(_Section):
+    """How the daemon judges an executed action (Dhalion's action log and blocklist, for every policy)."""
+
+    # Judge an action this many loop windows after it showed in Spark (so the figures are all post-action).
+    evaluation_windows: int = Field(3, ge=1)
+    # An action met its expected outcome when it brought at least this fraction of the expected change
+    # (or the app keeps up by then).
+    fraction: float = Field(0.5, gt=0, le=1)
+    # How long an action that fell short stays blocked for its app and diagnosis, in seconds.
+    blocklist_ttl_s: float = Field(600.0, gt=0)
+
+
+class ActuatorConfig(_Section):
+    """Carrying out executor changes through the in-driver control agent."""
+
+    # The agent must acknowledge a command within this time, or the action failed.
+    ack_timeout_s: float = Field(30.0, gt=0)
+    # The change must show in the driver's Spark REST API within this time, or the action failed.
+    confirm_timeout_s: float = Field(180.0, gt=0)
+
+
+class ActionLogConfig(_Section):
+    """The action log: a Redis stream of decisions and outcomes, kept across restarts (AOF)."""
+
+    # Trim to at most this many entries (approximately, as Redis trims whole nodes) ...
+    max_entries: int = Field(100_000, ge=100)
+    # ... and drop entries older than this many days.
+    max_age_days: float = Field(30.0, gt=0)
+    # Snapshots behind decisions kept per app (stream <prefix><app>:snapshots), newest first.
+    snapshots_kept: int = Field(500, ge=0)
+
+
+class MetricsConfig(_Section):
+    """Prometheus metrics over HTTP (GET /metrics)."""
+
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: int = Field(9464, ge=0, le=65535)  # 0 = any free port (logged at start)
+
+
+class DaemonConfig(_Section):
+    # This daemon's name in the leader lock and the action log; null = <hostname>:<pid>.
+    id: str | None = None
+
+
 class LoggingConfig(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     stderr: bool = True
@@ -271,6 +312,11 @@ class Config(_Section):
     loop: LoopConfig = LoopConfig()
     policy: PolicyConfig = PolicyConfig()
     guards: GuardsConfig = GuardsConfig()
+    outcomes: OutcomesConfig = OutcomesConfig()
+    actuator: ActuatorConfig = ActuatorConfig()
+    action_log: ActionLogConfig = ActionLogConfig()
+    metrics: MetricsConfig = MetricsConfig()
+    daemon: DaemonConfig = DaemonConfig()
     logging: LoggingConfig = LoggingConfig()
 
     @field_validator("apps")

@@ -32,7 +32,7 @@ Blocklist: a resolver whose (diagnosis, action type) is blocked for the app and 
 skipped, and the next diagnosis in order is tried (the explanation says so). The daemon keeps the
 blocklist (Redis) and hands it to the policy on the history: pass a `DhalionHistory` (or any
 history with a `blocklist` attribute). It blocks an action when `evaluate_outcome` says the
-outcome recorded with the plan (`expected_outcome`) was not met after `evaluation_windows`.
+outcome recorded with the plan (`expected_outcome`) was not met after `outcomes.evaluation_windows`.
 
 Every plan records its figures, the diagnosis and the expected outcome in its observations line
 (`guards.observations_of`): the next decisions read the backlog trend from there.
