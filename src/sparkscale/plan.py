@@ -143,7 +143,8 @@ class Plan:
         """A text rendering for people: targets, actions with reasons, then the explanation."""
         lines = [f"plan by {self.policy} for app {self.app}", ""]
         if self.parallelism:
-            lines += _table(["operator", "target parallelism"], [[op, str(p)] for op, p in self.parallelism.items()])
+            rows = [[op, str(p)] for op, p in self.parallelism.items()]
+            lines += table_lines(["operator", "target parallelism"], rows)
             lines.append("")
         if self.actions:
             rows = []
@@ -151,7 +152,7 @@ class Plan:
                 target = a.operator or a.executor or ""
                 change = f"{a.from_} -> {a.to}" if a.from_ is not None else ""
                 rows.append([a.type, target, change, a.reason])
-            lines += _table(["action", "on", "change", "reason"], rows)
+            lines += table_lines(["action", "on", "change", "reason"], rows)
         else:
             lines.append("actions: none (nothing should change)")
         if self.explanation:
@@ -160,7 +161,8 @@ class Plan:
         return "\n".join(lines)
 
 
-def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+def table_lines(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    """A plain-text table: header, a rule, then the rows, columns padded to their widest cell."""
     rows = [list(header), *map(list, rows)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     out = []

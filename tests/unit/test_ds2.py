@@ -265,7 +265,10 @@ def test_operator_without_useful_time_keeps_its_parallelism_and_warns():
     assert plan.parallelism == {"src": 1, "o1": 3, "o2": 2}
     warns = by_type(plan, "warn")
     assert [w.operator for w in warns] == ["o1"] and "keeps its parallelism 3" in warns[0].reason
-    assert [a.summary() for a in plan.changes] == ["scale_executors 1 -> 5", "set_parallelism o2 1 -> 2"]
+    # Without o1's true rate the cores needed are unknown: executors stay (the first windows of a
+    # fresh query look like this); the measured o2 still gets its repartition.
+    assert [a.summary() for a in plan.changes] == ["set_parallelism o2 1 -> 2"]
+    assert "executors unchanged: no true rate for o1 in this window" in plan.explanation
 
 
 def test_sources_are_not_scaled():

@@ -274,7 +274,13 @@ class Ds2Policy:
             actions.append(Action.warn(
                 f"the query needs {cores} cores but at most {app.max_executors * app.executor_cores} are allowed "
                 f"(max_executors {app.max_executors} x {app.executor_cores} cores): it will not keep up"))
-        if executors != current:
+        unmeasured = [op.id for op in est.operators if not op.source and op.required is None]
+        if unmeasured and executors != current:
+            # DS2 §3 rests on measured true rates; an operator that processed nothing in the window
+            # (start-up, an idle source) gives none, and guessing its need made the first cycles of
+            # a fresh query ask for every partition's core.
+            explanation.append(f"executors unchanged: no true rate for {', '.join(unmeasured)} in this window")
+        elif executors != current:
             direction = "up" if executors > current else "down"
             actions.append(Action.scale_executors(
                 current, executors,

@@ -1,0 +1,156 @@
+"""Nonstop executor changes (N-Storm's thread-level migration on Spark: no query restarts).
+
+`scale_executors` sends `set_executors` to the in-driver agent, which requests the new total from
+the master and, on scale-in, decommissions the newest executors gracefully (they finish their
+running tasks, then exit: the lazy kill). `replace_executor` decommissions one executor and then
+restores the total, so the master launches a fresh one.
+
+An action is done only once the change shows in the driver's Spark REST API (the agent's ack only
+says Spark accepted it); the time that took is recorded. No ack, a refusal, or no visible change
+within the configured timeouts makes the action `failed`, with the reason.
+
+The actuator never decides: it carries out one action and reports.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+import structlog
+from kazoo.client import KazooClient
+
+from sparkscale.actuators.control_channel import AckTimeout, send_command, wait_ack
+from sparkscale.config import ActuatorConfig
+from sparkscale.monitors.spark_rest import SparkRestClient, SparkRestError
+from sparkscale.plan import Action
+
+log = structlog.get_logger(__name__)
+
+Status = Literal["done", "failed", "skipped"]
+CONFIRM_POLL_S = 0.5  # how often the REST API is read while waiting for a change to show
+
+
+@dataclass(frozen=True)
+class ActionResult:
+    """What happened to one action. Durations are from the command's sending."""
+
+    action: Action
+    status: Status
+    detail: str
+    command: str | None = None
+    ack_s: float | None = None
+    confirm_s: float | None = None
+    executors_after: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["action"] = self.action.to_dict()
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ActionResult:
+        return cls(Action.from_dict(data["action"]), data["status"], data.get("detail", ""), data.get("command"),
+                   data.get("ack_s"), data.get("confirm_s"), data.get("executors_after"))
+
+
+class LeadershipLost(RuntimeError):
+    """The process is no longer the leader: it must not write commands."""
+
+
+@dataclass
+class ExecutorActuator:
+    zk: KazooClient
+    zk_root: str
+    app: str
+    rest: SparkRestClient
+    cfg: ActuatorConfig
+    is_leader: Callable[[], bool]
+
+    def execute(self, action: Action, epoch: int) -> ActionResult:
+        if action.type == "scale_executors":
+            return self._scale(action, epoch)
+        if action.type == "replace_executor":
+            return self._replace(action, epoch)
+        return ActionResult(action, "skipped", f"{action.type} is not an executor action")
+
+    # -- actions ----------------------------------------------------------------------------------
+
+    def _scale(self, action: Action, epoch: int) -> ActionResult:
+        assert action.to is not None
+        started = time.monotonic()
+        try:
+            name, ack_s, detail = self._command("set_executors", {"total": action.to}, epoch, started)
+        except _Failed as failed:
+            return ActionResult(action, "failed", failed.reason, failed.command, failed.ack_s)
+        count, confirm_s, why = self._confirm(lambda ids: len(ids) == action.to, started)
+        if why:
+            return ActionResult(action, "failed", f"agent accepted ({detail}) but {why}", name, ack_s, None, count)
+        log.info("actuator.done", app=self.app, action=action.summary(), ack_s=ack_s, confirm_s=confirm_s)
+        return ActionResult(action, "done", f"{count} active executors", name, ack_s, confirm_s, count)
+
+    def _replace(self, action: Action, epoch: int) -> ActionResult:
+        started = time.monotonic()
+        try:
+            before = self._active_ids()
+        except SparkRestError as exc:
+            return ActionResult(action, "failed", f"Spark REST API: {exc}")
+        if action.executor not in before:
+            return ActionResult(action, "failed", f"executor {action.executor} is not active (active: {before})")
+        try:
+            name, ack_s, _ = self._command("decommission", {"executor_ids": [action.executor]}, epoch, started)
+            name, ack_s, _ = self._command("set_executors", {"total": len(before)}, epoch, started)
+        except _Failed as failed:
+            return ActionResult(action, "failed", failed.reason, failed.command, failed.ack_s)
+        count, confirm_s, why = self._confirm(
+            lambda ids: action.executor not in ids and len(ids) == len(before), started)
+        if why:
+            return ActionResult(action, "failed", why, name, ack_s, None, count)
+        log.info("actuator.done", app=self.app, action=action.summary(), ack_s=ack_s, confirm_s=confirm_s)
+        return ActionResult(action, "done", f"{action.executor} replaced; {count} active executors", name, ack_s,
+                            confirm_s, count)
+
+    # -- steps ------------------------------------------------------------------------------------
+
+    def _command(self, kind: str, args: dict[str, Any], epoch: int, started: float) -> tuple[str, float, Any]:
+        if not self.is_leader():
+            raise _Failed("not sent: this daemon is no longer the leader")
+        name = send_command(self.zk, self.zk_root, self.app, kind, args, epoch)
+        try:
+            ack = wait_ack(self.zk, self.zk_root, self.app, name, self.cfg.ack_timeout_s)
+        except AckTimeout:
+            raise _Failed(f"{kind}: no ack from the control agent within {self.cfg.ack_timeout_s:g} s", name) from None
+        ack_s = round(time.monotonic() - started, 3)
+        if not ack.ok:
+            raise _Failed(f"{kind} refused by the agent: {ack.detail}", name, ack_s)
+        return name, ack_s, ack.detail
+
+    def _active_ids(self) -> list[str]:
+        app_id = self.rest.application(self.app).id
+        return [e.id for e in self.rest.executors(app_id) if e.active]
+
+    def _confirm(self, done: Callable[[list[str]], bool], started: float) -> tuple[int | None, float | None, str]:
+        """Wait until the REST API shows `done`; (count, seconds since start, "" or why not)."""
+        deadline = time.monotonic() + self.cfg.confirm_timeout_s
+        ids: list[str] | None = None
+        while True:
+            try:
+                ids = self._active_ids()
+            except SparkRestError as exc:
+                log.warning("actuator.rest_error", app=self.app, error=str(exc))
+            if ids is not None and done(ids):
+                return len(ids), round(time.monotonic() - started, 3), ""
+            if time.monotonic() > deadline:
+                seen = "nothing (REST API unreachable)" if ids is None else f"{len(ids)} active executors {ids}"
+                return (None if ids is None else len(ids)), None, (
+                    f"the change did not show in the Spark REST API within {self.cfg.confirm_timeout_s:g} s "
+                    f"(it shows {seen})")
+            time.sleep(CONFIRM_POLL_S)
+
+
+class _Failed(Exception):
+    def __init__(self, reason: str, command: str | None = None, ack_s: float | None = None):
+        super().__init__(reason)
+        self.reason, self.command, self.ack_s = reason, command, ack_s

@@ -1,0 +1,115 @@
+"""Renderings for the operator's commands (`status`, `actions`, `blocklist`): text tables and JSON.
+
+Pure: the CLI reads Redis and ZooKeeper and hands the records here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sparkscale.daemon.action_log import BlocklistEntry, LoggedDecision
+from sparkscale.daemon.status import AppStatus, age
+from sparkscale.plan import table_lines
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d)$")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_since(text: str, now: float) -> float:
+    """`30s`, `15m`, `2h`, `1d` (ago) or an ISO 8601 time -> seconds since the epoch."""
+    match = _DURATION.match(text.strip())
+    if match:
+        return now - float(match.group(1)) * _UNIT_S[match.group(2)]
+    try:
+        return datetime.fromisoformat(text.strip()).timestamp()
+    except ValueError:
+        raise ValueError(f"--since {text!r}: expected a duration such as 30s, 15m, 2h, 1d or an ISO time "
+                         f"such as 2026-11-22T10:00") from None
+
+
+@dataclass(frozen=True)
+class AppLine:
+    """One managed app in `sparkscale status`."""
+
+    app: str
+    leader: str | None
+    view: AppStatus | None  # the leader's own report if there is one, else the freshest
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"app": self.app, "leader": self.leader, "view": self.view.to_dict() if self.view else None}
+
+
+def pick_view(leader: str | None, views: Sequence[AppStatus]) -> AppStatus | None:
+    for view in views:
+        if view.daemon == leader:
+            return view
+    return views[0] if views else None
+
+
+def status_table(lines: Sequence[AppLine], now: float) -> str:
+    rows = []
+    for line in lines:
+        v = line.view
+        parallelism = "-"
+        if v and v.parallelism:
+            parallelism = ",".join(f"{op}={n}" for op, n in v.parallelism.items())
+        rows.append([
+            line.app,
+            line.leader or "none",
+            "-" if v is None else f"{v.result} ({age(v.cycle_at, now)})",
+            "-" if v is None or v.executors is None else str(v.executors),
+            parallelism,
+            "-" if v is None or not v.last_decision else f"{v.last_decision} ({age(v.last_decision_at, now)})",
+        ])
+    return "\n".join(table_lines(["APP", "LEADER", "LAST CYCLE", "EXECUTORS", "PARALLELISM", "LAST DECISION"],
+                                 rows))
+
+
+def decision_row(d: LoggedDecision) -> list[str]:
+    rec = d.decision
+    when = datetime.fromtimestamp(rec.decided_at).strftime("%Y-%m-%d %H:%M:%S")
+    actions = "; ".join(a.summary() for a in rec.plan.actions) or "none"
+    if rec.mode in ("acted", "manual"):
+        if d.results is None:
+            done = "in progress (or interrupted)"
+        else:
+            done = "; ".join(r.status + (f" in {r.confirm_s:g} s" if r.confirm_s is not None else "")
+                             for r in d.results)
+    else:
+        done = rec.mode
+    why = rec.plan.actions[0].reason if rec.plan.actions else ""
+    expected = "-"
+    if rec.expected is not None:
+        e = rec.expected
+        expected = ("keeps up" if e.metric == "keeps_up" else f"{e.metric} {e.before:.3g} -> {e.after:.3g}")
+    actual = "-"
+    if d.outcome is not None:
+        o = d.outcome
+        observed = "" if o.observed is None else f" ({o.observed:.3g})"
+        actual = ("met" if o.met else "NOT met, blocked") + observed
+    elif rec.expected is not None and d.results and any(r.status == "done" for r in d.results):
+        actual = "pending"
+    return [when, rec.app, rec.policy, rec.diagnosis or "-", actions, done, _clip(why, 60), expected, actual]
+
+
+def actions_table(decisions: Sequence[LoggedDecision]) -> str:
+    if not decisions:
+        return "no decisions logged in that span"
+    return "\n".join(table_lines(["WHEN", "APP", "POLICY", "DIAGNOSIS", "ACTION", "DONE", "WHY", "EXPECTED",
+                                  "ACTUAL"], [decision_row(d) for d in decisions]))
+
+
+def blocklist_table(entries: Sequence[BlocklistEntry], now: float) -> str:
+    if not entries:
+        return "the blocklist is empty"
+    rows = [[e.blocked.app, e.blocked.diagnosis, e.blocked.action_type,
+             f"{max(e.blocked.until - now, 0):.0f} s", e.decision_id, _clip(e.reason, 70)] for e in entries]
+    return "\n".join(table_lines(["APP", "DIAGNOSIS", "ACTION", "EXPIRES IN", "DECISION", "REASON"], rows))
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"

@@ -1,0 +1,154 @@
+"""Judging executed actions, for every policy (Dhalion §4: the action log and the blocklist).
+
+Pure functions: what a plan's action is expected to do to the app's figures (`expectation_for`),
+whether a later snapshot shows it did (`judge`), and dropping actions the blocklist forbids
+(`drop_blocked`). The daemon owns time: it calls `judge` `outcomes.evaluation_windows` windows
+after the change showed in Spark, and blocks what fell short.
+
+Expectations:
+- a Dhalion plan records its own (`dhalion.expected_outcome`): the batch ratio falls, or the
+  processed rate rises, by the factor of the change;
+- any other scale-up: the processed rate rises in proportion to the executors added, up to what is
+  needed (arrival rate plus draining the backlog within one window);
+- a scale-down or a replacement: the app keeps up afterwards.
+
+An action that did not bring `fraction` of the expected change is still met when the app keeps up
+(its backlog did not grow): the symptom it was taken against is gone, so there is nothing to blame
+it for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from sparkscale.config import AppConfig
+from sparkscale.plan import Action, Plan
+from sparkscale.policies.dhalion import Blocklist, evaluate_outcome, expected_outcome, load_figures
+from sparkscale.policies.guards import observations_of
+from sparkscale.snapshot import Snapshot
+
+KEEPS_UP = "keeps_up"
+
+
+def diagnosis_of(plan: Plan, action: Action) -> str:
+    """The diagnosis an action answers: the one the policy recorded, else read from the action."""
+    recorded = observations_of(plan).get("diagnosis")
+    if isinstance(recorded, str) and recorded:
+        return recorded
+    if action.type == "scale_executors" and action.from_ is not None and action.to is not None:
+        return "under_provisioning" if action.to > action.from_ else "over_provisioning"
+    if action.type == "replace_executor":
+        return "slow_instance"
+    if action.type == "set_parallelism":
+        return "partition_bound"
+    return action.type
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """`metric` should go from `before` towards `after` (or, for keeps_up, the app should keep up)."""
+
+    diagnosis: str
+    action_type: str
+    metric: str  # processed_rate | batch_ratio | keeps_up
+    before: float
+    after: float
+    backlog_before: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Expectation:
+        return cls(str(data["diagnosis"]), str(data["action_type"]), str(data["metric"]), float(data["before"]),
+                   float(data["after"]), float(data.get("backlog_before", 0.0)))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    met: bool
+    observed: float | None
+    keeps_up: bool
+    detail: str
+
+
+def expectation_for(plan: Plan, snapshot: Snapshot, app: AppConfig) -> Expectation | None:
+    """What the plan's first change should bring (None when it changes nothing)."""
+    if not plan.changes:
+        return None
+    action = plan.changes[0]
+    fig = load_figures(snapshot, app)
+    diagnosis = diagnosis_of(plan, action)
+    recorded = expected_outcome(plan)
+    if recorded is not None and recorded.action_type == action.type:
+        return Expectation(diagnosis, action.type, recorded.metric, recorded.before, recorded.after, fig.backlog)
+    if action.type == "scale_executors" and action.from_ and action.to and action.to > action.from_:
+        factor = action.to / action.from_
+        if fig.processed_rate:
+            # Needed: keep up with arrivals and drain the backlog within one window.
+            needed = max(fig.arrival_rate + fig.backlog / snapshot.window_s, fig.processed_rate)
+            return Expectation(diagnosis, action.type, "processed_rate", fig.processed_rate,
+                               min(needed, fig.processed_rate * factor), fig.backlog)
+        if fig.batch_ratio is not None:
+            return Expectation(diagnosis, action.type, "batch_ratio", fig.batch_ratio, fig.batch_ratio / factor,
+                               fig.backlog)
+    return Expectation(diagnosis, action.type, KEEPS_UP, fig.arrival_rate, fig.arrival_rate, fig.backlog)
+
+
+def keeps_up(snapshot: Snapshot, app: AppConfig, backlog_before: float) -> bool:
+    """The backlog is no larger than before, or than a few batches' worth of arrivals (what a
+    healthy micro-batch source always has waiting). The batch ratio alone does not decide: a query
+    of many stages can take longer than its trigger per batch and still take in all that arrives
+    (Spark then runs the batches back to back)."""
+    fig = load_figures(snapshot, app)
+    trigger_s = snapshot.trigger_interval_s or app.trigger_interval_s
+    batch_s = max(trigger_s, snapshot.batch_duration_s or 0.0)
+    usual_backlog = fig.arrival_rate * batch_s * 3 + 1
+    return fig.backlog <= max(backlog_before, usual_backlog)
+
+
+def judge(expected: Expectation, snapshot: Snapshot, app: AppConfig, fraction: float) -> Verdict:
+    """Did the action do what was expected, judged on a snapshot taken well after it?"""
+    fig = load_figures(snapshot, app)
+    ok_now = keeps_up(snapshot, app, expected.backlog_before)
+    if expected.metric == KEEPS_UP:
+        detail = "the app keeps up" if ok_now else (
+            f"the app does not keep up: backlog {fig.backlog:g} (was {expected.backlog_before:g}), batch ratio "
+            f"{_show(fig.batch_ratio)}")
+        return Verdict(ok_now, fig.batch_ratio, ok_now, detail)
+    observed = fig.processed_rate if expected.metric == "processed_rate" else fig.batch_ratio
+    if observed is None:
+        return Verdict(ok_now, None, ok_now, f"{expected.metric} unknown in the window; app keeps up: {ok_now}")
+    # Dhalion: an action met its outcome when the figure moved by at least `fraction` of the expected change.
+    moved = evaluate_outcome(expected.after - expected.before, observed - expected.before, fraction)
+    met = moved or ok_now
+    detail = (f"{expected.metric} {expected.before:.3g} -> {observed:.3g} (expected {expected.after:.3g}, "
+              f"at least {fraction:g} of the change: {'yes' if moved else 'no'}); app keeps up: "
+              f"{'yes' if ok_now else 'no'}")
+    return Verdict(met, observed, ok_now, detail)
+
+
+def drop_blocked(plan: Plan, blocklist: Blocklist, now: float) -> Plan:
+    """`plan` without the actions the blocklist forbids for their diagnosis (one explanation line each)."""
+    kept: list[Action] = []
+    notes: list[str] = []
+    for action in plan.actions:
+        if action.type != "warn":
+            diagnosis = diagnosis_of(plan, action)
+            entry = blocklist.find(plan.app, diagnosis, action.type, now)
+            if entry is not None:
+                notes.append(f"blocklist: dropped {action.summary()}: {action.type} is blocked for {diagnosis} "
+                             f"until {entry.until:.0f} ({entry.until - now:.0f} s from now)")
+                continue
+        kept.append(action)
+    if not notes:
+        return plan
+    # Keep the observations line last (guards.observations_of reads the last one).
+    body = [line for line in plan.explanation if not line.startswith("observations: ")]
+    tail = [line for line in plan.explanation if line.startswith("observations: ")]
+    return Plan(plan.policy, plan.app, plan.parallelism, tuple(kept), (*body, *notes, *tail))
+
+
+def _show(x: float | None) -> str:
+    return "unknown" if x is None else f"{x:.2f}"

@@ -1,0 +1,259 @@
+"""The daemon for real: `sparkscale run` processes managing pipelines on the embedded environment
+(Spark standalone, Redis, ZooKeeper), scaling through the control agent, logging to Redis.
+
+- DS2 on `dag` (Linear, 5 ms per record per task) under low -> high -> low load: the executor count
+  rises after the step up and falls after the step down; nothing lost or duplicated; every
+  executed decision is in the action log with its outcome.
+- dry-run: plans with actions are logged, the executor count never changes.
+- two daemons on one app: exactly one acts; SIGKILL it and the other acts within the ZooKeeper
+  session timeout plus one cycle; a command at the old epoch is refused by the agent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from kazoo.client import KazooClient
+
+from sparkscale.actuators.control_channel import send_command, wait_ack
+from sparkscale.config import Config, load_config
+from sparkscale.daemon.action_log import ActionLog
+from sparkscale.daemon.cli import main
+from sparkscale.daemon.leader import current_leader
+from sparkscale.monitors.spark_rest import SparkRestClient, SparkRestError
+from sparkscale.pipeline.check import drained, verify_app
+from sparkscale.pipeline.loadgen import run_loadgen
+from sparkscale.pipeline.submit import driver_ui_port, stop, submit
+from sparkscale.redisconn import connect
+from tests.conftest import wait_until
+
+pytestmark = pytest.mark.integration
+
+CONFIG = """
+apps:
+  - name: dscale
+    pipeline: dag
+    min_executors: 1
+    max_executors: 4
+    initial_executors: 1
+    executor_memory_mb: 512
+    source_partitions: 4
+    shuffle_partitions: 4
+    max_records_per_batch: 2000
+    dag: {shape: linear, cost_ms_per_record: 5.0, selectivity: 1.0, key_space: 50}
+  - name: fo
+    pipeline: wordcount
+    min_executors: 1
+    max_executors: 3
+    initial_executors: 1
+    executor_memory_mb: 512
+    source_partitions: 2
+    shuffle_partitions: 2
+loop: {interval_s: 5.0, window_s: 15.0, cooldown_s: 20.0, stabilization_s: 0.0}
+policy: {name: ds2}
+guards: {scale_down_delay_s: 20.0}
+outcomes: {evaluation_windows: 2}
+actuator: {ack_timeout_s: 30.0, confirm_timeout_s: 90.0}
+metrics: {port: 0}
+zookeeper: {session_timeout_s: 6.0}
+"""
+# For the dry-run and failover tests: a policy that never acts by itself, or always wants one more.
+NEVER_ACTS = ["policy.name=threshold", "policy.threshold.preset=custom"]
+ALWAYS_ONE_MORE = [*NEVER_ACTS, 'policy.threshold.rules=[{metric: backlog, op: ">=", value: 0, executors_delta: 1}]']
+
+
+@pytest.fixture(scope="module")
+def setup(embedded_env, tmp_path_factory) -> tuple[Config, str, list[str], Path]:
+    work = tmp_path_factory.mktemp("daemon")
+    path = work / "sparkscale.yaml"
+    path.write_text(CONFIG)
+    overrides = [*embedded_env.overrides, "logging.stderr_format=json"]
+    return load_config(path, overrides), str(path), overrides, work
+
+
+class DaemonProcess:
+    """`sparkscale run` in a child process, logging JSON lines to its own file."""
+
+    def __init__(self, setup, name: str, extra: list[str] = (), max_cycles: int | None = None):
+        cfg, path, overrides, work = setup
+        self.log_path = work / f"{name}.jsonl"
+        self.log_path.unlink(missing_ok=True)
+        sets = [*overrides, f"daemon.id={name}", f"logging.file={self.log_path}", "logging.stderr=false", *extra]
+        argv = [sys.executable, "-m", "sparkscale", "run", "--config", path]
+        for s in sets:
+            argv += ["--set", s]
+        if max_cycles is not None:
+            argv += ["--max-cycles", str(max_cycles)]
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=open(work / f"{name}.stderr", "w"))
+        self.name = name
+
+    def events(self, event: str | None = None, **match) -> list[dict]:
+        if not self.log_path.exists():
+            return []
+        out = []
+        for line in self.log_path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue  # a line being written
+            if (event is None or record.get("event") == event) and all(record.get(k) == v for k, v in match.items()):
+                out.append(record)
+        return out
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def active_executors(cfg: Config, app: str) -> int | None:
+    rest = SparkRestClient.for_port(driver_ui_port(cfg, cfg.app(app)), timeout_s=5)
+    try:
+        return len(rest.executors(rest.application(app).id))
+    except SparkRestError:
+        return None
+
+
+def decisions(cfg: Config, app: str):
+    return ActionLog(connect(cfg.redis), cfg.redis.key_prefix).read(app)
+
+
+def executed(logged, direction: str):
+    """Decisions whose scale_executors action was carried out, in `direction` (up/down)."""
+    out = []
+    for d in logged:
+        for r in d.results or ():
+            a = r.action
+            if r.status == "done" and a.type == "scale_executors" and (a.to > a.from_) == (direction == "up"):
+                out.append((d, r))
+    return out
+
+
+def test_ds2_scales_dag_up_after_the_step_up_and_down_after_the_step_down(setup):
+    cfg, path, overrides, _work = setup
+    submit(cfg, "dscale", path, overrides)
+    daemon = DaemonProcess(setup, "ds2-daemon")
+    client = connect(cfg.redis)
+    samples: list[tuple[float, int | None]] = []
+    try:
+        wait_until(lambda: daemon.events("cycle", app="dscale"), 90, "the daemon's first cycle on dscale")
+        assert active_executors(cfg, "dscale") == 1
+        started = time.time()
+        with ThreadPoolExecutor(1) as pool:
+            # About 42 records/s keep one executor busy here (docs/results/pipeline_throughput.md).
+            loading = pool.submit(run_loadgen, cfg, "dscale", "steps:10@40s,70@100s,10@100s", seed=5)
+            while not loading.done():
+                samples.append((time.time() - started, active_executors(cfg, "dscale")))
+                time.sleep(2)  # a sampling period for the record of the run, not a wait for a condition
+            loading.result()
+        wait_until(lambda: executed(decisions(cfg, "dscale"), "down"), 180, "a scale-down after the step down")
+        wait_until(lambda: drained(client, cfg, cfg.app("dscale")), 240, "dscale to process all its input")
+        logged = decisions(cfg, "dscale")
+        ups, downs = executed(logged, "up"), executed(logged, "down")
+        assert ups, f"no scale-up executed; samples {samples}"
+        first_up = ups[0][0].decision.decided_at - started
+        assert first_up > 40, f"scaled up at {first_up:.0f} s, before the step up at 40 s"
+        assert max(r.executors_after for _d, r in ups) >= 2
+        assert max(n or 0 for _t, n in samples) >= 2, samples
+        assert downs and downs[-1][0].decision.decided_at > ups[0][0].decision.decided_at
+        assert downs[-1][0].decision.decided_at - started > 140, "scaled down before the step down at 140 s"
+        # Each executed decision is logged with its reason and, in time, its outcome.
+        for d, _r in ups + downs:
+            assert d.decision.policy == "ds2" and d.decision.daemon == "ds2-daemon"
+            assert d.decision.plan.actions[0].reason
+        wait_until(lambda: all(d.outcome is not None for d, _ in executed(decisions(cfg, "dscale"), "up")),
+                   60, "outcomes of the scale-ups")
+        result = verify_app(cfg, "dscale")
+        assert (result.lost, result.duplicated, result.unexpected) == (0, 0, 0), result.summary()
+        # The cycle log traces each decision to its snapshot.
+        acted = daemon.events("cycle", app="dscale", mode="acted")
+        assert acted and all(e["snapshot_id"].startswith("dscale/dag@") for e in acted)
+    finally:
+        daemon.stop()
+        stop(cfg, "dscale")
+    assert daemon.proc.returncode == 0
+
+
+def test_dry_run_logs_plans_but_never_changes_executors(setup):
+    cfg, path, overrides, _work = setup
+    submit(cfg, "fo", path, overrides)
+    daemon = DaemonProcess(setup, "dry", [*ALWAYS_ONE_MORE, "loop.dry_run=true", "loop.interval_s=2"], max_cycles=5)
+    assert daemon.proc.wait(timeout=120) == 0
+    cycles = daemon.events("cycle", app="fo")
+    dry = [e for e in cycles if e["mode"] == "dry_run"]
+    assert dry, [e.get("mode") for e in cycles]
+    assert dry[0]["actions"] == ["scale_executors 1 -> 2"]
+    assert not daemon.events("actuator.start")
+    assert active_executors(cfg, "fo") == 1
+    logged = decisions(cfg, "fo")
+    assert any(d.decision.mode == "dry_run" for d in logged) and not any(d.results for d in logged)
+
+
+def test_two_daemons_one_acts_and_the_other_takes_over_after_sigkill(setup):
+    cfg, path, overrides, _work = setup
+    if active_executors(cfg, "fo") is None:
+        submit(cfg, "fo", path, overrides)
+    zk = KazooClient(hosts=cfg.zookeeper.hosts)
+    zk.start(timeout=15)
+    root = cfg.zookeeper.root
+    a = DaemonProcess(setup, "alpha", [*NEVER_ACTS, "loop.interval_s=2"])
+    wait_until(lambda: current_leader(zk, root, "fo") == "alpha", 60, "alpha to lead fo")
+    b = DaemonProcess(setup, "beta", [*NEVER_ACTS, "loop.interval_s=2"])
+    try:
+        wait_until(lambda: b.events("cycle", app="fo", role="standby"), 60, "beta to run fo's cycle in standby")
+        sets = [x for s in overrides for x in ("--set", s)]
+        runner = CliRunner()
+        out = runner.invoke(main, ["scale-executors", "--app", "fo", "--to", "2", "--config", path, *sets])
+        assert out.exit_code == 0, out.output
+        assert "by alpha" in out.output
+        assert active_executors(cfg, "fo") == 2
+        alpha_decisions = [d for d in decisions(cfg, "fo") if d.decision.mode == "manual"]
+        assert [d.decision.daemon for d in alpha_decisions] == ["alpha"]
+        old_epoch = alpha_decisions[0].decision.epoch
+        assert a.events("actuator.done") and not b.events("actuator.done")
+
+        killed_at = time.monotonic()
+        os.kill(a.proc.pid, signal.SIGKILL)
+        a.proc.wait()
+        wait_until(lambda: current_leader(zk, root, "fo") == "beta", 60, "beta to take over")
+        wait_until(lambda: b.events("leader.elected", app="fo"), 30, "beta to act as leader")
+        took_s = time.monotonic() - killed_at
+        print(f"takeover after SIGKILL: {took_s:.1f} s (session timeout {cfg.zookeeper.session_timeout_s:g} s)")
+        assert took_s <= cfg.zookeeper.session_timeout_s + 2 + 5, f"takeover took {took_s:.1f} s"
+
+        out = runner.invoke(main, ["scale-executors", "--app", "fo", "--to", "1", "--config", path, *sets])
+        assert out.exit_code == 0 and "by beta" in out.output, out.output
+        manual = [d for d in decisions(cfg, "fo") if d.decision.mode == "manual"]
+        assert manual[-1].decision.daemon == "beta" and manual[-1].decision.epoch > old_epoch
+        # A paused old leader waking up: its epoch is refused by the agent.
+        name = send_command(zk, root, "fo", "set_executors", {"total": 3}, old_epoch)
+        ack = wait_ack(zk, root, "fo", name, 30)
+        assert not ack.ok and "stale epoch" in str(ack.detail)
+        assert active_executors(cfg, "fo") == 1
+        # status shows the new leader, and (from its next cycle on) the new executor count.
+
+        def fo_status() -> dict:
+            out = runner.invoke(main, ["status", "--json", "--config", path, *sets])
+            assert out.exit_code == 0, out.output
+            return next(line for line in json.loads(out.output) if line["app"] == "fo")
+
+        wait_until(lambda: fo_status()["view"]["executors"] == 1, 30, "status to show 1 executor")
+        assert fo_status()["leader"] == "beta" and fo_status()["view"]["role"] == "leader"
+    finally:
+        for d in (a, b):
+            d.stop()
+        zk.stop()
+        stop(cfg, "fo")
