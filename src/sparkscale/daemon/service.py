@@ -245,7 +245,7 @@ class Daemon:
         st.running_since = started
         result = "ok"
         try:
-            result = self._cycle(app, st)
+            result = self._cycle(app, st, started)
         except (SparkRestError, redis.RedisError, OSError) as exc:
             result = "unreachable"
             self._back_off(app, st, exc)
@@ -269,7 +269,7 @@ class Daemon:
         log.warning("cycle.unreachable", app=app.name, error=str(exc) or repr(exc), failures=st.failures,
                     retry_in_s=backoff_s, action="none")
 
-    def _cycle(self, app: AppConfig, st: _AppState) -> str:
+    def _cycle(self, app: AppConfig, st: _AppState, started: float) -> str:
         election = self.elections[app.name]
         leader = election.try_acquire()
         if leader and st.elected_epoch != election.epoch:
@@ -349,6 +349,7 @@ class Daemon:
             results=[{"action": r.action.summary(), "status": r.status, "detail": r.detail, "confirm_s": r.confirm_s}
                      for r in results],
             explanation=[line for line in guarded.explanation if not line.startswith("observations: ")],
+            duration_s=round(time.monotonic() - started, 4),
         )
         self._publish(app, st, election, role, "ok", executors=len(snapshot.executors),
                       parallelism={op.id: op.parallelism for op in snapshot.operators})

@@ -1,0 +1,130 @@
+"""How long one MAPE cycle takes, with 1 and with 10 managed queries, and the daemon's memory.
+
+Method: an embedded environment runs N wordcount apps (one query each, one executor, a light
+constant load so that every window has batches). `sparkscale run` manages them in a child process
+with the DS2 policy in dry-run (the whole cycle: snapshot from Spark REST, Redis and psutil, policy,
+guards, action log; nothing is changed, so every cycle does the same work), at an interval short
+enough that cycles run back to back, until each app had its `--cycles` cycles (360, one hour at the
+default 10 s interval, for 1 query; 60 each for 10 queries, 600 cycles in all). Cycle durations
+come from the daemon's own `cycle` log events (`duration_s`); the daemon's resident memory (RSS)
+is sampled with psutil after the first cycles and at the end. Prints a table and writes JSON; figures, not assertions.
+
+    .venv/bin/python benchmarks/daemon_cycle.py --out docs/results/daemon_cycle
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+from _harness import embedded_environment, write_results  # benchmarks/ is on sys.path when run as a script
+
+from sparkscale.pipeline.loadgen import run_loadgen
+from sparkscale.pipeline.submit import stop, submit
+
+
+def apps_yaml(count: int) -> str:
+    return "".join(f"""
+  - name: wc{i}
+    pipeline: wordcount
+    min_executors: 1
+    max_executors: 2
+    initial_executors: 1
+    executor_memory_mb: 512
+    source_partitions: 2
+    shuffle_partitions: 2
+    max_records_per_batch: 2000
+""" for i in range(count))
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def measure(queries: int, cycles: int) -> dict:
+    with embedded_environment(f"sparkscale-cycle-{queries}-", apps_yaml(queries)) as env:
+        names = [f"wc{i}" for i in range(queries)]
+        for name in names:
+            submit(env.cfg, name, env.config_path, env.overrides, wait_s=300)
+        stop_load = threading.Event()
+        loaders = [threading.Thread(target=run_loadgen, args=(env.cfg, name, "constant:20"),
+                                    kwargs={"seed": i, "stop": stop_load}, daemon=True)
+                   for i, name in enumerate(names)]
+        for t in loaders:
+            t.start()
+        log_path = Path(env.config_path).with_name(f"daemon-{queries}.jsonl")
+        argv = [sys.executable, "-m", "sparkscale", "run", "--config", env.config_path, "--max-cycles", str(cycles)]
+        for s in [*env.overrides, "loop.dry_run=true", "loop.interval_s=0.2", "loop.window_s=30",
+                  "metrics.enabled=false", f"logging.file={log_path}", "logging.stderr=false", "logging.level=info"]:
+            argv += ["--set", s]
+        started = time.monotonic()
+        proc = subprocess.Popen(argv)
+        daemon = psutil.Process(proc.pid)
+        rss_early = None
+        rss_samples = []
+        while proc.poll() is None:
+            try:
+                rss = daemon.memory_info().rss
+            except psutil.NoSuchProcess:
+                break
+            rss_samples.append(rss)
+            done = _count_cycles(log_path)
+            if rss_early is None and done >= 10 * queries:
+                rss_early = rss
+            time.sleep(1.0)  # a sampling period for memory, not a wait for a condition
+        wall_s = time.monotonic() - started
+        stop_load.set()
+        for name in names:
+            stop(env.cfg, name)
+        events = [json.loads(line) for line in log_path.read_text().splitlines() if '"event": "cycle"' in line]
+        durations = [e["duration_s"] for e in events if e.get("event") == "cycle" and "duration_s" in e]
+        return {
+            "queries": queries, "cycles_per_query": cycles, "cycles_measured": len(durations),
+            "cycle_p50_s": round(statistics.median(durations), 4), "cycle_p99_s": round(percentile(durations, 0.99), 4),
+            "cycle_max_s": round(max(durations), 4), "wall_s": round(wall_s, 1),
+            "rss_after_10_cycles_mb": round((rss_early or rss_samples[0]) / 2**20, 1),
+            "rss_end_mb": round(rss_samples[-1] / 2**20, 1), "rss_peak_mb": round(max(rss_samples) / 2**20, 1),
+            "exit_code": proc.returncode,
+        }
+
+
+def _count_cycles(path: Path) -> int:
+    try:
+        return path.read_text().count('"event": "cycle"')
+    except FileNotFoundError:
+        return 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--queries", default="1,10", help="Comma-separated numbers of managed queries.")
+    parser.add_argument("--cycles", default="360,60",
+                        help="Cycles per query for each entry of --queries (360 = one hour at the 10 s default).")
+    parser.add_argument("--out", default="docs/results/daemon_cycle")
+    args = parser.parse_args()
+    counts = [int(c) for c in args.cycles.split(",")]
+    queries = [int(q) for q in args.queries.split(",")]
+    counts += counts[-1:] * (len(queries) - len(counts))
+    rows = [measure(q, c) for q, c in zip(queries, counts)]
+    table = "\n".join([
+        "| managed queries | cycles | cycle p50 (s) | cycle p99 (s) | max (s) | RSS after 10 cycles (MB) | "
+        "RSS at the end (MB) | peak RSS (MB) |",
+        "|---|---|---|---|---|---|---|---|",
+        *[f"| {r['queries']} | {r['cycles_measured']} | {r['cycle_p50_s']} | {r['cycle_p99_s']} | {r['cycle_max_s']} | "
+          f"{r['rss_after_10_cycles_mb']} | {r['rss_end_mb']} | {r['rss_peak_mb']} |" for r in rows],
+    ])
+    print(table)
+    command = " ".join(["benchmarks/daemon_cycle.py", *sys.argv[1:]])
+    write_results(args.out, table, {"command": command, "rows": rows})
+
+
+if __name__ == "__main__":
+    main()
