@@ -146,24 +146,31 @@ def send_command(
     return name
 
 
-def wait_ack(zk_client: KazooClient, root: str, app: str, cmd_name: str, timeout_s: float) -> Ack:
-    """Block until the agent acks `cmd_name`; raise AckTimeout after `timeout_s`."""
-    path = f"{acks_path(root, app)}/{cmd_name}"
+def wait_for_znode(zk_client: KazooClient, path: str, timeout_s: float) -> bytes | None:
+    """The data of `path` once it exists, or None after `timeout_s`."""
     changed = threading.Event()
     deadline = time.monotonic() + timeout_s
     while True:
         changed.clear()
-        # The exists-watch fires when the ack is created, so no polling is needed; the bounded
+        # The exists-watch fires when the node is created, so no polling is needed; the bounded
         # wait below only guards against a watch lost with a ZooKeeper session.
         if zk_client.exists(path, watch=lambda _event: changed.set()) is not None:
             try:
                 data, _stat = zk_client.get(path)
             except NoNodeError:  # removed between exists and get (cleanup): keep waiting
                 continue
-            ack = Ack.from_json(data)
-            log.info("control.ack_received", app=app, command=cmd_name, ok=ack.ok, detail=ack.detail)
-            return ack
+            return data
         remaining_s = deadline - time.monotonic()
         if remaining_s <= 0:
-            raise AckTimeout(f"no ack for {app}/{cmd_name} within {timeout_s:.1f} s")
+            return None
         changed.wait(min(remaining_s, 1.0))
+
+
+def wait_ack(zk_client: KazooClient, root: str, app: str, cmd_name: str, timeout_s: float) -> Ack:
+    """Block until the agent acks `cmd_name`; raise AckTimeout after `timeout_s`."""
+    data = wait_for_znode(zk_client, f"{acks_path(root, app)}/{cmd_name}", timeout_s)
+    if data is None:
+        raise AckTimeout(f"no ack for {app}/{cmd_name} within {timeout_s:.1f} s")
+    ack = Ack.from_json(data)
+    log.info("control.ack_received", app=app, command=cmd_name, ok=ack.ok, detail=ack.detail)
+    return ack

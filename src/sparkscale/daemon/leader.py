@@ -67,30 +67,24 @@ class LeaderElection:
                 return self.is_leader
             if self.zk.state != KazooState.CONNECTED:
                 return False
-            try:
-                got = self._lock.acquire(blocking=False)
-            except KazooException as exc:
-                log.warning("leader.acquire_failed", app=self.app, error=repr(exc))
-                return False
-            if got:
-                self._held = True
-                self.epoch = lock_epoch(self._lock.node)
-                log.info("leader.acquired", app=self.app, identity=self.identity, epoch=self.epoch)
-            return got
+            return self._acquire(blocking=False, timeout_s=None)
 
     def acquire(self, timeout_s: float) -> bool:
         """Blocking acquisition (for one-shot commands that act without a daemon)."""
         with self._mutex:
-            try:
-                got = self._lock.acquire(blocking=True, timeout=timeout_s)
-            except KazooException as exc:  # includes LockTimeout
-                log.warning("leader.acquire_failed", app=self.app, error=repr(exc))
-                return False
-            if got:
-                self._held = True
-                self.epoch = lock_epoch(self._lock.node)
-                log.info("leader.acquired", app=self.app, identity=self.identity, epoch=self.epoch)
-            return got
+            return self._acquire(blocking=True, timeout_s=timeout_s)
+
+    def _acquire(self, blocking: bool, timeout_s: float | None) -> bool:
+        try:
+            got = self._lock.acquire(blocking=blocking, timeout=timeout_s)
+        except KazooException as exc:  # includes LockTimeout
+            log.warning("leader.acquire_failed", app=self.app, error=repr(exc))
+            return False
+        if got:
+            self._held = True
+            self.epoch = lock_epoch(self._lock.node)
+            log.info("leader.acquired", app=self.app, identity=self.identity, epoch=self.epoch)
+        return got
 
     def release(self) -> None:
         with self._mutex:

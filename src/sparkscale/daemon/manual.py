@@ -14,7 +14,6 @@ that dies between acting and answering makes the next leader repeat it harmlessl
 from __future__ import annotations
 
 import json
-import threading
 import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
@@ -25,7 +24,7 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 if TYPE_CHECKING:
     from sparkscale.daemon.action_log import ActionLog
 
-from sparkscale.actuators.control_channel import app_path
+from sparkscale.actuators.control_channel import app_path, wait_for_znode
 from sparkscale.actuators.executors import ActionResult, ExecutorActuator
 from sparkscale.config import AppConfig
 from sparkscale.plan import Action, Plan
@@ -88,22 +87,14 @@ def submit_request(zk: KazooClient, root: str, app: str, to: int, by: str, timeo
 
 def wait_result(zk: KazooClient, root: str, app: str, name: str, timeout_s: float) -> ManualResult | None:
     """The leader's answer, or None after `timeout_s` (the request is then withdrawn if still pending)."""
-    path = f"{results_path(root, app)}/{name}"
-    changed = threading.Event()
-    deadline = time.monotonic() + timeout_s
-    while True:
-        changed.clear()
-        if zk.exists(path, watch=lambda _event: changed.set()) is not None:
-            data, _stat = zk.get(path)
-            return ManualResult.from_json(data)
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            try:
-                zk.delete(f"{requests_path(root, app)}/{name}")
-            except NoNodeError:
-                pass
-            return None
-        changed.wait(min(remaining, 1.0))
+    data = wait_for_znode(zk, f"{results_path(root, app)}/{name}", timeout_s)
+    if data is not None:
+        return ManualResult.from_json(data)
+    try:
+        zk.delete(f"{requests_path(root, app)}/{name}")
+    except NoNodeError:
+        pass
+    return None
 
 
 def pending_requests(zk: KazooClient, root: str, app: str) -> list[ManualRequest]:
