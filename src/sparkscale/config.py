@@ -271,6 +271,23 @@ class ActuatorConfig(_Section):
     confirm_timeout_s: float = Field(180.0, gt=0)
 
 
+class MigrationConfig(_Section):
+    """Changing a stateful query's partitions (actuators/migration.py)."""
+
+    # How a plan's set_parallelism is carried out: dsm | dcr | ccr.
+    strategy: Literal["dsm", "dcr", "ccr"] = "ccr"
+    # Each phase (drain, stop at a boundary, repartition, restart, first batch) must end within this.
+    phase_timeout_s: float = Field(180.0, gt=0)
+    # Captured input records kept in the Redis DataStore this long after a CCR migration.
+    datastore_ttl_s: float = Field(86400.0, gt=0)
+    # Rate stabilisation: output within this fraction of the input rate ...
+    stable_tolerance: float = Field(0.2, gt=0, lt=1)
+    # ... for this long.
+    stable_window_s: float = Field(60.0, gt=0)
+    # After a migration, follow the query at most this long to measure catch-up, recovery and stabilisation.
+    measure_timeout_s: float = Field(300.0, gt=0)
+
+
 class ActionLogConfig(_Section):
     """The action log: a Redis stream of decisions and outcomes, kept across restarts (AOF)."""
 
@@ -314,6 +331,7 @@ class Config(_Section):
     guards: GuardsConfig = GuardsConfig()
     outcomes: OutcomesConfig = OutcomesConfig()
     actuator: ActuatorConfig = ActuatorConfig()
+    migration: MigrationConfig = MigrationConfig()
     action_log: ActionLogConfig = ActionLogConfig()
     metrics: MetricsConfig = MetricsConfig()
     daemon: DaemonConfig = DaemonConfig()

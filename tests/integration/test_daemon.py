@@ -83,7 +83,8 @@ def setup(embedded_env, tmp_path_factory) -> tuple[Config, str, list[str], Path]
 class DaemonProcess:
     """`sparkscale run` in a child process, logging JSON lines to its own file."""
 
-    def __init__(self, setup, name: str, extra: list[str] = (), max_cycles: int | None = None):
+    def __init__(self, setup, name: str, extra: list[str] = (), max_cycles: int | None = None,
+                 env: dict[str, str] | None = None):
         cfg, path, overrides, work = setup
         self.log_path = work / f"{name}.jsonl"
         self.log_path.unlink(missing_ok=True)
@@ -93,7 +94,8 @@ class DaemonProcess:
             argv += ["--set", s]
         if max_cycles is not None:
             argv += ["--max-cycles", str(max_cycles)]
-        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=open(work / f"{name}.stderr", "w"))
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=open(work / f"{name}.stderr", "w"),
+                                     env={**os.environ, **(env or {})})
         self.name = name
 
     def events(self, event: str | None = None, **match) -> list[dict]:

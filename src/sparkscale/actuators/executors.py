@@ -44,6 +44,7 @@ class ActionResult:
     ack_s: float | None = None
     confirm_s: float | None = None
     executors_after: int | None = None
+    figures: dict[str, Any] | None = None  # e.g. a migration's metrics
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -53,7 +54,7 @@ class ActionResult:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ActionResult:
         return cls(Action.from_dict(data["action"]), data["status"], data.get("detail", ""), data.get("command"),
-                   data.get("ack_s"), data.get("confirm_s"), data.get("executors_after"))
+                   data.get("ack_s"), data.get("confirm_s"), data.get("executors_after"), data.get("figures"))
 
 
 class LeadershipLost(RuntimeError):

@@ -380,6 +380,109 @@ def _require_app(cfg: Config, app_name: str) -> Config:
         sys.exit(EXIT_CONFIG)
 
 
+@main.command("migrate")
+@_config_options
+@click.option("--app", "app_name", required=True, help="The managed app.")
+@click.option("--query", default=None, help="The query (default: the app's main query).")
+@click.option("--partitions", type=click.IntRange(min=1), required=True, help="The new number of state partitions.")
+@click.option("--executors", type=click.IntRange(min=0), default=None, help="Then set this many executors.")
+@click.option("--strategy", type=click.Choice(["dsm", "dcr", "ccr"]), default=None,
+              help="How to migrate (default: migration.strategy).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON line per phase, then the result.")
+@click.option("--timeout-s", type=float, default=900.0, show_default=True, help="How long to wait for the end.")
+def migrate_command(cfg: Config, app_name: str, query: str | None, partitions: int, executors: int | None,
+                    strategy: str | None, as_json: bool, timeout_s: float) -> None:
+    """Rebalance a stateful query to PARTITIONS state partitions, showing each phase as it happens.
+
+    With a daemon leading the app the migration runs in it (at its epoch, logged); with none, here,
+    under the app's leader lock. Exit 0 when done, 1 when it failed or was rolled back."""
+    import os
+    import socket
+
+    from sparkscale.actuators.executors import ExecutorActuator
+    from sparkscale.actuators.migration import Journal, journal_path
+    from sparkscale.daemon import manual
+    from sparkscale.daemon.action_log import ActionLog
+    from sparkscale.daemon.leader import LeaderElection, current_leader
+    from sparkscale.daemon.migrations import run_migration
+    from sparkscale.monitors.spark_rest import SparkRestClient
+    from sparkscale.pipeline.submit import driver_ui_port
+    from sparkscale.pipeline.workloads import workload
+    from sparkscale.redisconn import connect
+
+    cfg = _require_app(cfg, app_name)
+    app = cfg.app(app_name)
+    query = query or workload(app.pipeline).query
+    strategy = strategy or cfg.migration.strategy
+    by = f"cli:{socket.gethostname()}:{os.getpid()}"
+    shown: set[str] = set()
+
+    def show(journal: Journal) -> None:
+        durations = journal.phase_durations()
+        for phase in journal.phases:
+            if phase in shown:
+                continue
+            shown.add(phase)
+            if as_json:
+                click.echo(json.dumps({"migration": journal.id, "phase": phase, "duration_s": durations.get(phase),
+                                       "at": journal.phases[phase]}))
+            else:
+                click.echo(f"  {phase:<14} {durations.get(phase, 0.0):8.2f} s")
+
+    def finish(ok: bool, detail: Any, figures: Any) -> None:
+        if as_json:
+            click.echo(json.dumps({"ok": ok, "detail": detail, "figures": figures}, default=str))
+        else:
+            click.echo(f"{'done' if ok else 'NOT done'}: {detail}")
+            for key, value in (figures or {}).items():
+                if not isinstance(value, (dict, list)):
+                    click.echo(f"  {key:<18} {value}")
+        sys.exit(0 if ok else 1)
+
+    zk = _zk_or_exit(cfg)
+    try:
+        if not as_json:
+            click.echo(f"migrating {app_name}/{query} to {partitions} partitions ({strategy})")
+        leader = current_leader(zk, cfg.zookeeper.root, app_name)
+        if leader is not None:
+            started = time.time()
+
+            def on_journal(data: bytes | None, _stat: Any) -> None:
+                if data:
+                    journal = Journal.from_json(data)
+                    if journal.requested_at >= started - 1:
+                        show(journal)
+
+            zk.DataWatch(journal_path(cfg.zookeeper.root, app_name), on_journal)
+            name = manual.submit_request(zk, cfg.zookeeper.root, app_name, partitions, by, timeout_s,
+                                         type="migrate", query=query, strategy=strategy, executors=executors)
+            answer = manual.wait_result(zk, cfg.zookeeper.root, app_name, name, timeout_s)
+            if answer is None:
+                click.echo(f"no answer from {leader} within {timeout_s:g} s; the request was withdrawn", err=True)
+                sys.exit(1)
+            body = json.loads(answer.detail) if answer.detail.startswith("{") else {"detail": answer.detail}
+            finish(answer.ok, body.get("detail"), body.get("figures"))
+        election = LeaderElection(zk, cfg.zookeeper.root, app_name, by)
+        if not election.acquire(timeout_s=10.0):
+            click.echo(f"could not take the leader lock of {app_name} within 10 s", err=True)
+            sys.exit(1)
+        try:
+            _decision, _journal, result = run_migration(
+                cfg, app, zk, connect(cfg.redis), ActionLog(connect(cfg.redis), cfg.redis.key_prefix, cfg.action_log),
+                election.epoch or 0, lambda: election.is_leader, by, query, partitions, strategy,
+                f"manual migration by {by}", executors=executors,
+                executor_actuator=ExecutorActuator(
+                    zk, cfg.zookeeper.root, app_name,
+                    SparkRestClient.for_port(driver_ui_port(cfg, app), timeout_s=cfg.spark.rest_timeout_s),
+                    cfg.actuator, lambda: election.is_leader),
+                on_phase=lambda journal, _phase, _s: show(journal))
+        finally:
+            election.release()
+        finish(result.status == "done", result.detail, result.figures)
+    finally:
+        zk.stop()
+
+
 def _zk_or_exit(cfg: Config) -> Any:
     from kazoo.client import KazooClient
     from kazoo.handlers.threading import KazooTimeoutError

@@ -44,22 +44,33 @@ def results_path(root: str, app: str) -> str:
 
 @dataclass(frozen=True)
 class ManualRequest:
+    """`scale_executors` to `to` executors, or `migrate` `query` to `to` partitions with `strategy`
+    (then optionally to `executors` executors)."""
+
     to: int
     by: str
     requested_at: float
     expires_at: float
     name: str = ""
+    type: str = "scale_executors"
+    query: str | None = None
+    strategy: str | None = None
+    executors: int | None = None
 
     def to_json(self) -> bytes:
         body = asdict(self)
         body.pop("name")
-        return json.dumps({"type": "scale_executors", **body}).encode()
+        return json.dumps(body).encode()
 
     @classmethod
     def from_znode(cls, name: str, data: bytes) -> ManualRequest:
         body = json.loads(data.decode())
+        kind = body.get("type", "scale_executors")
+        if kind not in ("scale_executors", "migrate"):
+            raise ValueError(f"unknown request type {kind!r}")
         return cls(int(body["to"]), str(body.get("by", "")), float(body["requested_at"]),
-                   float(body["expires_at"]), name)
+                   float(body["expires_at"]), name, kind, body.get("query"), body.get("strategy"),
+                   body.get("executors"))
 
 
 @dataclass(frozen=True)
@@ -77,9 +88,12 @@ class ManualResult:
         return cls(**json.loads(data.decode()))
 
 
-def submit_request(zk: KazooClient, root: str, app: str, to: int, by: str, timeout_s: float) -> str:
+def submit_request(zk: KazooClient, root: str, app: str, to: int, by: str, timeout_s: float,
+                   **migration: Any) -> str:
+    """Write a request for the leader; `migration` (type="migrate", query, strategy, executors) for a
+    migration."""
     now = time.time()
-    request = ManualRequest(to, by, now, now + timeout_s)
+    request = ManualRequest(to, by, now, now + timeout_s, **migration)
     zk.ensure_path(results_path(root, app))
     path = zk.create(f"{requests_path(root, app)}/{REQUEST_PREFIX}", request.to_json(), sequence=True, makepath=True)
     return path.rsplit("/", 1)[1]

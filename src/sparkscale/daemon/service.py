@@ -22,6 +22,7 @@ A slow or failing cycle never piles up: one run per app at a time, missed runs c
 
 from __future__ import annotations
 
+import json
 import math
 import signal
 import threading
@@ -36,6 +37,7 @@ from kazoo.client import KazooState
 
 from sparkscale.actuators.control_channel import send_command
 from sparkscale.actuators.executors import ActionResult, ExecutorActuator
+from sparkscale.actuators.migration import JournalStore
 from sparkscale.config import AppConfig, Config, ConfigError, load_config
 from sparkscale.daemon import manual
 from sparkscale.daemon import status as app_status
@@ -50,11 +52,13 @@ from sparkscale.daemon.action_log import (
 )
 from sparkscale.daemon.leader import LeaderElection, default_identity, zk_client
 from sparkscale.daemon.metrics import DaemonMetrics
+from sparkscale.daemon.migrations import migrate, run_migration
 from sparkscale.daemon.notify import Notifier
 from sparkscale.daemon.outcomes import Expectation, drop_blocked, expectation_for, judge
 from sparkscale.monitors.collector import AppNotRunningError, collect_snapshot
 from sparkscale.monitors.spark_rest import SparkRestClient, SparkRestError
 from sparkscale.pipeline.submit import driver_ui_port
+from sparkscale.pipeline.workloads import workload
 from sparkscale.plan import Action
 from sparkscale.policies.base import DecisionHistory, PastDecision, get_policy
 from sparkscale.policies.dhalion import BlockedAction, DhalionHistory
@@ -224,8 +228,10 @@ class Daemon:
 
     def _watchdog(self) -> None:
         """Ping systemd's watchdog only while no cycle is stuck (a hung loop gets restarted)."""
-        limit_s = (2 * self.cfg.actuator.ack_timeout_s + self.cfg.actuator.confirm_timeout_s
-                   + 3 * self.cfg.loop.interval_s + 60)
+        limit_s = max(2 * self.cfg.actuator.ack_timeout_s + self.cfg.actuator.confirm_timeout_s,
+                      # a migration: up to 8 phases, then following the query to measure it
+                      8 * self.cfg.migration.phase_timeout_s + self.cfg.migration.measure_timeout_s,
+                      ) + 3 * self.cfg.loop.interval_s + 60
         now = time.monotonic()
         stuck = [name for name, st in self._state.items()
                  if st.running_since is not None and now - st.running_since > limit_s]
@@ -298,9 +304,11 @@ class Daemon:
 
         # Monitor -> snapshot -> policy -> plan -> guards -> blocklist.
         plan = self.policy.decide(snapshot, DhalionHistory.of(st.history, blocklist), self.cfg.policy, app)
-        guarded = apply_guards(plan, GuardInput(snapshot, st.history, app,
-                                                last_action_at=st.last_action_at if st.last_action_at else 0.0),
-                               self.cfg.guards, self.cfg.loop)
+        journal = JournalStore(self.zk, self.cfg.zookeeper.root, app.name).read() if self.zk.connected else None
+        guarded = apply_guards(plan, GuardInput(
+            snapshot, st.history, app, migration_running=journal is not None and journal.status == "running",
+            last_migration_end=journal.phases.get("done") if journal else None,
+            last_action_at=st.last_action_at if st.last_action_at else 0.0), self.cfg.guards, self.cfg.loop)
         guarded = drop_blocked(guarded, blocklist, now)
         st.history = _trim(st.history.with_decision(max(now, _last_time(st.history)), guarded), now)
         self.metrics.count_decision(app.name, guarded.policy, bool(guarded.changes))
@@ -372,6 +380,16 @@ class Daemon:
         ]
         # Fence: the agent keeps the highest epoch it has seen and refuses older leaders' commands.
         send_command(self.zk, self.cfg.zookeeper.root, app.name, "report", {}, election.epoch)
+        journal = JournalStore(self.zk, self.cfg.zookeeper.root, app.name).read()
+        if journal is not None and journal.status == "running" and not self.cfg.loop.dry_run:
+            # A leader died during a migration: finish it (or roll it back) before anything else.
+            decision_id, journal, result = run_migration(
+                self.cfg, app, self.zk, self.redis, self.action_log, election.epoch, lambda: election.is_leader,
+                self.identity, journal.query, journal.to_partitions, journal.strategy,
+                f"resume migration {journal.id} left at {journal.next} by epoch {journal.epoch}", resume=True)
+            log.info("migration.resumed", app=app.name, decision_id=decision_id, status=result.status,
+                     detail=result.detail)
+            st.last_action_at = time.time()
         if not st.watching_requests:
             manual.watch_requests(self.zk, self.cfg.zookeeper.root, app.name, lambda: self._wake_app(app.name))
             st.watching_requests = True
@@ -397,9 +415,12 @@ class Daemon:
         results = []
         for action in actions:
             if action.type == "set_parallelism":
-                # Changing a stateful query's partitions needs a migration (stop, repartition, restart).
-                result = ActionResult(action, "skipped", "set_parallelism needs a migration strategy "
-                                                         "(sparkscale migrate); executors only in this cycle")
+                # A stateful query's partitions change only by a migration (stop, repartition, restart).
+                log.info("migration.start", app=app.name, action=action.summary(), epoch=election.epoch,
+                         strategy=self.cfg.migration.strategy, reason=action.reason)
+                _journal, result = migrate(self.cfg, app, self.zk, self.redis, election.epoch or 0,
+                                           lambda: election.is_leader, self.identity, action,
+                                           self.cfg.migration.strategy)
             else:
                 log.info("actuator.start", app=app.name, action=action.summary(), epoch=election.epoch,
                          reason=action.reason)
@@ -423,6 +444,28 @@ class Daemon:
                 manual.answer(self.zk, root, app.name, request.name,
                               manual.ManualResult(False, "the daemon runs in dry-run mode: it never acts",
                                                   leader=self.identity))
+                continue
+            if request.type == "migrate":
+                done = JournalStore(self.zk, root, app.name).read()
+                if (done is not None and done.status == "done" and done.to_partitions == request.to
+                        and done.requested_at >= request.requested_at):
+                    # Its leader died during it and this one finished it on election (_on_elected).
+                    manual.answer(self.zk, root, app.name, request.name, manual.ManualResult(
+                        True, json.dumps({"detail": f"completed by resuming migration {done.id}",
+                                          "figures": done.marks.get("metrics")}), None, self.identity))
+                    continue
+                decision_id, _journal, result = run_migration(
+                    self.cfg, app, self.zk, self.redis, self.action_log, election.epoch or 0,
+                    lambda: election.is_leader, self.identity, request.query or workload(app.pipeline).query,
+                    request.to, request.strategy or self.cfg.migration.strategy, f"manual request by {request.by}",
+                    executors=request.executors, executor_actuator=self._actuator(app, election))
+                if result.status == "done":
+                    st.last_action_at = time.time()
+                    st.last_action = f"manual: {result.action.summary()}"
+                self.metrics.count_action(app.name, "set_parallelism", result.status)
+                manual.answer(self.zk, root, app.name, request.name, manual.ManualResult(
+                    result.status == "done", json.dumps({"detail": result.detail, "figures": result.figures}),
+                    decision_id, self.identity))
                 continue
             decision_id, result = manual.carry_out(
                 self.action_log, self._actuator(app, election), app, request.to, request.by,

@@ -1,7 +1,8 @@
 """The control agent: the daemon's hands inside a managed pipeline's driver.
 
 The daemon cannot change a running Spark application from outside: executor counts, graceful
-decommissioning and stopping a query at a batch boundary are driver-side calls. The agent watches
+decommissioning, stopping a query at a batch boundary and migrating its state to another partition
+count (stop, offline repartition, restart) are driver-side calls. The agent watches
 the application's command znodes (docs/internals.md), carries each command out once, in order, and
 acks it; it also publishes every query's progress to Redis, since Spark's REST API has none.
 """
@@ -14,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import redis
@@ -36,6 +38,8 @@ from sparkscale.actuators.control_channel import (
     commands_path,
 )
 from sparkscale.config import AppConfig, Config
+from sparkscale.pipeline.submit import checkpoint_root
+from sparkscale.pipeline.workloads import workload
 from sparkscale.redisconn import connect
 
 log = structlog.get_logger(__name__)
@@ -44,6 +48,10 @@ RECONCILE_INTERVAL_S = 1.0
 STOP_QUERY_DEFAULT_TIMEOUT_S = 60.0
 STOP_QUERY_POLL_S = 0.1
 HISTORY_MAXLEN = 1000
+SHUFFLE_PARTITIONS_CONF = "spark.sql.shuffle.partitions"
+MAX_PARTITIONS = 4096  # as AppConfig.shuffle_partitions
+# Spark's error condition when the checkpoint already has the requested state partitions.
+ALREADY_PARTITIONED = "STATE_REPARTITION_INVALID_CHECKPOINT.SHUFFLE_PARTITIONS_ALREADY_MATCH"
 
 
 class CommandRefused(Exception):
@@ -215,10 +223,32 @@ def _offset(value: Any) -> Any:
     return value
 
 
+# -- migrated partition counts --------------------------------------------------------------------
+
+
+def partitions_key(key_prefix: str, app: str, query: str) -> str:
+    """Where the agent keeps a query's state partitions after a migration (a string int)."""
+    return f"{key_prefix}{app}:partitions:{query}"
+
+
+def stored_partitions(client: redis.Redis, key_prefix: str, app: str, query: str) -> int | None:
+    """The partition count of the query's last migration, or None (never migrated, or unreadable)."""
+    value = client.get(partitions_key(key_prefix, app, query))
+    if value is None:
+        return None
+    try:
+        count = int(value)
+    except ValueError:
+        log.warning("agent.bad_partitions_key", app=app, query=query, value=value)
+        return None
+    return count if count >= 1 else None
+
+
 # -- the agent ------------------------------------------------------------------------------------
 
 
 Handler = Callable[[Command], Any]
+QueryStarter = Callable[[int], list[StreamingQuery]]
 
 
 class ControlAgent:
@@ -226,6 +256,10 @@ class ControlAgent:
 
     Commands run on one worker thread, one at a time, in sequence order; the same thread keeps the
     executor count at the last target, because standalone mode has no scale-in of its own.
+
+    For stateful migrations (stop, repartition the state, restart) the driver registers
+    `query_starter` (builds the app's queries with n shuffle partitions); `held` names the queries
+    stopped for a migration, which keep the driver alive while none of its queries runs.
     """
 
     def __init__(
@@ -254,6 +288,9 @@ class ControlAgent:
         self.highest_epoch = 0
         self.last_seq = -1
         self.target_executors: int | None = None
+        self.checkpoint_root: Path = checkpoint_root(cfg, app)
+        self.query_starter: QueryStarter | None = None
+        self.held: set[str] = set()
         self._listener: ProgressPublisher | None = None
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -265,6 +302,9 @@ class ControlAgent:
             "pause_sources": self._pause_sources,
             "resume_sources": self._resume_sources,
             "stop_query": self._stop_query,
+            "abort_query": self._abort_query,
+            "repartition": self._repartition,
+            "start_query": self._start_query,
             "report": self._report,
         }
 
@@ -543,43 +583,165 @@ class ControlAgent:
                 return query
         return None
 
-    def _stop_query(self, command: Command) -> dict[str, Any]:
-        """Stop a query between two batches: sources paused, no batch running, nothing admitted."""
+    def _query_arg(self, command: Command) -> str:
         name = command.args.get("query")
         if not isinstance(name, str) or not name:
-            raise CommandRefused("stop_query needs 'query' (a query name or id)")
+            raise CommandRefused(f"{command.type} needs 'query' (a query name or id)")
+        return name
+
+    def _not_active(self, name: str) -> CommandRefused:
+        active = [q.name or str(q.id) for q in self.spark.streams.active]
+        return CommandRefused(f"no active query {name!r} (active: {active}, held: {sorted(self.held)})")
+
+    def _stop_query(self, command: Command) -> dict[str, Any]:
+        """Stop a query between two batches: sources paused, no batch running, nothing admitted.
+
+        With `hold` the query is stopped for a migration: the driver keeps running without it, and
+        a re-sent stop of the held query (after a daemon crash) is answered, not refused.
+        """
+        name = self._query_arg(command)
         timeout_s = _float_arg(command.args, "timeout_s", STOP_QUERY_DEFAULT_TIMEOUT_S)
+        hold = _bool_arg(command.args, "hold", False)
         query = self._find_query(name)
         if query is None:
-            active = [q.name or str(q.id) for q in self.spark.streams.active]
-            raise CommandRefused(f"no active query {name!r} (active: {active})")
+            if name in self.held:
+                return {"query": name, "stopped": False, "already_stopped": True}
+            raise self._not_active(name)
         notes = []
         if not self._paused():
             # Without the pause a source keeps admitting new offsets and the boundary never comes.
             self.redis.set(self._pause_key, str(time.time()))
             notes.append("sources were not paused: paused them first")
+        held_as = query.name or name
+        was_held = held_as in self.held
+        if hold:
+            self.held.add(held_as)  # before the stop: the driver must never see "nothing runs, nothing held"
         started = time.monotonic()
-        while True:
-            status = query.status
-            if not query.isActive:
-                raise CommandRefused(f"query {name!r} terminated by itself: {query.exception()}")
-            if not status["isTriggerActive"] and not status["isDataAvailable"]:
-                break
-            if time.monotonic() - started > timeout_s:
-                raise CommandRefused(
-                    f"query {name!r} did not reach a batch boundary within {timeout_s:g} s "
-                    f"(status: {status['message']!r}); it is still running, sources stay paused"
-                )
-            time.sleep(STOP_QUERY_POLL_S)
+        try:
+            while True:
+                status = query.status
+                if not query.isActive:
+                    raise CommandRefused(f"query {name!r} terminated by itself: {query.exception()}")
+                if not status["isTriggerActive"] and not status["isDataAvailable"]:
+                    break
+                if time.monotonic() - started > timeout_s:
+                    raise CommandRefused(
+                        f"query {name!r} did not reach a batch boundary within {timeout_s:g} s "
+                        f"(status: {status['message']!r}); it is still running, sources stay paused"
+                    )
+                time.sleep(STOP_QUERY_POLL_S)
+        except CommandRefused:
+            if hold and not was_held:
+                self.held.discard(held_as)
+            raise
         last = query.lastProgress
         query.stop()
         return {
             "query": name,
             "stopped": True,
+            "held": held_as in self.held,
             "last_batch_id": last["batchId"] if last else None,
             "waited_s": round(time.monotonic() - started, 3),
             "notes": notes,
         }
+
+    def _abort_query(self, command: Command) -> dict[str, Any]:
+        """Stop a query at once, mid-batch if need be (DSM): the running batch is abandoned and its
+        input is read again after the restart. Sources are left as they are."""
+        name = self._query_arg(command)
+        hold = _bool_arg(command.args, "hold", True)
+        query = self._find_query(name)
+        if query is None:
+            if name in self.held:
+                return {"query": name, "stopped": False, "already_stopped": True}
+            raise self._not_active(name)
+        batch_was_running = bool(query.status["isTriggerActive"])
+        last = query.lastProgress
+        held_as = query.name or name
+        if hold:
+            self.held.add(held_as)
+        started = time.monotonic()
+        query.stop()
+        return {
+            "query": name,
+            "stopped": True,
+            "held": held_as in self.held,
+            "last_batch_id": last["batchId"] if last else None,
+            "batch_was_running": batch_was_running,
+            "stop_s": round(time.monotonic() - started, 3),
+        }
+
+    def _repartition(self, command: Command) -> dict[str, Any]:
+        """Rewrite a stopped query's checkpointed state into `partitions` state partitions (Spark's
+        offline state repartition: a new batch that reads no input, picked up by the next start)."""
+        name = self._query_arg(command)
+        partitions = _int_arg(command.args, "partitions")
+        if not 1 <= partitions <= MAX_PARTITIONS:
+            raise CommandRefused(f"'partitions' must be in [1, {MAX_PARTITIONS}] (got {partitions})")
+        enforce = _bool_arg(command.args, "enforce_exactly_once_sink", True)
+        if self._find_query(name) is not None:
+            raise CommandRefused(f"query {name!r} is active: stop it (stop_query or abort_query) before repartition")
+        checkpoint = self.checkpoint_root / name
+        if not (checkpoint / "offsets").is_dir():
+            raise CommandRefused(f"no checkpoint of query {name!r} at {checkpoint}")
+        key = partitions_key(self.cfg.redis.key_prefix, self.app.name, name)
+        pending = _uncommitted_at(checkpoint, partitions)
+        if pending:
+            # Spark would write empty commits for the abandoned batches before noticing that the
+            # count already matches: their input is then never read again and their state versions
+            # are missing, so the restarted query fails (checked on 4.3.0). Without the call the
+            # restart simply runs the abandoned batch again.
+            self.redis.set(key, str(partitions))
+            return {"query": name, "repartitioned": False, "already": partitions, "uncommitted_batches": pending}
+        started = time.monotonic()
+        try:
+            self.spark._streamingCheckpointManager.repartition(str(checkpoint), partitions, enforce)
+        except Exception as exc:  # noqa: BLE001 - only "already that many" is an answer; the rest propagate
+            if not _is_already_partitioned(exc):
+                raise
+            self.redis.set(key, str(partitions))
+            return {"query": name, "repartitioned": False, "already": partitions}
+        duration_s = round(time.monotonic() - started, 3)
+        self.redis.set(key, str(partitions))
+        return {"query": name, "repartitioned": True, "partitions": partitions, "duration_s": duration_s}
+
+    def _start_query(self, command: Command) -> dict[str, Any]:
+        """(Re)start the app's query with `partitions` shuffle partitions; it picks up its checkpoint."""
+        name = self._query_arg(command)
+        if "partitions" in command.args:
+            partitions = _int_arg(command.args, "partitions")
+            if not 1 <= partitions <= MAX_PARTITIONS:
+                raise CommandRefused(f"'partitions' must be in [1, {MAX_PARTITIONS}] (got {partitions})")
+        else:
+            # The last migration's count: the checkpoint has it, and the workload must agree.
+            stored = stored_partitions(self.redis, self.cfg.redis.key_prefix, self.app.name, name)
+            partitions = stored or self._session_partitions()
+        if self._find_query(name) is not None:
+            return {"query": name, "started": False, "already_running": True}
+        if self.query_starter is None:
+            raise CommandRefused("this agent has no query starter (it does not run in a sparkscale driver)")
+        own = workload(self.app.pipeline).query
+        if name != own:
+            raise CommandRefused(f"{name!r} is not this app's query ({own!r}, pipeline {self.app.pipeline})")
+        # Read by the planner for a query's first batch only (afterwards the checkpoint's count wins),
+        # but also what the workload's explicit repartitions and the report use.
+        self.spark.conf.set(SHUFFLE_PARTITIONS_CONF, str(partitions))
+        started = self.query_starter(partitions)
+        query = next((q for q in started if q.name == name), None)
+        if query is None:
+            raise CommandRefused(f"the starter started {[q.name for q in started]}, not {name!r}")
+        self.held.discard(name)
+        return {
+            "query": name,
+            "started": True,
+            "id": str(query.id),
+            "run_id": str(query.runId),
+            "partitions": partitions,
+            "paused": self._paused(),
+        }
+
+    def _session_partitions(self) -> int:
+        return int(self.spark.conf.get(SHUFFLE_PARTITIONS_CONF) or self.app.shuffle_partitions)
 
     def _report(self, _command: Command) -> dict[str, Any]:
         queries = []
@@ -590,6 +752,7 @@ class ControlAgent:
                     "id": str(query.id),
                     "name": query.name,
                     "status": query.status,
+                    "partitions": _state_partitions(last) or self._session_partitions(),
                     "last_progress": None if not last else {
                         "batch_id": last["batchId"],
                         "num_input_rows": last["numInputRows"],
@@ -606,8 +769,55 @@ class ControlAgent:
             "executors": [asdict(e) for e in self.executors.list()],
             "target_executors": self.target_executors,
             "paused": self._paused(),
+            "held": sorted(self.held),
             "epoch": self.highest_epoch,
         }
+
+
+def _state_partitions(progress: dict[str, Any] | None) -> int | None:
+    """State partitions of a query's first stateful operator, from a progress dict (None if stateless)."""
+    operators = (progress or {}).get("stateOperators") or []
+    if not operators or operators[0].get("numShufflePartitions") is None:
+        return None
+    return int(operators[0]["numShufflePartitions"])
+
+
+def _is_already_partitioned(exc: BaseException) -> bool:
+    """Spark's "already has the requested number of partitions". PySpark 4.3 does not convert this
+    error: it arrives as a Py4JJavaError around a SparkThrowable, whose condition we read."""
+    condition = None
+    java_exception = getattr(exc, "java_exception", None)
+    try:
+        if java_exception is not None:
+            condition = str(java_exception.getCondition())
+    except Py4JError:
+        pass
+    return condition == ALREADY_PARTITIONED or ALREADY_PARTITIONED in str(exc)
+
+
+def _log_batches(checkpoint: Path, log_dir: str) -> list[int]:
+    directory = checkpoint / log_dir
+    return sorted(int(f.name) for f in directory.iterdir() if f.name.isdigit()) if directory.is_dir() else []
+
+
+def _batch_partitions(checkpoint: Path, batch_id: int) -> int | None:
+    """The shuffle partitions a batch was planned with, from its offset log entry (line 2: metadata JSON)."""
+    try:
+        lines = (checkpoint / "offsets" / str(batch_id)).read_text().splitlines()
+        return int(json.loads(lines[1])["conf"]["spark.sql.shuffle.partitions"])
+    except (OSError, IndexError, KeyError, TypeError, ValueError):
+        return None
+
+
+def _uncommitted_at(checkpoint: Path, partitions: int) -> int:
+    """Batches planned but not committed (an aborted run) when both the last committed batch and the
+    last planned one already have `partitions`; 0 otherwise (then Spark's own checks apply)."""
+    offsets, commits = _log_batches(checkpoint, "offsets"), _log_batches(checkpoint, "commits")
+    if not offsets or not commits or offsets[-1] <= commits[-1]:
+        return 0
+    if any(_batch_partitions(checkpoint, batch) != partitions for batch in (commits[-1], offsets[-1])):
+        return 0
+    return offsets[-1] - commits[-1]
 
 
 # -- argument checks ------------------------------------------------------------------------------
@@ -617,6 +827,13 @@ def _int_arg(args: dict[str, Any], key: str) -> int:
     value = args.get(key)
     if not isinstance(value, int) or isinstance(value, bool):
         raise CommandRefused(f"'{key}' must be an integer (got {value!r})")
+    return value
+
+
+def _bool_arg(args: dict[str, Any], key: str, default: bool) -> bool:
+    value = args.get(key, default)
+    if not isinstance(value, bool):
+        raise CommandRefused(f"'{key}' must be true or false (got {value!r})")
     return value
 
 

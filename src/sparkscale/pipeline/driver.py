@@ -1,6 +1,6 @@
 """The main program of a managed pipeline's driver (what `sparkscale pipeline submit` hands to
 spark-submit): builds the app's queries, starts the control agent beside them, and runs until the
-queries end or the process is told to stop."""
+queries end (and none is held by the agent for a migration) or the process is told to stop."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import argparse
 import signal
 import sys
 import threading
+from typing import Any
 
 import structlog
 
@@ -33,13 +34,27 @@ def main(argv: list[str] | None = None) -> int:
 
     from pyspark.sql import SparkSession
 
-    from sparkscale.pipeline.agent import ControlAgent
+    from sparkscale.pipeline.agent import SHUFFLE_PARTITIONS_CONF, ControlAgent, stored_partitions
     from sparkscale.pipeline.submit import checkpoint_root, started_marker
-    from sparkscale.pipeline.workloads import PipelineContext, build_workload
+    from sparkscale.pipeline.workloads import PipelineContext, build_workload, workload
 
     spark = SparkSession.builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     agent = ControlAgent(spark, cfg, app, initial_executors=app.initial_executors)
+    # A migration changed the query's state partitions: its checkpoint has the new count, and the
+    # workload (dag's repartitions between stages) must use it too, also after a driver restart.
+    migrated = stored_partitions(agent.redis, cfg.redis.key_prefix, app.name, workload(app.pipeline).query)
+    if migrated is not None and migrated != app.shuffle_partitions:
+        log.info("driver.migrated_partitions", app=app.name, configured=app.shuffle_partitions, partitions=migrated)
+        app = app.model_copy(update={"shuffle_partitions": migrated})
+    spark.conf.set(SHUFFLE_PARTITIONS_CONF, str(app.shuffle_partitions))
+    root = checkpoint_root(cfg, app)
+
+    def start_queries(partitions: int) -> list[Any]:
+        with_partitions = app.model_copy(update={"shuffle_partitions": partitions})
+        return build_workload(PipelineContext(spark=spark, cfg=cfg, app=with_partitions, checkpoint_root=root))
+
+    agent.query_starter = start_queries  # start_query (after a migration) builds the queries again
     agent.start()
     stopping = threading.Event()
 
@@ -52,8 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
 
-    ctx = PipelineContext(spark=spark, cfg=cfg, app=app, checkpoint_root=checkpoint_root(cfg, app))
-    queries = build_workload(ctx)
+    queries = start_queries(app.shuffle_partitions)
     log.info("driver.queries_started", app=app.name, queries=[q.name for q in queries],
              app_id=spark.sparkContext.applicationId)
     marker = started_marker(cfg, app.name)
@@ -61,8 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     marker.write_text(spark.sparkContext.applicationId)
     code = 0
     try:
-        # Runs until every query stopped (by the agent, a signal, or a failure).
-        while spark.streams.active and not stopping.is_set():
+        # Runs until every query stopped (by the agent, a signal, or a failure) and none is held
+        # by the agent: a held query is being migrated and will be started again.
+        while (spark.streams.active or agent.held) and not stopping.is_set():
             spark.streams.awaitAnyTermination(timeout=5)
             spark.streams.resetTerminated()
     except Exception as exc:  # noqa: BLE001 - a failed query ends the driver with its reason logged
