@@ -155,7 +155,7 @@ def test_sigkill_at_each_ccr_phase_then_the_next_leader_completes_it(setup, tmp_
     root = cfg.zookeeper.root
     store = JournalStore(zk, root, app)
     quiet = ["policy.name=threshold", "policy.threshold.preset=custom", "loop.interval_s=1",
-             "zookeeper.session_timeout_s=4", "logging.level=info"]
+             "zookeeper.session_timeout_s=4", "logging.level=info", "migration.measure_timeout_s=5"]
     daemon_setup = (cfg, path, [*overrides, *quiet], tmp_path)
     submit(cfg, app, path, overrides)
     daemons: list[DaemonProcess] = []
