@@ -46,7 +46,7 @@ METRICS = ("restore_s", "drain_s", "capture_s", "rebalance_s", "catch_up_s", "re
 def migrate(env, partitions: int, strategy: str, stable_window_s: float) -> dict:
     argv = [sys.executable, "-m", "sparkscale", "migrate", "--app", "star", "--partitions", str(partitions),
             "--strategy", strategy, "--json", "--config", env.config_path]
-    for s in [*env.overrides, f"migration.stable_window_s={stable_window_s}", "migration.measure_timeout_s=240",
+    for s in [*env.overrides, f"migration.stable_window_s={stable_window_s}", "migration.measure_timeout_s=90",
               "logging.stderr=false"]:
         argv += ["--set", s]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=900)
@@ -93,7 +93,7 @@ def main() -> None:
     parser.add_argument("--strategies", default="dsm,dcr,ccr")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--rate", type=int, default=100, help="Input records/s (constant).")
-    parser.add_argument("--stable-window-s", type=float, default=30.0)
+    parser.add_argument("--stable-window-s", type=float, default=20.0)
     parser.add_argument("--out", default="docs/results/migration_metrics")
     args = parser.parse_args()
     results = [run_strategy(s, args.repeat, args.rate, args.stable_window_s) for s in args.strategies.split(",")]

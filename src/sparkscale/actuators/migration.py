@@ -454,9 +454,11 @@ def measure_after(cfg: Config, app: AppConfig, redis_client: redis.Redis, journa
 
 
 def _stable_since(samples: list[_Sample], tolerance: float, window_s: float,
-                  rate_window_s: float = 5.0) -> float | None:
+                  rate_window_s: float = 10.0) -> float | None:
     """The start of a run of `window_s` (ending at the last sample) during which the processed rate
-    over `rate_window_s` stayed within `tolerance` of the input rate; None if there is none yet."""
+    over `rate_window_s` stayed within `tolerance` of the input rate; None if there is none yet.
+    Rates are taken over several seconds because a micro-batch source advances in steps, one per
+    batch: over a window shorter than a few batches the output rate swings even when it keeps up."""
     if not samples or samples[-1].at - samples[0].at < window_s:
         return None
     start = None
