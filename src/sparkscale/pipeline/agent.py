@@ -593,6 +593,14 @@ class ControlAgent:
         active = [q.name or str(q.id) for q in self.spark.streams.active]
         return CommandRefused(f"no active query {name!r} (active: {active}, held: {sorted(self.held)})")
 
+    def _query_to_stop(self, name: str) -> StreamingQuery | None:
+        """The active query `name`; None when it is already stopped and held (a stop re-sent after a
+        daemon crash is answered, not refused); refused when it is neither."""
+        query = self._find_query(name)
+        if query is None and name not in self.held:
+            raise self._not_active(name)
+        return query
+
     def _stop_query(self, command: Command) -> dict[str, Any]:
         """Stop a query between two batches: sources paused, no batch running, nothing admitted.
 
@@ -602,11 +610,9 @@ class ControlAgent:
         name = self._query_arg(command)
         timeout_s = _float_arg(command.args, "timeout_s", STOP_QUERY_DEFAULT_TIMEOUT_S)
         hold = _bool_arg(command.args, "hold", False)
-        query = self._find_query(name)
+        query = self._query_to_stop(name)
         if query is None:
-            if name in self.held:
-                return {"query": name, "stopped": False, "already_stopped": True}
-            raise self._not_active(name)
+            return {"query": name, "stopped": False, "already_stopped": True}
         notes = []
         if not self._paused():
             # Without the pause a source keeps admitting new offsets and the boundary never comes.
@@ -650,11 +656,9 @@ class ControlAgent:
         input is read again after the restart. Sources are left as they are."""
         name = self._query_arg(command)
         hold = _bool_arg(command.args, "hold", True)
-        query = self._find_query(name)
+        query = self._query_to_stop(name)
         if query is None:
-            if name in self.held:
-                return {"query": name, "stopped": False, "already_stopped": True}
-            raise self._not_active(name)
+            return {"query": name, "stopped": False, "already_stopped": True}
         batch_was_running = bool(query.status["isTriggerActive"])
         last = query.lastProgress
         held_as = query.name or name
