@@ -95,7 +95,7 @@ class ExecutorActuator:
     def _replace(self, action: Action, epoch: int) -> ActionResult:
         started = time.monotonic()
         try:
-            before = self._active_ids()
+            before = self.active_executor_ids()
         except SparkRestError as exc:
             return ActionResult(action, "failed", f"Spark REST API: {exc}")
         if action.executor not in before:
@@ -128,7 +128,8 @@ class ExecutorActuator:
             raise _Failed(f"{kind} refused by the agent: {ack.detail}", name, ack_s)
         return name, ack_s, ack.detail
 
-    def _active_ids(self) -> list[str]:
+    def active_executor_ids(self) -> list[str]:
+        """The ids of the app's active executors, as the driver's REST API shows them."""
         app_id = self.rest.application(self.app).id
         return [e.id for e in self.rest.executors(app_id) if e.active]
 
@@ -138,7 +139,7 @@ class ExecutorActuator:
         ids: list[str] | None = None
         while True:
             try:
-                ids = self._active_ids()
+                ids = self.active_executor_ids()
             except SparkRestError as exc:
                 log.warning("actuator.rest_error", app=self.app, error=str(exc))
             if ids is not None and done(ids):

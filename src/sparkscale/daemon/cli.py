@@ -206,13 +206,13 @@ def scale_executors(cfg: Config, app_name: str, to: int, timeout_s: float) -> No
             sys.exit(1)
         try:
             rest = SparkRestClient.for_port(driver_ui_port(cfg, app), timeout_s=cfg.spark.rest_timeout_s)
+            actuator = ExecutorActuator(zk, cfg.zookeeper.root, app_name, rest, cfg.actuator,
+                                        lambda: election.is_leader)
             try:
-                current = len(rest.executors(rest.application(app_name).id))
+                current = len(actuator.active_executor_ids())
             except SparkRestError as exc:
                 click.echo(f"{app_name} does not answer on its Spark REST API: {exc}", err=True)
                 sys.exit(1)
-            actuator = ExecutorActuator(zk, cfg.zookeeper.root, app_name, rest, cfg.actuator,
-                                        lambda: election.is_leader)
             decision_id, result = manual.carry_out(
                 ActionLog(connect(cfg.redis), cfg.redis.key_prefix, cfg.action_log), actuator, app, to, by,
                 current=current, identity=by, epoch=election.epoch or 0, snapshot_id="", at=time.time())
