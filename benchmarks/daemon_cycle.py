@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 
 import psutil
-from _harness import embedded_environment, write_results  # benchmarks/ is on sys.path when run as a script
 
+from sparkscale.bench.environment import embedded_environment, write_results
 from sparkscale.pipeline.loadgen import run_loadgen
 from sparkscale.pipeline.submit import stop, submit
 

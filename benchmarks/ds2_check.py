@@ -15,8 +15,7 @@ import argparse
 import threading
 import time
 
-from _harness import embedded_environment, write_results  # benchmarks/ is on sys.path when run as a script
-
+from sparkscale.bench.environment import embedded_environment, write_results
 from sparkscale.monitors.collector import CollectOptions, collect_snapshot
 from sparkscale.pipeline.check import unprocessed_records
 from sparkscale.pipeline.loadgen import run_loadgen

@@ -18,10 +18,10 @@ import argparse
 import statistics
 import time
 
-from _harness import embedded_environment, write_results  # benchmarks/ is on sys.path when run as a script
 from kazoo.client import KazooClient
 
 from sparkscale.actuators.control_channel import send_command, wait_ack
+from sparkscale.bench.environment import embedded_environment, write_results
 from sparkscale.pipeline.check import unprocessed_records
 from sparkscale.pipeline.loadgen import run_loadgen
 from sparkscale.pipeline.submit import stop, submit

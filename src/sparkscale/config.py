@@ -138,6 +138,18 @@ class TaxiConfig(_Section):
     sim_seconds_per_record: float = Field(0.2, gt=0)
 
 
+class DynamicAllocationConfig(_Section):
+    """Spark's own dynamic allocation for this app instead of sparkscale's executor scaling (the
+    `spark-dra` baseline of `sparkscale bench scaling`): executors between min and max_executors,
+    shuffle tracking on, no daemon needed. The daemon must not manage such an app's executors."""
+
+    enabled: bool = False
+    # An executor idle this long is removed (spark.dynamicAllocation.executorIdleTimeout).
+    executor_idle_timeout_s: float = Field(60.0, gt=0)
+    # Pending tasks for this long request more executors (spark.dynamicAllocation.schedulerBacklogTimeout).
+    scheduler_backlog_timeout_s: float = Field(1.0, gt=0)
+
+
 class AppConfig(_Section):
     """One managed application: which pipeline it runs, how it reads and writes, its executor range."""
 
@@ -154,6 +166,7 @@ class AppConfig(_Section):
     shuffle_partitions: int = Field(4, ge=1, le=4096)  # state/shuffle partitions at first start
     dag: DagConfig = DagConfig()
     taxi: TaxiConfig = TaxiConfig()
+    dynamic_allocation: DynamicAllocationConfig = DynamicAllocationConfig()
 
     @field_validator("name")
     @classmethod

@@ -14,8 +14,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -25,6 +23,7 @@ from click.testing import CliRunner
 from kazoo.client import KazooClient
 
 from sparkscale.actuators.control_channel import send_command, wait_ack
+from sparkscale.bench.daemon_process import DaemonProcess as BenchDaemonProcess
 from sparkscale.config import Config, load_config
 from sparkscale.daemon.action_log import ActionLog
 from sparkscale.daemon.cli import main
@@ -80,45 +79,11 @@ def setup(embedded_env, tmp_path_factory) -> tuple[Config, str, list[str], Path]
     return load_config(path, overrides), str(path), overrides, work
 
 
-class DaemonProcess:
-    """`sparkscale run` in a child process, logging JSON lines to its own file."""
-
-    def __init__(self, setup, name: str, extra: list[str] = (), max_cycles: int | None = None,
-                 env: dict[str, str] | None = None):
-        cfg, path, overrides, work = setup
-        self.log_path = work / f"{name}.jsonl"
-        self.log_path.unlink(missing_ok=True)
-        sets = [*overrides, f"daemon.id={name}", f"logging.file={self.log_path}", "logging.stderr=false", *extra]
-        argv = [sys.executable, "-m", "sparkscale", "run", "--config", path]
-        for s in sets:
-            argv += ["--set", s]
-        if max_cycles is not None:
-            argv += ["--max-cycles", str(max_cycles)]
-        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=open(work / f"{name}.stderr", "w"),
-                                     env={**os.environ, **(env or {})})
-        self.name = name
-
-    def events(self, event: str | None = None, **match) -> list[dict]:
-        if not self.log_path.exists():
-            return []
-        out = []
-        for line in self.log_path.read_text().splitlines():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue  # a line being written
-            if (event is None or record.get("event") == event) and all(record.get(k) == v for k, v in match.items()):
-                out.append(record)
-        return out
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+def DaemonProcess(setup, name: str, extra: list[str] = (), max_cycles: int | None = None,  # noqa: N802
+                  env: dict[str, str] | None = None) -> BenchDaemonProcess:
+    """`sparkscale run` for this module's setup, logging JSON lines to `<work>/<name>.jsonl`."""
+    _cfg, path, overrides, work = setup
+    return BenchDaemonProcess(path, overrides, work / f"{name}.jsonl", name, extra, max_cycles, env)
 
 
 def active_executors(cfg: Config, app: str) -> int | None:

@@ -57,10 +57,11 @@ def state_partitions(cfg: Config, app: str, query: str) -> int | None:
     return int(value) if value else None
 
 
-def migrate(setup, app: str, partitions: int, strategy: str) -> list[dict]:
+def migrate(setup, app: str, partitions: int | None, strategy: str, *shape: str) -> list[dict]:
     _cfg, path, overrides = setup
     sets = [x for s in overrides for x in ("--set", s)]
-    out = CliRunner().invoke(main, ["migrate", "--app", app, "--partitions", str(partitions), "--strategy", strategy,
+    target = ["--partitions", str(partitions)] if partitions is not None else []
+    out = CliRunner().invoke(main, ["migrate", "--app", app, *target, "--strategy", strategy, *shape,
                                     "--json", "--config", path, *sets])
     lines = [json.loads(line) for line in out.output.strip().splitlines() if line.startswith("{")]
     assert out.exit_code == 0, out.output
@@ -126,6 +127,63 @@ def test_each_strategy_rescales_state_4_to_8_to_2_without_loss(setup, app, query
     finally:
         stop_load.set()
         stop(cfg, app)
+
+
+def test_a_new_executor_shape_restarts_the_whole_app_without_loss(setup):
+    """CCR to 2 cores and 768 MiB per executor (partitions kept), then DCR to 8 partitions and 640 MiB:
+    each restarts the application (a new driver) whose executors have the new shape, and the shape
+    outlives the restart (the next submit keeps it); nothing is lost or duplicated."""
+    import threading
+
+    from sparkscale.monitors.spark_rest import SparkRestClient
+    from sparkscale.pipeline.submit import driver_ui_port, running, stored_shape
+
+    cfg, path, overrides = setup
+    app, query = "mwc", "counts"
+    client = connect(cfg.redis)
+    rest = SparkRestClient.for_port(driver_ui_port(cfg, cfg.app(app)), timeout_s=5)
+
+    def shape_in_spark() -> tuple[set[int], str | None]:
+        app_id = rest.application(app).id
+        props = dict(rest.get_json(f"applications/{app_id}/environment")["sparkProperties"])
+        return {e.cores for e in rest.executors(app_id)}, props.get("spark.executor.memory")
+
+    fresh(cfg, app)
+    submit(cfg, app, path, overrides)
+    stop_load = threading.Event()
+    loader = threading.Thread(target=run_loadgen, args=(cfg, app, "constant:400"), daemon=True,
+                              kwargs={"seed": 31, "stop": stop_load})
+    try:
+        loader.start()
+        wait_until(lambda: state_partitions(cfg, app, query) == 4, 90, "batches under load")
+        assert shape_in_spark() == ({1}, "512m")
+        first_driver = running(cfg, app).pid
+
+        out = migrate(setup, app, None, "ccr", "--executor-cores", "2", "--executor-memory-mb", "768")
+        result = out[-1]
+        assert result["ok"], result
+        assert "executors restarted as 2 core(s), 768 MiB" in result["detail"]
+        assert [line["phase"] for line in out if "phase" in line][-1] == "done"
+        assert running(cfg, app).pid != first_driver, "the whole application was restarted"
+        wait_until(lambda: shape_in_spark()[0] == {2}, 60, "executors with 2 cores")
+        assert shape_in_spark()[1] == "768m"
+        assert stored_shape(client, cfg.redis.key_prefix, app).executor_cores == 2
+
+        out = migrate(setup, app, 8, "dcr", "--executor-memory-mb", "640")
+        assert out[-1]["ok"], out[-1]
+        wait_until(lambda: state_partitions(cfg, app, query) == 8, 60, "batches with 8 partitions")
+        # The cores a migration set outlive the next restart; only the memory changed this time.
+        wait_until(lambda: shape_in_spark() == ({2}, "640m"), 60, "executors with 2 cores and 640 MiB")
+
+        stop_load.set()
+        loader.join()
+        wait_until(lambda: drained(client, cfg, cfg.app(app)), 180, f"{app} to process all its input")
+        verified = verify_app(cfg, app)
+        assert (verified.lost, verified.duplicated, verified.unexpected) == (0, 0, 0), verified.summary()
+    finally:
+        stop_load.set()
+        stop(cfg, app)
+        fresh(cfg, app)
 
 
 CCR_PHASES_TO_KILL = ("requested", "paused", "stopped", "captured", "repartitioned", "restarted", "resumed",

@@ -216,3 +216,10 @@ def test_recent_observations_are_consecutive_and_oldest_first():
     assert recent_observations(history, "k", 5) == ((3, 3), (4, 4), (5, 5))  # stops at the gap at t=2
     assert recent_observations(history, "k", 5, query="q") == ((3, 3), (5, 5))
     assert recent_observations(history, "k", 1) == ((5, 5),)
+
+
+def test_an_app_under_sparks_dynamic_allocation_gets_no_executor_changes():
+    app = AppConfig.model_validate({**APP.model_dump(), "dynamic_allocation": {"enabled": True}})
+    guarded = guard(scale_plan(4, 6, Action.warn("hot")), app=app)
+    assert [a.type for a in guarded.actions] == ["warn"]
+    assert any(line.startswith("guard dynamic allocation") for line in notes(guarded))

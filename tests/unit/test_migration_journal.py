@@ -66,3 +66,27 @@ def test_stable_since_finds_the_run_where_output_follows_input():
     assert _stable_since(samples([(100, 200)] * 20 + [(100, 100)] * 30), 0.2, 60) is None
     # Output 50 % below input the whole time: never stable.
     assert _stable_since(samples([(100, 50)] * 90), 0.2, 60) is None
+
+
+def test_a_journal_with_a_new_executor_shape_round_trips_and_an_old_one_has_none():
+    from sparkscale.pipeline.submit import ExecutorShape
+
+    j = journal("ccr")
+    assert j.new_shape is None
+    j.shape = {"executor_cores": 2, "executor_memory_mb": 768}
+    back = Journal.from_json(j.to_json())
+    assert back.new_shape == ExecutorShape(2, 768)
+    assert back.new_shape.describe() == "2 core(s), 768 MiB"
+
+
+def test_a_manual_migration_request_carries_its_shape_and_refuses_a_malformed_one():
+    import json
+
+    from sparkscale.daemon.manual import ManualRequest
+
+    body = {"type": "migrate", "to": None, "by": "me", "requested_at": 1.0, "expires_at": 2.0, "query": "q",
+            "shape": {"executor_cores": 2, "executor_memory_mb": 1024}}
+    request = ManualRequest.from_znode("req-1", json.dumps(body).encode())
+    assert request.to is None and request.executor_shape.executor_memory_mb == 1024
+    with pytest.raises(TypeError):
+        ManualRequest.from_znode("req-2", json.dumps({**body, "shape": {"cores": 2}}).encode())

@@ -16,6 +16,11 @@ How the stop and restart are done is the strategy (DESIGN.md, "Migration strateg
   positions) into the Redis DataStore; repartition; restart; resume at once: the captured records
   come first in the ordered input streams, so they are replayed before any newer one.
 
+A migration may also give the executors a new shape (cores, memory): Spark fixes both for an
+application's life, so then the restart step restarts the whole application (stop the driver,
+submit it again with the new shape) instead of only the query; the strategies are the same, the
+pause (in Redis) outlives the driver, and the partitions may stay as they are.
+
 Each migration is a journal in ZooKeeper (`R/apps/{app}/migration`, JSON) whose `next` phase is
 written before its step runs and whose `phases` record when each step completed. Every step is
 idempotent (the agent answers "already" for a stopped query, an already repartitioned checkpoint
@@ -48,6 +53,7 @@ from sparkscale.pipeline.redis_source import (
     read_source_status,
     stream_heads,
 )
+from sparkscale.pipeline.submit import ExecutorShape, running, store_shape
 
 log = structlog.get_logger(__name__)
 
@@ -95,6 +101,11 @@ class Journal:
     phases: dict[str, float] = field(default_factory=dict)  # phase -> completed at (seconds since the epoch)
     marks: dict[str, Any] = field(default_factory=dict)  # positions, run ids, figures for the metrics
     detail: str = ""
+    shape: dict[str, int] | None = None  # a new executor shape (ExecutorShape fields): a whole-app restart
+
+    @property
+    def new_shape(self) -> ExecutorShape | None:
+        return ExecutorShape(**self.shape) if self.shape else None
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self)).encode()
@@ -147,7 +158,10 @@ class MigrationRunner:
     """Carries out (or resumes) one app's migration through the control agent. Never decides."""
 
     def __init__(self, cfg: Config, app: AppConfig, zk: KazooClient, redis_client: redis.Redis, epoch: int,
-                 is_leader: Callable[[], bool], on_phase: PhaseCallback | None = None):
+                 is_leader: Callable[[], bool], on_phase: PhaseCallback | None = None,
+                 restart_app: Callable[[], Any] | None = None):
+        """`restart_app` restarts the whole application (stop its driver, submit it again): needed
+        for a migration that changes the executor shape."""
         self.cfg = cfg
         self.app = app
         self.zk = zk
@@ -155,6 +169,7 @@ class MigrationRunner:
         self.epoch = epoch
         self.is_leader = is_leader
         self.on_phase = on_phase
+        self.restart_app = restart_app
         self.root = cfg.zookeeper.root
         self.prefix = cfg.redis.key_prefix
         self.store = JournalStore(zk, self.root, app.name)
@@ -162,19 +177,26 @@ class MigrationRunner:
 
     # -- entry points -----------------------------------------------------------------------------
 
-    def start(self, query: str, to_partitions: int, strategy: str, by: str) -> Journal:
+    def start(self, query: str, to_partitions: int, strategy: str, by: str,
+              shape: ExecutorShape | None = None) -> Journal:
         if strategy not in STRATEGIES:
             raise MigrationError(f"unknown strategy {strategy!r} (expected one of {', '.join(STRATEGIES)})")
         current = self.store.read()
         if current is not None and current.status == "running":
             raise MigrationBusy(f"migration {current.id} of {self.app.name} is still running (phase {current.next})")
         from_partitions = self.current_partitions(query)
-        if from_partitions == to_partitions:
-            raise MigrationError(f"{self.app.name}/{query} already has {to_partitions} state partitions")
+        if shape is not None and shape == ExecutorShape(self.app.executor_cores, self.app.executor_memory_mb):
+            shape = None  # already this shape
+        if from_partitions == to_partitions and shape is None:
+            raise MigrationError(f"{self.app.name}/{query} already has {to_partitions} state partitions"
+                                 " (and the executor shape asked for, if any)")
+        if shape is not None and self.restart_app is None:
+            raise MigrationError("a new executor shape needs a whole-application restart, which this caller "
+                                 "cannot do (it has no way to submit the app)")
         now = time.time()
         journal = Journal(id=f"mig-{int(now * 1000)}", app=self.app.name, query=query, strategy=strategy,
                           from_partitions=from_partitions, to_partitions=to_partitions, requested_at=now,
-                          by=by, epoch=self.epoch)
+                          by=by, epoch=self.epoch, shape=asdict(shape) if shape else None)
         journal.marks["input_at_request"] = self._input_position()
         self._complete(journal, "requested")
         _fault_hold("requested")
@@ -274,6 +296,11 @@ class MigrationRunner:
         journal.marks["captured_records"] = captured["records"]
 
     def _repartition(self, journal: Journal) -> None:
+        if journal.from_partitions == journal.to_partitions:
+            # Only the shape changes. Not even asked: after an abort, a repartition to the count the
+            # checkpoint has would commit the aborted batch as empty (agent.py, _repartition).
+            journal.marks["repartition"] = "unchanged"
+            return
         detail = self._command("repartition", {
             "query": journal.query, "partitions": journal.to_partitions,
             # A query stopped mid-batch (DSM) has a failed last batch: skip it, it is recomputed.
@@ -282,11 +309,35 @@ class MigrationRunner:
         journal.marks["repartition"] = detail
 
     def _restart(self, journal: Journal) -> None:
+        shape = journal.new_shape
+        if shape is not None:
+            self._restart_application(journal, shape)
+            return
         detail = self._command("start_query", {"query": journal.query, "partitions": journal.to_partitions},
                                timeout_s=self.mcfg.phase_timeout_s)
         journal.marks["restart"] = detail
         if isinstance(detail, dict) and detail.get("run_id"):
             journal.marks["run_id"] = detail["run_id"]
+
+    def _restart_application(self, journal: Journal, shape: ExecutorShape) -> None:
+        """A new executor shape: keep it (every later submit uses it), then stop the driver and submit
+        the app again; the new driver starts the query from its (repartitioned) checkpoint, its
+        sources still paused if the strategy paused them. Idempotent: a driver submitted after the
+        repartition already runs with the shape."""
+        assert self.restart_app is not None, "checked in start()"
+        store_shape(self.redis, self.prefix, self.app.name, shape, journal.id)
+        record = running(self.cfg, self.app.name)
+        since = journal.phases.get("repartitioned", journal.requested_at)
+        if record is not None and record.submitted_at > since:
+            journal.marks.setdefault("app_restarted_at", record.submitted_at)
+            return
+        if not self.is_leader():
+            raise MigrationError("restart not done: no longer the leader")
+        journal.marks["app_restart_started_at"] = time.time()
+        self._write(journal)
+        self.restart_app()
+        journal.marks["app_restarted_at"] = time.time()
+        journal.marks["shape"] = asdict(shape)
 
     def _resume(self, journal: Journal) -> None:
         self._command("resume_sources", {})
@@ -297,6 +348,7 @@ class MigrationRunner:
         the run has left initialisation and waits for data)."""
         deadline = time.monotonic() + self.mcfg.phase_timeout_s
         run_id = journal.marks.get("run_id")
+        restarted_at = journal.marks.get("app_restarted_at")
         while True:
             if journal.strategy == "dcr":
                 status = self._query_status(journal.query)
@@ -304,10 +356,12 @@ class MigrationRunner:
                     return
             else:
                 progress = self.redis.hgetall(f"{self.prefix}{self.app.name}:progress:{journal.query}")
-                if progress.get("run_id") == run_id and int(progress.get("num_input_rows", 0)) > 0:
+                new_run = (progress.get("run_id") == run_id if restarted_at is None
+                           else float(progress.get("published_at", 0)) >= restarted_at)  # a new driver's run
+                if new_run and int(progress.get("num_input_rows", 0)) > 0:
                     journal.marks["first_output_at"] = float(progress.get("published_at", time.time()))
                     return
-                if run_id is None and self._query_status(journal.query) is not None:
+                if run_id is None and restarted_at is None and self._query_status(journal.query) is not None:
                     return  # resumed without a run id (the agent's answer was lost): the query runs
             if time.monotonic() > deadline:
                 raise MigrationError(f"the restarted {journal.query} produced no batch within "

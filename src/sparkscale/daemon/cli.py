@@ -384,36 +384,51 @@ def _require_app(cfg: Config, app_name: str) -> Config:
 @_config_options
 @click.option("--app", "app_name", required=True, help="The managed app.")
 @click.option("--query", default=None, help="The query (default: the app's main query).")
-@click.option("--partitions", type=click.IntRange(min=1), required=True, help="The new number of state partitions.")
+@click.option("--partitions", type=click.IntRange(min=1), default=None,
+              help="The new number of state partitions (default: as they are; then give a new shape).")
 @click.option("--executors", type=click.IntRange(min=0), default=None, help="Then set this many executors.")
+@click.option("--executor-cores", type=click.IntRange(min=1), default=None,
+              help="New cores per executor: restarts the whole application (with the same strategy).")
+@click.option("--executor-memory-mb", type=click.IntRange(min=256), default=None,
+              help="New memory per executor, MiB: restarts the whole application (with the same strategy).")
 @click.option("--strategy", type=click.Choice(["dsm", "dcr", "ccr"]), default=None,
               help="How to migrate (default: migration.strategy).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON line per phase, then the result.")
 @click.option("--timeout-s", type=float, default=900.0, show_default=True, help="How long to wait for the end.")
-def migrate_command(cfg: Config, app_name: str, query: str | None, partitions: int, executors: int | None,
-                    strategy: str | None, as_json: bool, timeout_s: float) -> None:
-    """Rebalance a stateful query to PARTITIONS state partitions, showing each phase as it happens.
+def migrate_command(cfg: Config, app_name: str, query: str | None, partitions: int | None, executors: int | None,
+                    executor_cores: int | None, executor_memory_mb: int | None, strategy: str | None,
+                    as_json: bool, timeout_s: float) -> None:
+    """Rebalance a stateful query to PARTITIONS state partitions, and/or give the executors a new
+    shape (a whole-application restart), showing each phase as it happens.
 
     With a daemon leading the app the migration runs in it (at its epoch, logged); with none, here,
     under the app's leader lock. Exit 0 when done, 1 when it failed or was rolled back."""
     import os
     import socket
+    from dataclasses import asdict
 
     from sparkscale.actuators.executors import ExecutorActuator
     from sparkscale.actuators.migration import Journal, journal_path
     from sparkscale.daemon import manual
     from sparkscale.daemon.action_log import ActionLog
     from sparkscale.daemon.leader import LeaderElection, current_leader
-    from sparkscale.daemon.migrations import run_migration
+    from sparkscale.daemon.migrations import app_restarter, run_migration
     from sparkscale.monitors.spark_rest import SparkRestClient
-    from sparkscale.pipeline.submit import driver_ui_port
+    from sparkscale.pipeline.submit import ExecutorShape, driver_ui_port, with_stored_shape
     from sparkscale.pipeline.workloads import workload
     from sparkscale.redisconn import connect
 
     cfg = _require_app(cfg, app_name)
-    app = cfg.app(app_name)
+    app = with_stored_shape(cfg.app(app_name), connect(cfg.redis), cfg.redis.key_prefix)
     query = query or workload(app.pipeline).query
     strategy = strategy or cfg.migration.strategy
+    shape = None
+    if executor_cores is not None or executor_memory_mb is not None:
+        shape = ExecutorShape(executor_cores or app.executor_cores, executor_memory_mb or app.executor_memory_mb)
+    if partitions is None and shape is None:
+        click.echo("nothing to do: give --partitions, or a new shape (--executor-cores, --executor-memory-mb)",
+                   err=True)
+        sys.exit(EXIT_CONFIG)
     by = f"cli:{socket.gethostname()}:{os.getpid()}"
     shown: set[str] = set()
 
@@ -442,7 +457,8 @@ def migrate_command(cfg: Config, app_name: str, query: str | None, partitions: i
     zk = _zk_or_exit(cfg)
     try:
         if not as_json:
-            click.echo(f"migrating {app_name}/{query} to {partitions} partitions ({strategy})")
+            click.echo(f"migrating {app_name}/{query} to {partitions or 'the same'} partitions ({strategy})"
+                       + (f", executors restarted as {shape.describe()}" if shape else ""))
         leader = current_leader(zk, cfg.zookeeper.root, app_name)
         if leader is not None:
             started = time.time()
@@ -455,7 +471,8 @@ def migrate_command(cfg: Config, app_name: str, query: str | None, partitions: i
 
             zk.DataWatch(journal_path(cfg.zookeeper.root, app_name), on_journal)
             name = manual.submit_request(zk, cfg.zookeeper.root, app_name, partitions, by, timeout_s,
-                                         type="migrate", query=query, strategy=strategy, executors=executors)
+                                         type="migrate", query=query, strategy=strategy, executors=executors,
+                                         shape=asdict(shape) if shape else None)
             answer = manual.wait_result(zk, cfg.zookeeper.root, app_name, name, timeout_s)
             if answer is None:
                 click.echo(f"no answer from {leader} within {timeout_s:g} s; the request was withdrawn", err=True)
@@ -475,7 +492,9 @@ def migrate_command(cfg: Config, app_name: str, query: str | None, partitions: i
                     zk, cfg.zookeeper.root, app_name,
                     SparkRestClient.for_port(driver_ui_port(cfg, app), timeout_s=cfg.spark.rest_timeout_s),
                     cfg.actuator, lambda: election.is_leader),
-                on_phase=lambda journal, _phase, _s: show(journal))
+                on_phase=lambda journal, _phase, _s: show(journal), shape=shape,
+                restart_app=app_restarter(cfg, app_name, click.get_current_context().meta["config_path"],
+                                          click.get_current_context().meta["overrides"]))
         finally:
             election.release()
         finish(result.status == "done", result.detail, result.figures)
@@ -513,11 +532,49 @@ def _print_status(statuses: list[Any]) -> None:
         click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
 
 
+from sparkscale.bench.cli import bench, report_command  # noqa: E402
+
+
+@main.command("demo")
+@_config_options
+@click.option("--minutes", type=click.FloatRange(min=1), default=5.0, show_default=True,
+              help="How long the load runs (low a quarter, high 40 %, low the rest).")
+@click.option("--app", "app_name", default="wordcount", show_default=True, help="The managed app to drive.")
+@click.option("--low", "low_rate", type=click.IntRange(min=1), default=3000, show_default=True,
+              help="The low load, records/s.")
+@click.option("--high", "high_rate", type=click.IntRange(min=1), default=12000, show_default=True,
+              help="The high load (the step up), records/s.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+              help="Where the plot and figures go (default: <cluster.run_dir>/demo).")
+def demo(cfg: Config, minutes: float, app_name: str, low_rate: int, high_rate: int, out_dir: str | None) -> None:
+    """The main job: the embedded environment, APP under a steps load, the daemon (DS2) in the
+    foreground; then a summary and a timeline plot. Exit 0 when every record was verified."""
+    from pathlib import Path
+
+    from sparkscale.bench.demo import DEMO_TIMINGS, DemoSpec, run_demo
+    from sparkscale.localenv import EnvironmentStartError, PreflightError
+    from sparkscale.pipeline.submit import PipelineError
+
+    meta = click.get_current_context().meta
+    overrides = [*DEMO_TIMINGS, *meta["overrides"]]  # the user's --set wins over the demo's timings
+    cfg = _require_app(_load_or_exit(meta["config_path"], tuple(overrides)), app_name)
+    # This process's own events (the load generator's one per second) would drown the daemon's log.
+    configure_logging(cfg.logging.model_copy(update={"level": "warning"}))
+    spec = DemoSpec(app=app_name, minutes=minutes, low_rate=low_rate, high_rate=high_rate,
+                    out_dir=Path(out_dir) if out_dir else cfg.cluster.run_path / "demo")
+    try:
+        sys.exit(run_demo(cfg, spec, meta["config_path"], overrides, echo=click.echo))
+    except (EnvironmentStartError, PreflightError, PipelineError) as exc:
+        click.echo(f"demo failed: {exc}", err=True)
+        sys.exit(EXIT_ENVIRONMENT)
+
 from sparkscale.daemon.plan_cmd import plan_command  # noqa: E402 - registered after the group exists
 from sparkscale.daemon.snapshot_cmd import snapshot_command  # noqa: E402
 
 main.add_command(plan_command, "plan")
 main.add_command(snapshot_command, "snapshot")
+main.add_command(bench, "bench")
+main.add_command(report_command, "report")
 
 
 if __name__ == "__main__":  # pragma: no cover

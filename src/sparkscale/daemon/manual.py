@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 from sparkscale.actuators.control_channel import app_path, wait_for_znode
 from sparkscale.actuators.executors import ActionResult, ExecutorActuator
 from sparkscale.config import AppConfig
+from sparkscale.pipeline.submit import ExecutorShape
 from sparkscale.plan import Action, Plan
 
 MANUAL_POLICY = "manual"
@@ -44,10 +45,11 @@ def results_path(root: str, app: str) -> str:
 
 @dataclass(frozen=True)
 class ManualRequest:
-    """`scale_executors` to `to` executors, or `migrate` `query` to `to` partitions with `strategy`
-    (then optionally to `executors` executors)."""
+    """`scale_executors` to `to` executors, or `migrate` `query` to `to` partitions (None: as they
+    are) with `strategy`, optionally restarting the app with a new executor shape (`shape`), then
+    optionally to `executors` executors."""
 
-    to: int
+    to: int | None
     by: str
     requested_at: float
     expires_at: float
@@ -56,6 +58,11 @@ class ManualRequest:
     query: str | None = None
     strategy: str | None = None
     executors: int | None = None
+    shape: dict[str, int] | None = None  # ExecutorShape fields
+
+    @property
+    def executor_shape(self) -> ExecutorShape | None:
+        return ExecutorShape(**self.shape) if self.shape else None
 
     def to_json(self) -> bytes:
         body = asdict(self)
@@ -68,9 +75,13 @@ class ManualRequest:
         kind = body.get("type", "scale_executors")
         if kind not in ("scale_executors", "migrate"):
             raise ValueError(f"unknown request type {kind!r}")
-        return cls(int(body["to"]), str(body.get("by", "")), float(body["requested_at"]),
-                   float(body["expires_at"]), name, kind, body.get("query"), body.get("strategy"),
-                   body.get("executors"))
+        shape = body.get("shape")
+        if shape is not None:
+            ExecutorShape(**shape)  # a malformed shape is an invalid request
+        to = body["to"]
+        return cls(None if to is None and kind == "migrate" else int(to), str(body.get("by", "")),
+                   float(body["requested_at"]), float(body["expires_at"]), name, kind, body.get("query"),
+                   body.get("strategy"), body.get("executors"), shape)
 
 
 @dataclass(frozen=True)
@@ -88,10 +99,10 @@ class ManualResult:
         return cls(**json.loads(data.decode()))
 
 
-def submit_request(zk: KazooClient, root: str, app: str, to: int, by: str, timeout_s: float,
+def submit_request(zk: KazooClient, root: str, app: str, to: int | None, by: str, timeout_s: float,
                    **migration: Any) -> str:
-    """Write a request for the leader; `migration` (type="migrate", query, strategy, executors) for a
-    migration."""
+    """Write a request for the leader; `migration` (type="migrate", query, strategy, executors, shape)
+    for a migration."""
     now = time.time()
     request = ManualRequest(to, by, now, now + timeout_s, **migration)
     zk.ensure_path(results_path(root, app))

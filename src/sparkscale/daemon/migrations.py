@@ -21,21 +21,32 @@ from sparkscale.actuators.migration import (
 )
 from sparkscale.config import AppConfig, Config
 from sparkscale.daemon.action_log import ActionLog, DecisionRecord
+from sparkscale.pipeline.submit import ExecutorShape, restart
 from sparkscale.plan import Action, Plan
 
 log = structlog.get_logger(__name__)
 
 
+def app_restarter(cfg: Config, app_name: str, config_path: str | None,
+                  overrides: tuple[str, ...] | list[str]) -> Callable[[], object]:
+    """How a migration restarts the whole application: stop its driver and submit it again with the
+    config the caller (daemon or CLI) runs with."""
+    return lambda: restart(cfg, app_name, config_path, overrides)
+
+
 def migrate(cfg: Config, app: AppConfig, zk: KazooClient, client: redis.Redis, epoch: int,
             is_leader: Callable[[], bool], identity: str, action: Action, strategy: str,
             on_phase: PhaseCallback | None = None, measure: bool = True,
-            resume: bool = False) -> tuple[Journal | None, ActionResult]:
-    """Carry out a set_parallelism action (or resume the running migration); the result carries the
+            resume: bool = False, shape: ExecutorShape | None = None,
+            restart_app: Callable[[], object] | None = None) -> tuple[Journal | None, ActionResult]:
+    """Carry out a set_parallelism action (or resume the running migration), with a new executor
+    shape if `shape` (a whole-application restart through `restart_app`); the result carries the
     migration's metrics as figures. Logs nothing to the action log (the caller does)."""
     assert action.operator is not None and action.to is not None
-    runner = MigrationRunner(cfg, app, zk, client, epoch, is_leader, on_phase)
+    runner = MigrationRunner(cfg, app, zk, client, epoch, is_leader, on_phase, restart_app)
     try:
-        journal = runner.resume() if resume else runner.start(action.operator, action.to, strategy, identity)
+        journal = (runner.resume() if resume
+                   else runner.start(action.operator, action.to, strategy, identity, shape))
     except MigrationError as exc:
         journal = runner.store.read()
         return journal, ActionResult(action, "failed", str(exc), figures={
@@ -49,26 +60,31 @@ def migrate(cfg: Config, app: AppConfig, zk: KazooClient, client: redis.Redis, e
     if measure:
         figures.update(measure_after(cfg, app, client, journal))
     detail = f"{journal.query}: {journal.from_partitions} -> {journal.to_partitions} partitions ({journal.strategy})"
+    if journal.new_shape is not None:
+        detail += f", executors restarted as {journal.new_shape.describe()}"
     log.info("migration.measured", app=app.name, id=journal.id,
              **{k: v for k, v in figures.items() if not isinstance(v, (dict, list))})
     return journal, ActionResult(action, "done", detail, figures=figures)
 
 
 def run_migration(cfg: Config, app: AppConfig, zk: KazooClient, client: redis.Redis, action_log: ActionLog,
-                  epoch: int, is_leader: Callable[[], bool], identity: str, query: str, to_partitions: int,
+                  epoch: int, is_leader: Callable[[], bool], identity: str, query: str, to_partitions: int | None,
                   strategy: str, reason: str, executors: int | None = None,
                   executor_actuator: ExecutorActuator | None = None, on_phase: PhaseCallback | None = None,
-                  measure: bool = True, resume: bool = False) -> tuple[str, Journal | None, ActionResult]:
+                  measure: bool = True, resume: bool = False, shape: ExecutorShape | None = None,
+                  restart_app: Callable[[], object] | None = None) -> tuple[str, Journal | None, ActionResult]:
     """A manual (or resumed) migration: log the decision, migrate, optionally set the executors, log
-    the results."""
+    the results. `to_partitions` None keeps the partitions (a shape change only)."""
     current = MigrationRunner(cfg, app, zk, client, epoch, is_leader).current_partitions(query)
+    to_partitions = current if to_partitions is None else to_partitions
     action = Action.set_parallelism(query, max(current, 1), to_partitions, reason)
+    how = strategy + (f", executors as {shape.describe()}" if shape else "")
     plan = Plan("manual", app.name, {query: to_partitions}, (action,),
-                (f"{reason} ({strategy}, by {identity}, epoch {epoch})",))
+                (f"{reason} ({how}, by {identity}, epoch {epoch})",))
     decision_id = action_log.append_decision(
         DecisionRecord(app.name, time.time(), "", identity, epoch, "manual", "partition_bound", plan, "manual"))
     journal, result = migrate(cfg, app, zk, client, epoch, is_leader, identity, action, strategy, on_phase,
-                              measure, resume)
+                              measure, resume, shape, restart_app)
     results = [result]
     if result.status == "done" and executors is not None and executor_actuator is not None:
         results.append(executor_actuator.execute(Action.scale_executors(executors, executors, reason), epoch))

@@ -27,7 +27,8 @@ import math
 import signal
 import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 
 import redis
@@ -52,12 +53,12 @@ from sparkscale.daemon.action_log import (
 )
 from sparkscale.daemon.leader import LeaderElection, default_identity, zk_client
 from sparkscale.daemon.metrics import DaemonMetrics
-from sparkscale.daemon.migrations import migrate, run_migration
+from sparkscale.daemon.migrations import app_restarter, migrate, run_migration
 from sparkscale.daemon.notify import Notifier
 from sparkscale.daemon.outcomes import Expectation, drop_blocked, expectation_for, judge
 from sparkscale.monitors.collector import AppNotRunningError, collect_snapshot
 from sparkscale.monitors.spark_rest import SparkRestClient, SparkRestError
-from sparkscale.pipeline.submit import driver_ui_port
+from sparkscale.pipeline.submit import driver_ui_port, with_stored_shape
 from sparkscale.pipeline.workloads import workload
 from sparkscale.plan import Action
 from sparkscale.policies.base import DecisionHistory, PastDecision, get_policy
@@ -276,6 +277,8 @@ class Daemon:
                     retry_in_s=backoff_s, action="none")
 
     def _cycle(self, app: AppConfig, st: _AppState, started: float) -> str:
+        # The executor shape a migration gave the app is what its executors have (and DS2 counts with).
+        app = with_stored_shape(app, self.redis, self.cfg.redis.key_prefix)
         election = self.elections[app.name]
         leader = election.try_acquire()
         if leader and st.elected_epoch != election.epoch:
@@ -386,7 +389,8 @@ class Daemon:
             decision_id, journal, result = run_migration(
                 self.cfg, app, self.zk, self.redis, self.action_log, election.epoch, lambda: election.is_leader,
                 self.identity, journal.query, journal.to_partitions, journal.strategy,
-                f"resume migration {journal.id} left at {journal.next} by epoch {journal.epoch}", resume=True)
+                f"resume migration {journal.id} left at {journal.next} by epoch {journal.epoch}", resume=True,
+                restart_app=self._restarter(app))
             log.info("migration.resumed", app=app.name, decision_id=decision_id, status=result.status,
                      detail=result.detail)
             st.last_action_at = time.time()
@@ -404,6 +408,9 @@ class Daemon:
         except Exception:  # the job is gone (app removed, shutting down): nothing to wake
             pass
 
+    def _restarter(self, app: AppConfig) -> Callable[[], object]:
+        return app_restarter(self.cfg, app.name, self.config_path, self.overrides)
+
     def _actuator(self, app: AppConfig, election: LeaderElection) -> ExecutorActuator:
         rest = SparkRestClient.for_port(driver_ui_port(self.cfg, app), timeout_s=self.cfg.spark.rest_timeout_s)
         return ExecutorActuator(self.zk, self.cfg.zookeeper.root, app.name, rest, self.cfg.actuator,
@@ -420,7 +427,7 @@ class Daemon:
                          strategy=self.cfg.migration.strategy, reason=action.reason)
                 _journal, result = migrate(self.cfg, app, self.zk, self.redis, election.epoch or 0,
                                            lambda: election.is_leader, self.identity, action,
-                                           self.cfg.migration.strategy)
+                                           self.cfg.migration.strategy, restart_app=self._restarter(app))
             else:
                 log.info("actuator.start", app=app.name, action=action.summary(), epoch=election.epoch,
                          reason=action.reason)
@@ -447,7 +454,8 @@ class Daemon:
                 continue
             if request.type == "migrate":
                 done = JournalStore(self.zk, root, app.name).read()
-                if (done is not None and done.status == "done" and done.to_partitions == request.to
+                if (done is not None and done.status == "done" and request.to in (None, done.to_partitions)
+                        and done.shape == (asdict(request.executor_shape) if request.executor_shape else None)
                         and done.requested_at >= request.requested_at):
                     # Its leader died during it and this one finished it on election (_on_elected).
                     manual.answer(self.zk, root, app.name, request.name, manual.ManualResult(
@@ -458,7 +466,8 @@ class Daemon:
                     self.cfg, app, self.zk, self.redis, self.action_log, election.epoch or 0,
                     lambda: election.is_leader, self.identity, request.query or workload(app.pipeline).query,
                     request.to, request.strategy or self.cfg.migration.strategy, f"manual request by {request.by}",
-                    executors=request.executors, executor_actuator=self._actuator(app, election))
+                    executors=request.executors, executor_actuator=self._actuator(app, election),
+                    shape=request.executor_shape, restart_app=self._restarter(app))
                 if result.status == "done":
                     st.last_action_at = time.time()
                     st.last_action = f"manual: {result.action.summary()}"

@@ -40,7 +40,9 @@ def main(argv: list[str] | None = None) -> int:
 
     spark = SparkSession.builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
-    agent = ControlAgent(spark, cfg, app, initial_executors=app.initial_executors)
+    # Under Spark's dynamic allocation Spark owns the executor target: the agent must not set it.
+    initial = None if app.dynamic_allocation.enabled else app.initial_executors
+    agent = ControlAgent(spark, cfg, app, initial_executors=initial)
     # A migration changed the query's state partitions: its checkpoint has the new count, and the
     # workload (dag's repartitions between stages) must use it too, also after a driver restart.
     migrated = stored_partitions(agent.redis, cfg.redis.key_prefix, app.name, workload(app.pipeline).query)

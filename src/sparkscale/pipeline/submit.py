@@ -16,11 +16,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import psutil
+import redis
 import structlog
 
 from sparkscale.config import AppConfig, Config
 from sparkscale.localenv.preflight import Tools, check_tools
 from sparkscale.processes import live_process, stop_trees, tail
+from sparkscale.redisconn import connect
 
 log = structlog.get_logger(__name__)
 
@@ -39,6 +41,46 @@ class PipelineRecord:
     log: str
     ui_port: int
     submitted_at: float
+
+
+@dataclass(frozen=True)
+class ExecutorShape:
+    """Cores and memory of each executor. Spark fixes both for an application's life, so a new
+    shape takes a whole-application restart (a migration with a shape, actuators/migration.py);
+    the shape it set is kept in Redis and outlives the config's, for every later submit."""
+
+    executor_cores: int
+    executor_memory_mb: int
+
+    def describe(self) -> str:
+        return f"{self.executor_cores} core(s), {self.executor_memory_mb} MiB"
+
+
+def shape_key(prefix: str, app: str) -> str:
+    return f"{prefix}{app}:shape"
+
+
+def stored_shape(client: redis.Redis, prefix: str, app: str) -> ExecutorShape | None:
+    raw = client.hgetall(shape_key(prefix, app))
+    if not raw:
+        return None
+    return ExecutorShape(int(raw["executor_cores"]), int(raw["executor_memory_mb"]))
+
+
+def store_shape(client: redis.Redis, prefix: str, app: str, shape: ExecutorShape, migration: str) -> None:
+    client.hset(shape_key(prefix, app), mapping={**asdict(shape), "migration": migration, "set_at": time.time()})
+
+
+def with_stored_shape(app: AppConfig, client: redis.Redis, prefix: str) -> AppConfig:
+    """`app` with the executor shape a migration gave it (what its executors really have)."""
+    shape = stored_shape(client, prefix, app.name)
+    if shape is None:
+        return app
+    return app.model_copy(update=asdict(shape))
+
+
+def current_shape(app: AppConfig) -> ExecutorShape:
+    return ExecutorShape(app.executor_cores, app.executor_memory_mb)
 
 
 def pipelines_dir(cfg: Config) -> Path:
@@ -65,12 +107,12 @@ def spark_conf(cfg: Config, app: AppConfig) -> dict[str, str]:
         "spark.executor.cores": str(app.executor_cores),
         "spark.executor.memory": f"{app.executor_memory_mb}m",
         "spark.driver.memory": "1g",
-        "spark.dynamicAllocation.enabled": "false",
         # Scale-in is a graceful decommission (the lazy kill of N-Storm), not a kill.
         "spark.decommission.enabled": "true",
         "spark.storage.decommission.enabled": "true",
         "spark.storage.decommission.shuffleBlocks.enabled": "true",
         "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+        **_dynamic_allocation_conf(app),
         # Only read at a query's first start; afterwards the checkpoint's value wins.
         "spark.sql.shuffle.partitions": str(app.shuffle_partitions),
         "spark.sql.adaptive.enabled": "false",
@@ -81,6 +123,23 @@ def spark_conf(cfg: Config, app: AppConfig) -> dict[str, str]:
         "spark.driver.host": "127.0.0.1",
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
+    }
+
+
+def _dynamic_allocation_conf(app: AppConfig) -> dict[str, str]:
+    """Spark's own dynamic allocation (the `spark-dra` baseline); with shuffle tracking, as the
+    standalone master has no external shuffle service here."""
+    dra = app.dynamic_allocation
+    if not dra.enabled:
+        return {"spark.dynamicAllocation.enabled": "false"}
+    return {
+        "spark.dynamicAllocation.enabled": "true",
+        "spark.dynamicAllocation.shuffleTracking.enabled": "true",
+        "spark.dynamicAllocation.minExecutors": str(app.min_executors),
+        "spark.dynamicAllocation.maxExecutors": str(app.max_executors),
+        "spark.dynamicAllocation.initialExecutors": str(app.initial_executors),
+        "spark.dynamicAllocation.executorIdleTimeout": f"{dra.executor_idle_timeout_s:g}s",
+        "spark.dynamicAllocation.schedulerBacklogTimeout": f"{dra.scheduler_backlog_timeout_s:g}s",
     }
 
 
@@ -103,8 +162,13 @@ def submit(
     cfg: Config, app_name: str, config_path: str | None = None, overrides: list[str] | None = None,
     wait_s: float = 180.0,
 ) -> PipelineRecord:
-    """Start the app's driver in the background; return once its queries run (or raise)."""
-    app = cfg.app(app_name)
+    """Start the app's driver in the background; return once its queries run (or raise). The executor
+    shape is the one a migration stored, if any, else the config's."""
+    client = connect(cfg.redis)
+    try:
+        app = with_stored_shape(cfg.app(app_name), client, cfg.redis.key_prefix)
+    finally:
+        client.close()
     current = running(cfg, app_name)
     if current is not None:
         raise PipelineError(f"{app_name} already runs (pid {current.pid}); `sparkscale pipeline stop {app_name}` first")
@@ -146,6 +210,13 @@ def _wait_started(cfg: Config, record: PipelineRecord, proc: subprocess.Popen, w
                                 f"{tail(Path(record.log), 40)}")
         time.sleep(0.5)
     log.info("pipeline.running", app=record.app, startup_s=round(time.time() - record.submitted_at, 1))
+
+
+def restart(cfg: Config, app_name: str, config_path: str | None, overrides: list[str] | tuple[str, ...],
+            wait_s: float = 300.0) -> PipelineRecord:
+    """Stop the app's driver (if it runs) and submit it again: a whole-application restart."""
+    stop(cfg, app_name)
+    return submit(cfg, app_name, config_path, list(overrides), wait_s=wait_s)
 
 
 def started_marker(cfg: Config, app_name: str) -> Path:

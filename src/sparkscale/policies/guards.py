@@ -4,6 +4,7 @@ oscillations*, fast convergence). Pure: the daemon passes in what it knows (hist
 
 Order, each step explained in the returned plan's explanation (lines starting "guard "):
 
+0. dynamic allocation: an app under Spark's own dynamic allocation keeps no `scale_executors`.
 1. executor range: a `scale_executors` target is clamped to the app's [min_executors,
    max_executors]; an app outside its range gets an action back into it.
 2. scale-down delay (`guards.scale_down_delay_s`): a scale-down happens only once every
@@ -129,6 +130,7 @@ def apply_guards(plan: Plan, given: GuardInput, guards: GuardsConfig, loop: Loop
     current = given.executors
     actions = list(plan.actions)
 
+    actions = _spark_owns_executors(actions, given.app, notes)
     actions = _executor_range(actions, current, given.app, notes)
     recommended = _target(actions, current)
     actions = _scale_down_delay(actions, current, recommended, given, guards.scale_down_delay_s, notes)
@@ -165,6 +167,16 @@ def _retarget(action: Action, to: int, why: str) -> Action | None:
     if action.from_ == to:
         return None
     return Action.scale_executors(action.from_ if action.from_ is not None else to, to, f"{action.reason}; {why}")
+
+
+def _spark_owns_executors(actions: list[Action], app: AppConfig, notes: list[str]) -> list[Action]:
+    """An app under Spark's own dynamic allocation: Spark sets its executor count, not the daemon."""
+    scale = _scale(actions)
+    if scale is None or not app.dynamic_allocation.enabled:
+        return actions
+    notes.append(f"guard dynamic allocation: {scale.from_} -> {scale.to} executors dropped; Spark's dynamic "
+                 "allocation owns this app's executor count")
+    return _replace_scale(actions, None)
 
 
 def _executor_range(actions: list[Action], current: int, app: AppConfig, notes: list[str]) -> list[Action]:

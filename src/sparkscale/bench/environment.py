@@ -1,5 +1,5 @@
-"""What every benchmark here does around its measurements: an isolated embedded environment for a
-set of apps, and the results written as a markdown table plus JSON."""
+"""What every benchmark does around its measurements: an isolated embedded environment for a set of
+apps (fresh temp dir, free ports), and the results written as a markdown table plus JSON."""
 
 from __future__ import annotations
 
@@ -24,11 +24,12 @@ class BenchEnv:
 
 
 @contextmanager
-def embedded_environment(prefix: str, apps_yaml: str) -> Iterator[BenchEnv]:
-    """An embedded environment on free ports in a fresh temp dir, running the given `apps:` items."""
+def embedded_environment(prefix: str, apps_yaml: str, extra_yaml: str = "") -> Iterator[BenchEnv]:
+    """An embedded environment on free ports in a fresh temp dir, running the given `apps:` items;
+    `extra_yaml` adds top-level config sections (loop, policy, ...)."""
     run_dir = Path(tempfile.mkdtemp(prefix=prefix))
     config_path = run_dir / "bench.yaml"
-    config_path.write_text("apps:" + apps_yaml + "logging:\n  level: warning\n")
+    config_path.write_text("apps:" + apps_yaml + "logging:\n  level: warning\n" + extra_yaml)
     overrides = isolated_overrides(run_dir / "env")
     cfg = load_config(config_path, overrides)
     env = LocalEnvironment(cfg)

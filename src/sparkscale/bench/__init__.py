@@ -1,0 +1,7 @@
+"""Benchmarks, report and demo: sparkscale's controllers measured against Spark's own dynamic
+allocation and static provisioning on the embedded environment (`sparkscale bench`, `report`, `demo`).
+
+Layout, one job per module: `environment` (a fresh embedded environment per run), `timeline` (what
+is sampled during a run), `measures` (pure maths over a run's samples), `scaling` and `migration`
+(the two benchmarks), `plots` (matplotlib), `report` (tables and plots from saved results), `demo`.
+"""

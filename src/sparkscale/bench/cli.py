@@ -1,0 +1,84 @@
+"""`sparkscale bench scaling|migration` and `sparkscale report DIR` (registered in daemon/cli.py).
+
+The benchmarks bring up their own embedded environments on free ports in temp dirs; they read no
+config file (the user's environment is left alone)."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+import click
+
+from sparkscale.config import load_config
+from sparkscale.logsetup import configure_logging
+
+
+def _command_line() -> str:
+    return "sparkscale " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+
+
+def _logging() -> None:
+    configure_logging(load_config(None, ["logging.level=info"]).logging)
+
+
+def _names(value: str, known: tuple[str, ...], what: str) -> tuple[str, ...]:
+    names = tuple(v.strip() for v in value.split(",") if v.strip())
+    unknown = [n for n in names if n not in known]
+    if not names or unknown:
+        raise click.BadParameter(f"unknown {what} {', '.join(unknown) or '(none given)'}; expected some of "
+                                 f"{','.join(known)}")
+    return names
+
+
+@click.group("bench")
+def bench() -> None:
+    """Benchmarks on fresh embedded environments; results, tables and plots under --out."""
+
+
+@bench.command("scaling")
+@click.option("--workload", default="dag-linear", show_default=True,
+              help="dag-linear | dag-diamond | dag-star | wordcount.")
+@click.option("--profile", default="steps:15@45s,60@90s,15@90s", show_default=True,
+              help="Load profile (sparkscale loadgen's syntax); must end.")
+@click.option("--controllers", default="static,spark-dra,threshold,dhalion,ds2", show_default=True)
+@click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option("--seed", type=int, default=7, show_default=True)
+@click.option("--max-executors", type=click.IntRange(min=1), default=4, show_default=True)
+@click.option("--calibration-trial-s", type=float, default=60.0, show_default=True,
+              help="How long each calibration trial (one rate, one executor count) loads the app.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="bench-results/scaling",
+              show_default=True)
+def bench_scaling(workload: str, profile: str, controllers: str, repeat: int, seed: int, max_executors: int,
+                  calibration_trial_s: float, out_dir: str) -> None:
+    """Static provisioning, Spark's dynamic allocation and the daemon's policies, side by side."""
+    from sparkscale.bench.report import render
+    from sparkscale.bench.scaling import CONTROLLERS, WORKLOADS, BenchSpec, run_bench
+    from sparkscale.pipeline.profiles import parse_profile
+
+    if workload not in WORKLOADS:
+        raise click.BadParameter(f"expected one of {', '.join(WORKLOADS)}", param_hint="--workload")
+    try:
+        if parse_profile(profile).duration_s is None:
+            raise ValueError("the profile must end (give every step a duration)")
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--profile") from None
+    _logging()
+    spec = BenchSpec(workload=workload, profile=profile, controllers=_names(controllers, CONTROLLERS, "controller"),
+                     repeat=repeat, seed=seed, max_executors=max_executors, calibration_trial_s=calibration_trial_s)
+    run_bench(spec, Path(out_dir), _command_line())
+    click.echo(render(Path(out_dir)))
+
+
+@click.command("report")
+@click.argument("results_dir", type=click.Path(file_okay=False, exists=True))
+def report_command(results_dir: str) -> None:
+    """Re-render the tables and plots of saved benchmark results (RESULTS_DIR/results.json)."""
+    from sparkscale.bench.report import ReportError, render
+
+    try:
+        click.echo(render(Path(results_dir)))
+    except ReportError as exc:
+        click.echo(f"cannot report {results_dir}: {exc}", err=True)
+        sys.exit(2)

@@ -1,0 +1,127 @@
+"""`sparkscale demo`: the embedded environment, `wordcount` under a low / high / low load, and the
+daemon with DS2 in the foreground; at the end a summary (actions, convergence, records verified)
+and a timeline plot.
+
+The demo shortens the daemon's timings so that a few minutes show a whole scale-up and scale-down
+(`DEMO_TIMINGS`; a `--set` of the same key wins). It leaves the environment running, so that
+`sparkscale status` / `actions` can be read afterwards; `sparkscale cluster down` stops it.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+
+from sparkscale.bench.daemon_process import DaemonProcess
+from sparkscale.bench.measures import SloLimits, measure, segments
+from sparkscale.bench.scaling import logged_actions
+from sparkscale.bench.timeline import Recorder
+from sparkscale.config import Config
+from sparkscale.daemon.action_log import ActionLog
+from sparkscale.localenv import LocalEnvironment
+from sparkscale.pipeline.check import drained, verify_app
+from sparkscale.pipeline.loadgen import run_loadgen
+from sparkscale.pipeline.profiles import parse_profile
+from sparkscale.pipeline.submit import running, stop, submit
+from sparkscale.redisconn import connect
+
+log = structlog.get_logger(__name__)
+
+DEMO_TIMINGS = ["loop.interval_s=5", "loop.window_s=15", "loop.cooldown_s=20", "loop.stabilization_s=0",
+                "guards.scale_down_delay_s=30", "outcomes.evaluation_windows=2"]
+
+
+@dataclass(frozen=True)
+class DemoSpec:
+    app: str
+    minutes: float
+    low_rate: int
+    high_rate: int
+    out_dir: Path
+    seed: int = 11
+
+    @property
+    def profile(self) -> str:
+        """Low for a quarter of the time, high (the step up) for 40 %, low again for the rest."""
+        total = self.minutes * 60
+        low1, high = round(total * 0.25), round(total * 0.40)
+        return f"steps:{self.low_rate}@{low1}s,{self.high_rate}@{high}s,{self.low_rate}@{round(total) - low1 - high}s"
+
+
+def run_demo(cfg: Config, spec: DemoSpec, config_path: str | None, overrides: list[str],
+             echo=print) -> int:
+    """The whole demo; returns the exit code (0: every record verified exactly once)."""
+    echo(f"sparkscale demo: {spec.minutes:g} minutes, app {spec.app}, load {spec.profile}")
+    echo("starting the embedded environment (Spark standalone master and workers, Redis, ZooKeeper)...")
+    LocalEnvironment(cfg).up()
+    if running(cfg, spec.app):
+        stop(cfg, spec.app)
+    echo(f"submitting {spec.app}...")
+    submit(cfg, spec.app, config_path, overrides, wait_s=300)
+    spec.out_dir.mkdir(parents=True, exist_ok=True)
+    daemon_log = spec.out_dir / "daemon.jsonl"
+    echo("running the daemon (DS2) in the foreground; its log follows. Ctrl-C ends the demo early.\n")
+    daemon = DaemonProcess(config_path, overrides, daemon_log, "demo",
+                           ["policy.name=ds2", "logging.level=info", "logging.stderr=true",
+                            "logging.stderr_format=console"], inherit_stderr=True)
+    t0 = time.time()
+    recorder = Recorder(cfg, spec.app, 2.0, t0=t0).start()
+    stop_load = threading.Event()
+    loader = threading.Thread(target=run_loadgen, args=(cfg, spec.app, spec.profile),
+                              kwargs={"seed": spec.seed, "stop": stop_load}, daemon=True)
+    loader.start()
+    interrupted = False
+    try:
+        loader.join()
+    except KeyboardInterrupt:
+        interrupted = True
+        stop_load.set()
+        loader.join()
+    finally:
+        daemon.stop()
+    echo("\nthe load has ended; waiting for the app to process what is left...")
+    client = connect(cfg.redis)
+    deadline = time.monotonic() + 180
+    while not drained(client, cfg, cfg.app(spec.app)) and time.monotonic() < deadline:
+        time.sleep(1)  # polling the backlog
+    samples = recorder.stop()
+    result = verify_app(cfg, spec.app)
+    actions = logged_actions(ActionLog(client, cfg.redis.key_prefix), t0, spec.app)
+    app = cfg.app(spec.app)
+    segs = segments(parse_profile(spec.profile))
+    if interrupted:
+        end = samples[-1].t_s if samples else 0.0
+        segs = [s for s in segs if s.start_s < end]
+    measures = measure(samples, actions, segs, SloLimits(batch_limit_ms=app.trigger_interval_s * 1000))
+    stop(cfg, spec.app)
+
+    from sparkscale.bench.plots import timeline
+
+    plot = spec.out_dir / "demo-timeline.png"
+    title = (f"sparkscale demo: {spec.app} with DS2, {len(actions)} actions; "
+             f"verified {result.total_expected} records, lost {result.lost}, duplicated {result.duplicated}")
+    timeline(samples, [a.to_dict() for a in actions], title, plot, spec.profile)
+    (spec.out_dir / "demo.json").write_text(json.dumps({
+        "profile": spec.profile, "samples": [s.to_dict() for s in samples], "actions": [a.to_dict() for a in actions],
+        "measures": measures.to_dict(), "lost": result.lost, "duplicated": result.duplicated,
+        "total_records": result.total_expected}, indent=1))
+
+    echo("\n=== summary ===")
+    echo(f"load: {spec.profile}{' (interrupted)' if interrupted else ''}")
+    echo(f"actions taken by the daemon: {len(actions)}")
+    for a in actions:
+        echo(f"  t={a.t_s:6.1f} s  {a.kind} {a.from_} -> {a.to}  {'done' if a.done else 'FAILED'}")
+    for seg, conv in zip(segs, measures.convergence_s, strict=True):
+        echo(f"  load {seg.rate:g}/s from t={seg.start_s:g} s: "
+             + (f"converged (stable, keeping up) after {conv:g} s" if conv is not None else "did not converge"))
+    echo(f"peak backlog: {measures.peak_backlog_records} records; executor-core-seconds: {measures.executor_core_s:g}")
+    echo(f"records verified: {result.total_expected} produced, lost {result.lost}, duplicated {result.duplicated}")
+    echo(f"timeline plot: {plot}")
+    echo(f"the daemon's log: {daemon_log}; the action log: sparkscale actions --since 1h")
+    echo("the environment is still up: `sparkscale cluster down` (or ./dev down) stops it")
+    return 0 if result.lost == 0 and result.duplicated == 0 else 1

@@ -1,0 +1,111 @@
+"""Timelines with matplotlib (Agg, no display): input and output rate, backlog and batch duration,
+executors and partitions over time, actions marked, load changes (or migration phases) shaded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: the daemon's host has no display
+import matplotlib.pyplot as plt  # noqa: E402
+
+from sparkscale.bench.measures import segments  # noqa: E402
+from sparkscale.bench.timeline import Sample, rates  # noqa: E402
+from sparkscale.pipeline.profiles import parse_profile  # noqa: E402
+
+
+def timeline(samples: list[Sample], actions: list[dict], title: str, path: Path, profile: str | None = None,
+             shaded: list[tuple[float, float, str]] = (), rate_window_s: float = 10.0) -> None:
+    """Three stacked panels sharing the time axis; `shaded` spans are (start_s, end_s, label)."""
+    fig, (ax_rate, ax_backlog, ax_exec) = plt.subplots(3, 1, figsize=(11, 7.5), sharex=True,
+                                                       gridspec_kw={"height_ratios": [3, 2, 2]})
+    points = rates(samples, rate_window_s)
+    ax_rate.plot([p.t_s for p in points], [p.input_rate for p in points], label="input rate", color="tab:blue")
+    ax_rate.plot([p.t_s for p in points], [p.output_rate for p in points], label="output (processed) rate",
+                 color="tab:green")
+    if profile:
+        segs = segments(parse_profile(profile))
+        xs = [x for g in segs for x in (g.start_s, g.end_s)]
+        ys = [g.rate for g in segs for _ in range(2)]
+        ax_rate.plot(xs, ys, "--", color="grey", linewidth=1, label="target load")
+        for g in segs[1:]:
+            for ax in (ax_rate, ax_backlog, ax_exec):
+                ax.axvline(g.start_s, color="grey", linestyle=":", linewidth=1)
+    ax_rate.set_ylabel(f"records/s ({rate_window_s:g} s window)")
+    ax_rate.legend(loc="upper right", fontsize=8)
+    ax_rate.set_title(title)
+
+    ts = [s.t_s for s in samples]
+    ax_backlog.plot(ts, [s.backlog_records for s in samples], color="tab:red", label="backlog")
+    ax_backlog.set_ylabel("backlog (records)", color="tab:red")
+    ax_batch = ax_backlog.twinx()
+    ax_batch.plot(ts, [(s.batch_duration_ms or 0) / 1000 for s in samples], color="tab:purple", linewidth=0.8,
+                  label="batch duration")
+    ax_batch.set_ylabel("batch duration (s)", color="tab:purple")
+
+    known = [(s.t_s, s.executors) for s in samples if s.executors is not None]
+    ax_exec.step([t for t, _ in known], [n for _, n in known], where="post", color="black", label="executors")
+    parts = [(s.t_s, s.partitions) for s in samples if s.partitions is not None]
+    if parts and len({p for _, p in parts}) > 1:
+        ax_parts = ax_exec.twinx()
+        ax_parts.step([t for t, _ in parts], [p for _, p in parts], where="post", color="tab:orange",
+                      label="state partitions")
+        ax_parts.set_ylabel("state partitions", color="tab:orange")
+    top = max([n for _, n in known] + [1])
+    for a in actions:
+        up = a["to"] > a["from_"]
+        marker = "^" if up else "v"
+        color = "tab:green" if a.get("done", True) else "tab:red"
+        if a["kind"] == "scale_executors":
+            ax_exec.plot(a["t_s"], a["to"], marker=marker, color=color, markersize=9, linestyle="none")
+        else:
+            ax_exec.annotate(f"{a['from_']}→{a['to']} partitions", (a["t_s"], top), fontsize=7, rotation=90,
+                             va="top")
+    ax_exec.set_ylim(0, top + 1)
+    ax_exec.set_ylabel("executors (▲▼ actions)")
+    ax_exec.set_xlabel("time since the load started (s)")
+    for start, end, label in shaded:
+        for ax in (ax_rate, ax_backlog, ax_exec):
+            ax.axvspan(start, end, alpha=0.15, color="tab:orange")
+        ax_rate.text((start + end) / 2, ax_rate.get_ylim()[1] * 0.95, label, fontsize=7, ha="center", va="top",
+                     rotation=90)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_scaling(results_dir: Path, results: dict[str, Any]) -> list[Path]:
+    """A timeline per run, and `executors.png`: every controller's executor count in its first run."""
+    spec = results["spec"]
+    written = []
+    for run in results["runs"]:
+        samples = [Sample.from_dict(s) for s in run["samples"]]
+        path = results_dir / f"timeline-{run['controller']}-{run['repeat']}.png"
+        m = run["measures"]
+        title = (f"{run['controller']} (run {run['repeat']}): {m['scaling_actions']} actions, SLO violation "
+                 f"{m['slo_violation_s']:g} s, {m['executor_core_s']:g} executor-core-s, "
+                 f"lost {run['lost']}, duplicated {run['duplicated']}")
+        timeline(samples, run["actions"], title, path, spec["profile"])
+        written.append(path)
+    fig, ax = plt.subplots(figsize=(11, 4))
+    for controller in spec["controllers"]:
+        run = next((r for r in results["runs"] if r["controller"] == controller), None)
+        if run is None:
+            continue
+        known = [(s["t_s"], s["executors"]) for s in run["samples"] if s["executors"] is not None]
+        ax.step([t for t, _ in known], [n for _, n in known], where="post", label=controller)
+    for g in segments(parse_profile(spec["profile"]))[1:]:
+        ax.axvline(g.start_s, color="grey", linestyle=":", linewidth=1)
+    ax.set_xlabel("time since the load started (s)")
+    ax.set_ylabel("executors")
+    ax.set_title(f"Executors over time, first run of each controller ({spec['workload']}, {spec['profile']})")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = results_dir / "executors.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    written.append(path)
+    return written

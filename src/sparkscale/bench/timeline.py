@@ -1,0 +1,135 @@
+"""A run's time series: one `Sample` every `sample_s` seconds, taken by a `Recorder` thread from the
+same sources the daemon reads (Redis source bookkeeping and progress, the driver's REST API).
+
+Counts are cumulative (records arrived in the input streams, records the query finished); rates
+are derived afterwards over several seconds (`rates`), because a micro-batch source advances in
+steps, one per batch.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import asdict, dataclass
+
+import redis
+import structlog
+
+from sparkscale.config import AppConfig, Config
+from sparkscale.monitors.spark_rest import SparkRestClient, SparkRestError
+from sparkscale.pipeline.redis_source import StreamOffsets, input_stream_key, read_source_status, stream_heads
+from sparkscale.pipeline.submit import driver_ui_port
+from sparkscale.pipeline.workloads import workload
+from sparkscale.redisconn import connect
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """What one look at a running app saw; `t_s` is seconds since the run's start."""
+
+    t_s: float
+    arrived_records: int  # entries ever added to the app's input streams
+    processed_records: int  # entries the query has finished (its last finished batch's end offsets)
+    batch_duration_ms: float | None  # the last finished batch's
+    executors: int | None  # active executors (None: the REST API did not answer)
+    cores: int | None
+    partitions: int | None  # state partitions the query reports
+
+    @property
+    def backlog_records(self) -> int:
+        return max(self.arrived_records - self.processed_records, 0)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Sample:
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class RatePoint:
+    t_s: float
+    input_rate: float  # records/s arrived over the rate window ending at t_s
+    output_rate: float  # records/s finished over the same window
+
+
+def rates(samples: list[Sample], window_s: float = 10.0) -> list[RatePoint]:
+    """Input and output rate at each sample, over the last `window_s` seconds (from the first sample
+    at least that far back; samples earlier than one window after the start get none)."""
+    out: list[RatePoint] = []
+    j = 0
+    for s in samples:
+        while j + 1 < len(samples) and s.t_s - samples[j + 1].t_s >= window_s:
+            j += 1
+        base = samples[j]
+        dt = s.t_s - base.t_s
+        if dt < window_s:
+            continue
+        out.append(RatePoint(s.t_s, (s.arrived_records - base.arrived_records) / dt,
+                             (s.processed_records - base.processed_records) / dt))
+    return out
+
+
+def look(cfg: Config, app: AppConfig, client: redis.Redis, rest: SparkRestClient, t0: float) -> Sample:
+    """One sample of the app now."""
+    prefix = cfg.redis.key_prefix
+    query = workload(app.pipeline).query
+    heads = stream_heads(client, [input_stream_key(prefix, app.name, i) for i in range(app.source_partitions)])
+    status = read_source_status(client, prefix, app.name, query)
+    processed = StreamOffsets.from_json(status.processed or status.committed or {}, app.source_partitions).total
+    progress = client.hgetall(f"{prefix}{app.name}:progress:{query}")
+    executors = cores = None
+    try:
+        found = rest.executors(rest.application(app.name).id)
+        executors, cores = len(found), sum(e.cores for e in found)
+    except SparkRestError:
+        pass  # between driver restarts (a migration) or before the UI is up: recorded as unknown
+
+    def num(name: str) -> float | None:
+        value = progress.get(name)
+        return None if value in (None, "") else float(value)
+
+    partitions = num("state_partitions")
+    return Sample(
+        t_s=round(time.time() - t0, 3), arrived_records=sum(h.entries_added for h in heads),
+        processed_records=processed, batch_duration_ms=num("batch_duration_ms"), executors=executors,
+        cores=cores, partitions=None if partitions is None else int(partitions),
+    )
+
+
+class Recorder:
+    """Samples an app every `sample_s` seconds in a background thread until `stop()`."""
+
+    def __init__(self, cfg: Config, app_name: str, sample_s: float = 2.0, t0: float | None = None):
+        self.cfg = cfg
+        self.app = cfg.app(app_name)
+        self.sample_s = sample_s
+        self.t0 = time.time() if t0 is None else t0
+        self.samples: list[Sample] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"recorder-{app_name}", daemon=True)
+
+    def start(self) -> Recorder:
+        self._thread.start()
+        return self
+
+    def stop(self) -> list[Sample]:
+        self._stop.set()
+        self._thread.join()
+        return list(self.samples)
+
+    def _run(self) -> None:
+        client = connect(self.cfg.redis)
+        rest = SparkRestClient.for_port(driver_ui_port(self.cfg, self.app), timeout_s=2, retries=0)
+        next_at = time.monotonic()
+        while not self._stop.is_set():
+            try:
+                self.samples.append(look(self.cfg, self.app, client, rest, self.t0))
+            except redis.RedisError as exc:
+                log.warning("bench.sample_failed", app=self.app.name, error=str(exc))
+            next_at += self.sample_s
+            self._stop.wait(max(next_at - time.monotonic(), 0))  # a sampling period, not a condition
+        client.close()
