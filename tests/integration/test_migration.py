@@ -109,6 +109,8 @@ def test_each_strategy_rescales_state_4_to_8_to_2_without_loss(setup, app, query
                 result = out[-1]
                 assert result["ok"] and result["figures"]["strategy"] == strategy, result
                 assert result["figures"]["restore_s"] is not None and result["figures"]["rebalance_s"] > 0
+                # Followed afterwards (measure_after): what arrived before the request is processed.
+                assert result["figures"]["catch_up_s"] is not None, result["figures"]
                 partitions = target
                 wait_until(lambda: state_partitions(cfg, app, query) == partitions, 60,
                            f"{strategy}: batches with {partitions} partitions")

@@ -61,3 +61,24 @@ def test_bench_scaling_refuses_unknown_controllers_and_endless_profiles(tmp_path
     out = runner.invoke(main, ["bench", "scaling", "--profile", "constant:10", "--out", str(tmp_path)])
     assert out.exit_code == 2 and "must end" in out.output
     assert not (tmp_path / "results.json").exists()
+
+
+def test_report_of_a_migration_benchmark_tables_the_medians_and_plots_each_strategy(tmp_path):
+    samples = [Sample(t, 100 * t, 100 * t - 50, 300.0, 2, 2, 4 if t < 20 else 8).to_dict() for t in range(0, 40)]
+
+    def migration(direction: str, to: int, restore_s: float) -> dict:
+        return {"direction": direction, "to": to, "phases": {"requested": 10.0, "done": 16.0},
+                "figures": {"restore_s": restore_s, "rebalance_s": 2.0, "captured_records": 250}}
+
+    data = {"kind": "migration", "command": "sparkscale bench migration --repeat 2",
+            "spec": {"workload": "dag-star", "rate": 100},
+            "strategies": [{"strategy": "ccr", "samples": samples, "lost": 0, "duplicated": 0, "total_expected": 3900,
+                            "migrations": [migration("scale-out", 8, 5.0), migration("scale-in", 4, 6.0),
+                                           migration("scale-out", 8, 7.0), migration("scale-in", 4, 6.0)]}]}
+    (tmp_path / "results.json").write_text(json.dumps(data))
+    out = CliRunner().invoke(main, ["report", str(tmp_path)])
+    assert out.exit_code == 0, out.output
+    rows = [line for line in (tmp_path / "results.md").read_text().splitlines() if line.startswith("| ccr")]
+    assert rows[0].startswith("| ccr | scale-out | 2 | 6.0 | - | - | 2.0 |")  # restore_s median of 5 and 7
+    assert rows[1].startswith("| ccr | scale-in | 2 | 6.0 |")
+    assert (tmp_path / "timeline-ccr.png").read_bytes()[:4] == b"\x89PNG"

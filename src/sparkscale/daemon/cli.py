@@ -533,6 +533,7 @@ def _print_status(statuses: list[Any]) -> None:
 
 
 from sparkscale.bench.cli import bench, report_command  # noqa: E402
+from sparkscale.bench.simulate import simulate_command  # noqa: E402
 
 
 @main.command("demo")
@@ -575,6 +576,7 @@ main.add_command(plan_command, "plan")
 main.add_command(snapshot_command, "snapshot")
 main.add_command(bench, "bench")
 main.add_command(report_command, "report")
+main.add_command(simulate_command, "simulate")
 
 
 if __name__ == "__main__":  # pragma: no cover
