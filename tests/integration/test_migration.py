@@ -40,7 +40,7 @@ apps:
     shuffle_partitions: 4
     max_records_per_batch: 500
     dag: {shape: star, cost_ms_per_record: 0.2, selectivity: 1.0, key_space: 40}
-migration: {phase_timeout_s: 120, stable_window_s: 5, measure_timeout_s: 30}
+migration: {phase_timeout_s: 120, stable_window_s: 5, measure_timeout_s: 15}
 """
 
 

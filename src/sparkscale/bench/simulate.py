@@ -190,9 +190,11 @@ class SimApp:
         arrived = sum(a for a, _d, _b in recent)
         done = sum(d for _a, d, _b in recent)
         busy = sum(b for _a, _d, b in recent) / span
+        per_partition = done / source_partitions
         operators = [OperatorFigures(
-            SOURCE, source_partitions, tuple(InstanceFigures(done / source_partitions, done / source_partitions,
-                                                             float(span)) for _ in range(source_partitions)),
+            SOURCE, source_partitions,
+            tuple(InstanceFigures(per_partition, per_partition * self.selectivity[SOURCE], float(span))
+                  for _ in range(source_partitions)),
             source=True, arrival_rate=arrived / span, backlog=self.backlog)]
         for op in self.graph.operators[1:]:
             p = self.partitions[op]
