@@ -82,3 +82,12 @@ def test_report_of_a_migration_benchmark_tables_the_medians_and_plots_each_strat
     assert rows[0].startswith("| ccr | scale-out | 2 | 6.0 | - | - | 2.0 |")  # restore_s median of 5 and 7
     assert rows[1].startswith("| ccr | scale-in | 2 | 6.0 |")
     assert (tmp_path / "timeline-ccr.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_bench_migration_refuses_unknown_strategies_and_workloads(tmp_path):
+    runner = CliRunner()
+    out = runner.invoke(main, ["bench", "migration", "--strategies", "ccr,teleport", "--out", str(tmp_path)])
+    assert out.exit_code == 2 and "teleport" in out.output
+    out = runner.invoke(main, ["bench", "migration", "--workload", "wordcount", "--out", str(tmp_path)])
+    assert out.exit_code == 2 and "dag-star" in out.output
+    assert not (tmp_path / "results.json").exists()

@@ -82,3 +82,28 @@ def report_command(results_dir: str) -> None:
     except ReportError as exc:
         click.echo(f"cannot report {results_dir}: {exc}", err=True)
         sys.exit(2)
+
+
+@bench.command("migration")
+@click.option("--workload", default="dag-star", show_default=True, help="dag-star | dag-linear | dag-diamond.")
+@click.option("--strategies", default="dsm,dcr,ccr", show_default=True)
+@click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Migrations per direction (scale-out 4 -> 8, scale-in 8 -> 4) and strategy.")
+@click.option("--rate", type=click.IntRange(min=1), default=100, show_default=True, help="Input records/s.")
+@click.option("--stable-window-s", type=float, default=20.0, show_default=True,
+              help="How long the output must stay within tolerance of the input to count as stable.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="bench-results/migration",
+              show_default=True)
+def bench_migration(workload: str, strategies: str, repeat: int, rate: int, stable_window_s: float,
+                    out_dir: str) -> None:
+    """DSM, DCR and CCR migrations under a constant load: the seed's metrics and rate timelines."""
+    from sparkscale.bench.migration import SHAPES, STRATEGIES, MigrationSpec, run_migration_bench
+    from sparkscale.bench.report import render
+
+    if workload not in SHAPES:
+        raise click.BadParameter(f"expected one of {', '.join(SHAPES)}", param_hint="--workload")
+    _logging()
+    spec = MigrationSpec(workload=workload, strategies=_names(strategies, STRATEGIES, "strategy"), repeat=repeat,
+                         rate=rate, stable_window_s=stable_window_s)
+    run_migration_bench(spec, Path(out_dir), _command_line())
+    click.echo(render(Path(out_dir)))
