@@ -91,7 +91,8 @@ def run_strategy(spec: MigrationSpec, strategy: str) -> dict[str, Any]:
                 for direction, partitions in (("scale-out", 8), ("scale-in", 4)):
                     m = migrate(env, partitions, strategy, spec.stable_window_s, t0)
                     migrations.append({"direction": direction, **m})
-                    log.info("bench.migrated", strategy=strategy, direction=direction, **m["figures"])
+                    log.info("bench.migrated", strategy=strategy, direction=direction,
+                             **{k: m["figures"].get(k) for k in METRICS})
         finally:
             stop_load.set()
             loader.join()
