@@ -84,7 +84,14 @@ def run_strategy(spec: MigrationSpec, strategy: str) -> dict[str, Any]:
         t0 = time.time()
         recorder = Recorder(cfg, APP, 1.0, t0=t0).start()
         loader.start()
-        time.sleep(spec.warmup_s)  # warm-up: JIT, executors, the first batches (not measured)
+        # A checkpoint without a committed batch has no state to repartition (Spark refuses it):
+        # wait for the first batch, then warm up (JIT, executors; not measured).
+        progress = f"{cfg.redis.key_prefix}{APP}:progress:dag"
+        client = connect(cfg.redis)
+        deadline = time.monotonic() + 300
+        while not client.hget(progress, "state_partitions") and time.monotonic() < deadline:
+            time.sleep(1)  # polling for the first finished batch
+        time.sleep(spec.warmup_s)
         migrations: list[dict[str, Any]] = []
         try:
             for _ in range(spec.repeat):
@@ -96,7 +103,6 @@ def run_strategy(spec: MigrationSpec, strategy: str) -> dict[str, Any]:
         finally:
             stop_load.set()
             loader.join()
-        client = connect(cfg.redis)
         deadline = time.monotonic() + 600
         while not drained(client, cfg, cfg.app(APP)) and time.monotonic() < deadline:
             time.sleep(2)  # polling the backlog
