@@ -339,3 +339,18 @@ def test_stages_share_cores_in_time_so_fractional_needs_add_before_rounding():
     assert (est["o1"].optimal_parallelism, est["o2"].optimal_parallelism) == (1, 1)
     assert est["o1"].required == pytest.approx(0.4) and est["o2"].required == pytest.approx(0.4)
     assert est.cores_needed == 1
+
+
+def test_no_finished_stage_in_the_window_leaves_executors_alone():
+    """A query whose batches outlast the window shows only its source: no true rate, no scale-down."""
+    from sparkscale.config import AppConfig, PolicyConfig
+    from sparkscale.policies.base import DecisionHistory
+    from sparkscale.policies.ds2 import Ds2Policy
+    from sparkscale.snapshot import ExecutorFigures, InstanceFigures, OperatorFigures, Snapshot
+
+    source = OperatorFigures("source", 4, (InstanceFigures(0, 0, 0.0),) * 4, source=True, arrival_rate=3000,
+                             backlog=1_650_000)
+    snap = Snapshot("a", "q", 100.0, 30.0, tuple(ExecutorFigures(str(i), "h", 1) for i in range(8)), (source,), ())
+    plan = Ds2Policy().decide(snap, DecisionHistory.empty(), PolicyConfig(), AppConfig(name="a", max_executors=8))
+    assert not [a for a in plan.actions if a.type == "scale_executors"]
+    assert any("no stage of the query finished" in line for line in plan.explanation)

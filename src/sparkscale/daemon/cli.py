@@ -541,9 +541,9 @@ from sparkscale.bench.simulate import simulate_command  # noqa: E402
 @click.option("--minutes", type=click.FloatRange(min=1), default=5.0, show_default=True,
               help="How long the load runs (low a quarter, high 40 %, low the rest).")
 @click.option("--app", "app_name", default="wordcount", show_default=True, help="The managed app to drive.")
-@click.option("--low", "low_rate", type=click.IntRange(min=1), default=3000, show_default=True,
+@click.option("--low", "low_rate", type=click.IntRange(min=1), default=2000, show_default=True,
               help="The low load, records/s.")
-@click.option("--high", "high_rate", type=click.IntRange(min=1), default=12000, show_default=True,
+@click.option("--high", "high_rate", type=click.IntRange(min=1), default=8000, show_default=True,
               help="The high load (the step up), records/s.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="Where the plot and figures go (default: <cluster.run_dir>/demo).")

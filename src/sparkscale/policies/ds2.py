@@ -275,7 +275,12 @@ class Ds2Policy:
                 f"the query needs {cores} cores but at most {app.max_executors * app.executor_cores} are allowed "
                 f"(max_executors {app.max_executors} x {app.executor_cores} cores): it will not keep up"))
         unmeasured = [op.id for op in est.operators if not op.source and op.required is None]
-        if unmeasured and executors != current:
+        stages = [op for op in est.operators if not op.source]
+        if not stages and executors != current:
+            # No batch finished in the window (batches longer than it, e.g. a query far behind): no
+            # stage, no true rate, and a need of 0 cores would scale down the query that needs most.
+            explanation.append("executors unchanged: no stage of the query finished in this window")
+        elif unmeasured and executors != current:
             # DS2 §3 rests on measured true rates; an operator that processed nothing in the window
             # (start-up, an idle source) gives none, and guessing its need made the first cycles of
             # a fresh query ask for every partition's core.
