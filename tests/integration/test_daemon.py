@@ -49,6 +49,16 @@ apps:
     shuffle_partitions: 4
     max_records_per_batch: 2000
     dag: {shape: linear, cost_ms_per_record: 5.0, selectivity: 1.0, key_space: 50}
+  - name: dpart
+    pipeline: dag
+    min_executors: 2
+    max_executors: 2
+    initial_executors: 2
+    executor_memory_mb: 512
+    source_partitions: 2
+    shuffle_partitions: 1
+    max_records_per_batch: 200
+    dag: {shape: linear, cost_ms_per_record: 5.0, selectivity: 1.0, key_space: 50}
   - name: fo
     pipeline: wordcount
     min_executors: 1
@@ -152,6 +162,39 @@ def test_ds2_scales_dag_up_after_the_step_up_and_down_after_the_step_down(setup)
         daemon.stop()
         stop(cfg, "dscale")
     assert daemon.proc.returncode == 0
+
+
+def test_a_partition_bound_stage_makes_the_daemon_migrate_its_query(setup):
+    """DS2 finds a dag stage partition-bound (1 shuffle partition, a load one task cannot carry) and
+    asks for more on that stage; the daemon migrates the whole query (Spark has one partition count
+    per query) with CCR, and nothing is lost or duplicated."""
+    cfg, path, overrides, _work = setup
+    submit(cfg, "dpart", path, overrides)
+    daemon = DaemonProcess(setup, "part-daemon", ["migration.measure_timeout_s=5"])
+    client = connect(cfg.redis)
+    progress = f"{cfg.redis.key_prefix}dpart:progress:dag"
+
+    def migrated() -> list:
+        return [r for d in decisions(cfg, "dpart") for r in d.results or ()
+                if r.action.type == "set_parallelism" and r.status == "done"]
+
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            # Each stage's task takes 5 ms per record: 1 partition carries at most 200 records/s, and
+            # batches of at most 200 records (3 s over the 3 stages) finish within the 15 s window.
+            loading = pool.submit(run_loadgen, cfg, "dpart", "constant:150@60s", seed=9)
+            wait_until(migrated, 240, "a migration of dpart's query")
+            loading.result()
+        result = migrated()[0]
+        assert result.action.operator != "dag" and result.figures["strategy"] == "ccr"  # a stage asked
+        assert "dag:" in result.detail
+        wait_until(lambda: int(client.hget(progress, "state_partitions") or 0) > 1, 60, "batches on more partitions")
+        wait_until(lambda: drained(client, cfg, cfg.app("dpart")), 420, "dpart to process all its input")
+        verified = verify_app(cfg, "dpart")
+        assert (verified.lost, verified.duplicated, verified.unexpected) == (0, 0, 0), verified.summary()
+    finally:
+        daemon.stop()
+        stop(cfg, "dpart")
 
 
 def test_dry_run_logs_plans_but_never_changes_executors(setup):

@@ -131,3 +131,17 @@ def test_parse_since():
     assert parse_since("2026-11-22T10:00:00+00:00", 0) == 1795341600.0
     with pytest.raises(ValueError, match="expected a duration"):
         parse_since("yesterday", 0)
+
+
+def test_a_plans_stage_wishes_become_one_migration_of_the_query():
+    from sparkscale.daemon.migrations import query_migration
+    from sparkscale.plan import Action
+
+    actions = (Action.scale_executors(2, 4, "more"), Action.set_parallelism("stage0", 2, 26, "source stage"),
+               Action.set_parallelism("stage1", 4, 18, "bound"), Action.set_parallelism("stage2", 4, 24, "bound too"))
+    migration, covered = query_migration(actions, "counts", current_partitions=4)
+    assert (migration.operator, migration.from_, migration.to) == ("counts", 4, 24)
+    assert "stage1: bound" in migration.reason and "stage2: bound too" in migration.reason
+    # stage0 reads the source: its 2 partitions are the source's, which no migration changes.
+    assert covered == [actions[2], actions[3]]
+    assert query_migration(actions[:2], "counts", 4) == (None, [])

@@ -27,6 +27,25 @@ from sparkscale.plan import Action, Plan
 log = structlog.get_logger(__name__)
 
 
+def query_migration(actions: tuple[Action, ...] | list[Action], query: str,
+                    current_partitions: int) -> tuple[Action | None, list[Action]]:
+    """A plan's `set_parallelism` actions as one migration of the query, and the actions it covers.
+
+    A policy names the operator (a stage of the snapshot) that is partition-bound, but a Spark
+    query has one state/shuffle partition count for all its shuffled stages
+    (`spark.sql.shuffle.partitions` at its first run, kept in the checkpoint): every such stage's
+    wish becomes one migration of the query, to the largest count asked for. A stage with another
+    count (the one reading the source has the source's partitions) cannot be changed by a
+    migration: its wish is not covered."""
+    wishes = [a for a in actions if a.type == "set_parallelism" and a.to is not None
+              and a.from_ == current_partitions and a.to != current_partitions]
+    if not wishes:
+        return None, []
+    target = max(wishes, key=lambda a: a.to or 0)
+    reasons = "; ".join(f"{a.operator}: {a.reason}" for a in wishes)
+    return Action.set_parallelism(query, current_partitions, target.to or 1, reasons), wishes
+
+
 def app_restarter(cfg: Config, app_name: str, config_path: str | None,
                   overrides: tuple[str, ...] | list[str]) -> Callable[[], object]:
     """How a migration restarts the whole application: stop its driver and submit it again with the

@@ -28,7 +28,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 
 import redis
@@ -38,7 +38,7 @@ from kazoo.client import KazooState
 
 from sparkscale.actuators.control_channel import send_command
 from sparkscale.actuators.executors import ActionResult, ExecutorActuator
-from sparkscale.actuators.migration import JournalStore
+from sparkscale.actuators.migration import JournalStore, MigrationRunner
 from sparkscale.config import AppConfig, Config, ConfigError, load_config
 from sparkscale.daemon import manual
 from sparkscale.daemon import status as app_status
@@ -53,7 +53,7 @@ from sparkscale.daemon.action_log import (
 )
 from sparkscale.daemon.leader import LeaderElection, default_identity, zk_client
 from sparkscale.daemon.metrics import DaemonMetrics
-from sparkscale.daemon.migrations import app_restarter, migrate, run_migration
+from sparkscale.daemon.migrations import app_restarter, migrate, query_migration, run_migration
 from sparkscale.daemon.notify import Notifier
 from sparkscale.daemon.outcomes import Expectation, drop_blocked, expectation_for, judge
 from sparkscale.monitors.collector import AppNotRunningError, collect_snapshot
@@ -420,14 +420,26 @@ class Daemon:
                  actions: tuple[Action, ...]) -> list[ActionResult]:
         actuator = self._actuator(app, election)
         results = []
+        query = workload(app.pipeline).query
+        current = MigrationRunner(self.cfg, app, self.zk, self.redis, election.epoch or 0,
+                                  lambda: election.is_leader).current_partitions(query)
+        migration, covered = query_migration(actions, query, current)
         for action in actions:
             if action.type == "set_parallelism":
+                if not covered or action is not covered[0]:
+                    why = (f"covered by one migration of the query: {migration.summary()}" if migration
+                           and action in covered else
+                           f"{action.operator} has {action.from_} partitions, not the query's {current} shuffle "
+                           "partitions (e.g. the source's): a migration cannot change them")
+                    results.append(ActionResult(action, "skipped", why))
+                    continue
                 # A stateful query's partitions change only by a migration (stop, repartition, restart).
-                log.info("migration.start", app=app.name, action=action.summary(), epoch=election.epoch,
-                         strategy=self.cfg.migration.strategy, reason=action.reason)
+                log.info("migration.start", app=app.name, action=migration.summary(), epoch=election.epoch,
+                         strategy=self.cfg.migration.strategy, reason=migration.reason)
                 _journal, result = migrate(self.cfg, app, self.zk, self.redis, election.epoch or 0,
-                                           lambda: election.is_leader, self.identity, action,
+                                           lambda: election.is_leader, self.identity, migration,
                                            self.cfg.migration.strategy, restart_app=self._restarter(app))
+                result = replace(result, action=action)  # logged against the plan's own action
             else:
                 log.info("actuator.start", app=app.name, action=action.summary(), epoch=election.epoch,
                          reason=action.reason)
