@@ -416,16 +416,27 @@ class MigrationRunner:
         try:
             self._command("start_query", {"query": journal.query, "partitions": journal.from_partitions},
                           timeout_s=self.mcfg.phase_timeout_s)
-            self._command("resume_sources", {})
         except (MigrationError, AckTimeout) as exc:
             journal.status = "failed"
             journal.detail += f"; rollback failed: {exc}"
             self._write(journal)
+            self._resume_anyway(journal)
             raise MigrationError(f"migration {journal.id} failed at {phase} and could not roll back: {exc}") from None
+        self._command("resume_sources", {})
         journal.status = "rolled_back"
         self._write(journal)
         log.warning("migration.rolled_back", app=self.app.name, id=journal.id, phase=phase)
         raise MigrationError(f"migration {journal.id} rolled back at {phase}: {reason}")
+
+
+    def _resume_anyway(self, journal: Journal) -> None:
+        """A failed rollback must not leave the sources paused for good (the pause lives in Redis and
+        outlives the driver): resuming loses nothing, the input waits in the streams."""
+        try:
+            self._command("resume_sources", {})
+        except (MigrationError, AckTimeout) as exc:
+            log.error("migration.resume_failed", app=self.app.name, id=journal.id, error=str(exc),
+                      paused_key=f"{self.prefix}{self.app.name}:paused")
 
 
 FAULT_HOLD_ENV = "SPARKSCALE_MIGRATION_HOLD"

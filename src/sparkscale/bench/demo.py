@@ -62,6 +62,8 @@ def run_demo(cfg: Config, spec: DemoSpec, config_path: str | None, overrides: li
     LocalEnvironment(cfg).up()
     if running(cfg, spec.app):
         stop(cfg, spec.app)
+    echo(f"forgetting {spec.app}'s earlier input, output, state and checkpoints (each demo judges its own run)...")
+    forget_app(cfg, spec.app)
     echo(f"submitting {spec.app}...")
     submit(cfg, spec.app, config_path, overrides, wait_s=300)
     spec.out_dir.mkdir(parents=True, exist_ok=True)
@@ -133,6 +135,21 @@ def run_demo(cfg: Config, spec: DemoSpec, config_path: str | None, overrides: li
     echo(f"the daemon's log: {daemon_log}; the action log: sparkscale actions --since 1h")
     echo("the environment is still up: `sparkscale cluster down` (or ./dev down) stops it")
     return 0 if result is not None and result.lost == 0 and result.duplicated == 0 else 1
+
+
+def forget_app(cfg: Config, app_name: str) -> None:
+    """Remove an app's Redis keys (streams, sink, progress, pause, shape) and its checkpoints."""
+    import shutil
+
+    from sparkscale.pipeline.submit import checkpoint_root
+
+    client = connect(cfg.redis)
+    try:
+        for key in client.scan_iter(f"{cfg.redis.key_prefix}{app_name}:*"):
+            client.delete(key)
+    finally:
+        client.close()
+    shutil.rmtree(checkpoint_root(cfg, cfg.app(app_name)), ignore_errors=True)
 
 
 def _drain(client, cfg: Config, app_name: str, limit_s: float) -> int:
