@@ -2,9 +2,11 @@
 daemon with DS2 in the foreground; at the end a summary (actions, convergence, records verified)
 and a timeline plot.
 
-The demo shortens the daemon's timings so that a few minutes show a whole scale-up and scale-down
-(`DEMO_TIMINGS`; a `--set` of the same key wins). It leaves the environment running, so that
-`sparkscale status` / `actions` can be read afterwards; `sparkscale cluster down` stops it.
+The demo shortens the daemon's timings so that a few minutes give the daemon several chances to
+act on each load step (`DEMO_TIMINGS`; a `--set` of the same key wins); whether it scales depends
+on what the machine can do (wordcount at the high step fits one executor on two cores).
+It leaves the environment running, so that `sparkscale status` / `actions` can be read afterwards;
+`sparkscale cluster down` stops it.
 """
 
 from __future__ import annotations
@@ -24,14 +26,16 @@ from sparkscale.bench.timeline import Recorder
 from sparkscale.config import Config
 from sparkscale.daemon.action_log import ActionLog
 from sparkscale.localenv import LocalEnvironment
+from sparkscale.monitors.spark_rest import SparkRestClient, SparkRestError
 from sparkscale.pipeline.check import unprocessed_records, verify_app
 from sparkscale.pipeline.loadgen import run_loadgen
 from sparkscale.pipeline.profiles import parse_profile
-from sparkscale.pipeline.submit import running, stop, submit
+from sparkscale.pipeline.submit import driver_ui_port, running, stop, submit
 from sparkscale.redisconn import connect
 
 log = structlog.get_logger(__name__)
 
+SETTLE_LIMIT_S = 300.0  # after the submit, how long the app may take to settle at its initial executors
 DRAIN_LIMIT_S = 600.0  # after the load, how long the app may take to process what is left
 DEMO_TIMINGS = ["loop.interval_s=5", "loop.window_s=15", "loop.cooldown_s=20", "loop.stabilization_s=0",
                 "guards.scale_down_delay_s=30", "outcomes.evaluation_windows=2"]
@@ -66,6 +70,8 @@ def run_demo(cfg: Config, spec: DemoSpec, config_path: str | None, overrides: li
     forget_app(cfg, spec.app)
     echo(f"submitting {spec.app}...")
     submit(cfg, spec.app, config_path, overrides, wait_s=300)
+    echo("waiting for its executors to settle at the initial count...")
+    _wait_settled(cfg, spec.app, SETTLE_LIMIT_S)
     spec.out_dir.mkdir(parents=True, exist_ok=True)
     daemon_log = spec.out_dir / "daemon.jsonl"
     echo("running the daemon (DS2) in the foreground; its log follows. Ctrl-C ends the demo early.\n")
@@ -150,6 +156,24 @@ def forget_app(cfg: Config, app_name: str) -> None:
     finally:
         client.close()
     shutil.rmtree(checkpoint_root(cfg, cfg.app(app_name)), ignore_errors=True)
+
+
+def _wait_settled(cfg: Config, app_name: str, limit_s: float) -> None:
+    """Standalone mode launches executors up to spark.cores.max before the agent's initial target
+    trims them (ControlAgent.start); load that meets the app mid-trim (JVMs starting on every core)
+    would make the first step a start-up test. Waits for the initial count, then returns either way."""
+    app = cfg.app(app_name)
+    rest = SparkRestClient.for_port(driver_ui_port(cfg, app), timeout_s=2, retries=0)
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        try:
+            active = [e for e in rest.executors(rest.application(app.name).id) if e.active]
+            if len(active) == app.initial_executors:
+                return
+        except SparkRestError:
+            pass  # the UI is not up yet
+        time.sleep(1.0)  # polling the REST API for the trim
+    log.warning("demo.not_settled", app=app_name, limit_s=limit_s)
 
 
 def _drain(client, cfg: Config, app_name: str, limit_s: float) -> int:
