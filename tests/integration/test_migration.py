@@ -248,6 +248,9 @@ def test_sigkill_at_each_ccr_phase_then_the_next_leader_completes_it(setup, tmp_
             final = wait_until(lambda: (j := store.read()) is not None and j.id == killed_id
                                and j.status != "running" and j, 180, f"the migration killed at {phase} to end")
             successor.stop()
+            # A graceful stop (exit 0), not the SIGKILL stop() falls back to: a daemon that took over a
+            # migration once hung on SIGTERM (a cycle woke the scheduler while it shut down).
+            assert successor.proc.returncode == 0, (phase, successor.proc.returncode)
             outcomes.append((phase, final.status, final.marks.get("resumed_by")))
             assert final.status in ("done", "rolled_back"), (phase, final.status, final.detail)
             if final.status == "done":

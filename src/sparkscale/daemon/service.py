@@ -33,6 +33,7 @@ from datetime import datetime, timezone
 
 import redis
 import structlog
+from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.background import BackgroundScheduler
 from kazoo.client import KazooState
 
@@ -113,6 +114,8 @@ class Daemon:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._reload_requested = threading.Event()
+        self._apps_to_wake: set[str] = set()
+        self._apps_to_wake_lock = threading.Lock()
         self.zk = zk_client(cfg.zookeeper.hosts, cfg.zookeeper.session_timeout_s)
         self.redis = connect(cfg.redis)
         self.action_log = ActionLog(self.redis, cfg.redis.key_prefix, cfg.action_log)
@@ -155,6 +158,7 @@ class Daemon:
             if self._reload_requested.is_set():
                 self._reload_requested.clear()
                 self.reload()
+            self._run_woken_apps()
         self.notifier.stopping()
         self.scheduler.shutdown(wait=True)
         for election in self.elections.values():
@@ -403,10 +407,22 @@ class Daemon:
                  last_action_at=st.last_action_at)
 
     def _wake_app(self, app_name: str) -> None:
-        try:
-            self.scheduler.modify_job(f"cycle:{app_name}", next_run_time=_now())
-        except Exception:  # the job is gone (app removed, shutting down): nothing to wake
-            pass
+        """Ask for the app's cycle to run now. Called on cycle and kazoo threads, so it only hands the
+        app to the main thread: APScheduler's shutdown holds its job-store lock while it waits for the
+        running cycles, and a `modify_job` from one of them would wait on that lock for ever."""
+        with self._apps_to_wake_lock:
+            self._apps_to_wake.add(app_name)
+        self._wake.set()
+
+    def _run_woken_apps(self) -> None:
+        """On the main thread: bring the woken apps' next cycle forward to now."""
+        with self._apps_to_wake_lock:
+            woken, self._apps_to_wake = self._apps_to_wake, set()
+        for app_name in sorted(woken):
+            try:
+                self.scheduler.modify_job(f"cycle:{app_name}", next_run_time=_now())
+            except JobLookupError:  # the app was removed meanwhile: nothing to wake
+                pass
 
     def _restarter(self, app: AppConfig) -> Callable[[], object]:
         return app_restarter(self.cfg, app.name, self.config_path, self.overrides)

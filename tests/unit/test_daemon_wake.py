@@ -1,0 +1,56 @@
+"""Waking an app's cycle early (a manual request arrived) from a cycle or kazoo thread: it must
+bring the cycle forward, and must never hang the daemon's stop. No servers: the Daemon's Redis and
+ZooKeeper clients are created but never used here."""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timedelta, timezone
+
+from apscheduler.schedulers.base import STATE_STOPPED
+
+from sparkscale.config import Config
+from sparkscale.daemon.service import Daemon
+from tests.conftest import wait_until
+
+
+def test_a_woken_app_runs_its_next_cycle_now():
+    daemon = Daemon(Config())
+    later = datetime.now(timezone.utc) + timedelta(hours=1)
+    daemon.scheduler.add_job(lambda: None, "interval", hours=2, id="cycle:x", next_run_time=later)
+    daemon.scheduler.start(paused=True)
+    try:
+        daemon._wake_app("x")
+        daemon._wake_app("gone")  # an app removed meanwhile is ignored
+        assert daemon._wake.is_set()
+        daemon._run_woken_apps()
+        assert daemon.scheduler.get_job("cycle:x").next_run_time <= datetime.now(timezone.utc)
+        assert daemon._apps_to_wake == set()
+    finally:
+        daemon.scheduler.shutdown(wait=False)
+
+
+def test_a_cycle_that_wakes_an_app_while_the_daemon_stops_does_not_hang_the_stop():
+    """APScheduler's shutdown(wait=True) holds its job-store lock while it waits for running jobs;
+    a wake that touched the scheduler from the running cycle waited on that lock for ever (seen as a
+    daemon that ignored SIGTERM after taking over a migration, until it was SIGKILLed)."""
+    daemon = Daemon(Config())
+    daemon.scheduler.add_job(lambda: None, "interval", hours=1, id="cycle:x")
+    running = threading.Event()
+    woke = threading.Event()
+
+    def cycle() -> None:
+        running.set()
+        wait_until(lambda: daemon.scheduler.state == STATE_STOPPED, 30, "the shutdown to begin")
+        daemon._wake_app("x")
+        woke.set()
+
+    daemon.scheduler.add_job(cycle, id="cycle:waker")
+    daemon.scheduler.start()
+    wait_until(running.is_set, 30, "the cycle to run")
+    shutdown = threading.Thread(target=daemon.scheduler.shutdown, kwargs={"wait": True}, daemon=True)
+    shutdown.start()
+    shutdown.join(30)
+    assert not shutdown.is_alive(), "the scheduler's shutdown is stuck behind a cycle waking an app"
+    assert woke.is_set()
+    assert daemon._apps_to_wake == {"x"}  # left for the main loop, which is ending: nothing runs
