@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -129,11 +130,16 @@ def test_ds2_scales_dag_up_after_the_step_up_and_down_after_the_step_down(setup)
         wait_until(lambda: daemon.events("cycle", app="dscale"), 90, "the daemon's first cycle on dscale")
         assert active_executors(cfg, "dscale") == 1
         started = time.time()
+        stop_load = threading.Event()
         with ThreadPoolExecutor(1) as pool:
             # About 42 records/s keep one executor busy here (docs/results/pipeline_throughput.md).
-            loading = pool.submit(run_loadgen, cfg, "dscale", "steps:10@40s,70@100s,10@100s", seed=5)
+            loading = pool.submit(run_loadgen, cfg, "dscale", "steps:10@40s,70@100s,10@100s", seed=5, stop=stop_load)
             while not loading.done():
                 samples.append((time.time() - started, active_executors(cfg, "dscale")))
+                # The rest of the last step adds nothing once the daemon has scaled down in it.
+                if time.time() - started > 140 and any(d.decision.decided_at - started > 140
+                                                       for d, _r in executed(decisions(cfg, "dscale"), "down")):
+                    stop_load.set()
                 time.sleep(2)  # a sampling period for the record of the run, not a wait for a condition
             loading.result()
         wait_until(lambda: executed(decisions(cfg, "dscale"), "down"), 180, "a scale-down after the step down")
