@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from sparkscale.config import Config, load_config
 from sparkscale.daemon.snapshot_cmd import snapshot_command
-from sparkscale.monitors.collector import AppNotRunningError, CollectOptions, collect_snapshot
+from sparkscale.monitors.collector import AppNotRunningError, CollectOptions, collect_snapshot, read_progress
 from sparkscale.monitors.host import executor_processes
 from sparkscale.pipeline.loadgen import SecondReport, run_loadgen
 from sparkscale.pipeline.submit import stop, submit
@@ -75,11 +75,12 @@ def setup(embedded_env, tmp_path_factory) -> tuple[Config, str, list[str]]:
 
 def reported_batches(client, cfg: Config, query: str) -> dict[int, tuple[float, int]]:
     """batch id -> (when the query itself reports the batch ended, its numInputRows)."""
-    out: dict[int, tuple[float, int]] = {}
-    for _id, f in client.xrange(f"{cfg.redis.key_prefix}{APP}:progress:{query}:history"):
-        began = datetime.fromisoformat(f["timestamp"].replace("Z", "+00:00")).timestamp()
-        out[int(f["batch_id"])] = (began + float(f.get("batch_duration_ms", 0)) / 1000, int(f["num_input_rows"]))
-    return out
+    app = cfg.app(APP)
+    return {
+        r.batch_id: (datetime.fromisoformat(r.timestamp.replace("Z", "+00:00")).timestamp()
+                     + (r.batch_duration_ms or 0) / 1000, r.num_input_rows)
+        for r in read_progress(client, cfg.redis.key_prefix, APP, query, app.source_partitions, since_s=0)
+    }
 
 
 def test_live_wordcount_snapshot_matches_load_progress_and_executors(setup, tmp_path):
