@@ -19,19 +19,11 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from structlog.testing import capture_logs
 
-from sparkscale.actuators.control_channel import (
-    Ack,
-    acks_path,
-    agent_epoch_path,
-    agent_path,
-    command_seq,
-    commands_path,
-    send_command,
-    wait_ack,
-)
 from sparkscale.config import AppConfig
 from sparkscale.monitors.spark_master import SparkMasterClient, SparkUnreachable
 from sparkscale.pipeline.agent import ControlAgent
+from sparkscale.protocol.commands import Ack, command_seq, send_command, wait_ack
+from sparkscale.protocol.znodes import acks_path, agent_epoch_path, agent_path, commands_path
 from tests.conftest import wait_until
 
 pytestmark = pytest.mark.integration

@@ -16,12 +16,13 @@ import pytest
 import redis
 from kazoo.client import KazooClient
 
-from sparkscale.actuators.control_channel import Ack, agent_path, send_command, wait_ack
 from sparkscale.config import Config, load_config
-from sparkscale.pipeline.agent import partitions_key
 from sparkscale.pipeline.check import drained, verify_app
 from sparkscale.pipeline.loadgen import run_loadgen
 from sparkscale.pipeline.submit import checkpoint_root, stop, submit
+from sparkscale.protocol.commands import Ack, send_command, wait_ack
+from sparkscale.protocol.keys import partitions_key
+from sparkscale.protocol.znodes import agent_path
 from sparkscale.redisconn import connect
 from tests.conftest import wait_until
 

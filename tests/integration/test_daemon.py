@@ -23,7 +23,6 @@ import pytest
 from click.testing import CliRunner
 from kazoo.client import KazooClient
 
-from sparkscale.actuators.control_channel import send_command, wait_ack
 from sparkscale.bench.daemon_process import DaemonProcess as BenchDaemonProcess
 from sparkscale.config import Config, load_config
 from sparkscale.daemon.action_log import ActionLog
@@ -33,6 +32,7 @@ from sparkscale.monitors.spark_rest import SparkRestClient, SparkRestError
 from sparkscale.pipeline.check import drained, verify_app
 from sparkscale.pipeline.loadgen import run_loadgen
 from sparkscale.pipeline.submit import driver_ui_port, stop, submit
+from sparkscale.protocol.commands import send_command, wait_ack
 from sparkscale.redisconn import connect
 from tests.conftest import wait_until
 

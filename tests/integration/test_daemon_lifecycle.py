@@ -10,8 +10,8 @@ import urllib.request
 import pytest
 from kazoo.client import KazooClient
 
-from sparkscale.actuators.control_channel import commands_path
 from sparkscale.localenv.ports import free_port
+from sparkscale.protocol.znodes import commands_path
 from tests.conftest import wait_until
 from tests.integration.test_daemon import DaemonProcess
 

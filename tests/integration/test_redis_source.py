@@ -18,7 +18,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from sparkscale.pipeline import redis_source, sinks
-from sparkscale.pipeline.redis_source import RedisStreamsOptions, live_backlog, read_source_status, split_cap
+from sparkscale.pipeline.redis_source import RedisStreamsOptions, split_cap
 from sparkscale.pipeline.sinks import SinkTarget
 from sparkscale.pipeline.verify import (
     compare_keyed,
@@ -27,6 +27,7 @@ from sparkscale.pipeline.verify import (
     read_keyed_sink,
     read_record_sink,
 )
+from sparkscale.protocol.streams import live_backlog, read_source_status
 from tests.conftest import RedisServer, wait_until
 
 pytestmark = pytest.mark.integration

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from sparkscale.actuators.control_channel import Ack, Command, CommandFormatError, command_seq, commands_path
+from sparkscale.protocol.commands import Ack, Command, CommandFormatError, command_seq
+from sparkscale.protocol.znodes import commands_path
 
 
 def test_command_round_trips_through_its_znode_form():

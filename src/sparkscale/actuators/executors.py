@@ -22,10 +22,10 @@ from typing import Any, Literal
 import structlog
 from kazoo.client import KazooClient
 
-from sparkscale.actuators.control_channel import AckTimeout, send_command, wait_ack
 from sparkscale.config import ActuatorConfig
 from sparkscale.monitors.spark_rest import SparkRestClient, SparkRestError
 from sparkscale.plan import Action
+from sparkscale.protocol.commands import AckTimeout, send_command, wait_ack
 
 log = structlog.get_logger(__name__)
 

@@ -44,16 +44,12 @@ import structlog
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
-from sparkscale.actuators.control_channel import AckTimeout, app_path, send_command, wait_ack
 from sparkscale.config import AppConfig, Config
-from sparkscale.pipeline.agent import stored_partitions
-from sparkscale.pipeline.redis_source import (
-    StreamOffsets,
-    input_stream_key,
-    read_source_status,
-    stream_heads,
-)
 from sparkscale.pipeline.submit import ExecutorShape, running, store_shape
+from sparkscale.protocol.commands import AckTimeout, send_command, wait_ack
+from sparkscale.protocol.keys import datastore_key, input_stream_key, paused_key, progress_key
+from sparkscale.protocol.streams import StreamOffsets, read_source_status, stored_partitions, stream_heads
+from sparkscale.protocol.znodes import journal_path
 
 log = structlog.get_logger(__name__)
 
@@ -67,12 +63,6 @@ PHASES: dict[str, tuple[str, ...]] = {
 POLL_S = 0.2  # how often progress and source status are read while waiting on a phase
 
 
-def journal_path(root: str, app: str) -> str:
-    return f"{app_path(root, app)}/migration"
-
-
-def datastore_key(prefix: str, app: str, migration_id: str) -> str:
-    return f"{prefix}{app}:migration:{migration_id}:captured"
 
 
 class MigrationError(RuntimeError):
@@ -242,7 +232,7 @@ class MigrationRunner:
         stored = stored_partitions(self.redis, self.prefix, self.app.name, query)
         if stored is not None:
             return stored
-        progress = self.redis.hget(f"{self.prefix}{self.app.name}:progress:{query}", "state_partitions")
+        progress = self.redis.hget(progress_key(self.prefix, self.app.name, query), "state_partitions")
         return int(progress) if progress else self.app.shuffle_partitions
 
     # -- steps ------------------------------------------------------------------------------------
@@ -355,7 +345,7 @@ class MigrationRunner:
                 if status is not None and status.get("message") != "Initializing sources":
                     return
             else:
-                progress = self.redis.hgetall(f"{self.prefix}{self.app.name}:progress:{journal.query}")
+                progress = self.redis.hgetall(progress_key(self.prefix, self.app.name, journal.query))
                 new_run = (progress.get("run_id") == run_id if restarted_at is None
                            else float(progress.get("published_at", 0)) >= restarted_at)  # a new driver's run
                 if new_run and int(progress.get("num_input_rows", 0)) > 0:
@@ -436,7 +426,7 @@ class MigrationRunner:
             self._command("resume_sources", {})
         except (MigrationError, AckTimeout) as exc:
             log.error("migration.resume_failed", app=self.app.name, id=journal.id, error=str(exc),
-                      paused_key=f"{self.prefix}{self.app.name}:paused")
+                      paused_key=paused_key(self.prefix, self.app.name))
 
 
 FAULT_HOLD_ENV = "SPARKSCALE_MIGRATION_HOLD"

@@ -28,6 +28,7 @@ from sparkscale.bench.timeline import Recorder, Sample
 from sparkscale.pipeline.check import drained, verify_app
 from sparkscale.pipeline.loadgen import run_loadgen
 from sparkscale.pipeline.submit import stop, submit
+from sparkscale.protocol.keys import progress_key
 from sparkscale.redisconn import connect
 
 log = structlog.get_logger(__name__)
@@ -86,7 +87,7 @@ def run_strategy(spec: MigrationSpec, strategy: str) -> dict[str, Any]:
         loader.start()
         # A checkpoint without a committed batch has no state to repartition (Spark refuses it):
         # wait for the first batch, then warm up (JIT, executors; not measured).
-        progress = f"{cfg.redis.key_prefix}{APP}:progress:dag"
+        progress = progress_key(cfg.redis.key_prefix, APP, "dag")
         client = connect(cfg.redis)
         deadline = time.monotonic() + 300
         while not client.hget(progress, "state_partitions") and time.monotonic() < deadline:

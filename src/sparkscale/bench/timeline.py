@@ -17,9 +17,10 @@ import structlog
 
 from sparkscale.config import AppConfig, Config
 from sparkscale.monitors.spark_rest import SparkRestClient, SparkRestError
-from sparkscale.pipeline.redis_source import StreamOffsets, input_stream_key, read_source_status, stream_heads
 from sparkscale.pipeline.submit import driver_ui_port
 from sparkscale.pipeline.workloads import workload
+from sparkscale.protocol.keys import input_stream_key, progress_key
+from sparkscale.protocol.streams import StreamOffsets, read_source_status, stream_heads
 from sparkscale.redisconn import connect
 
 log = structlog.get_logger(__name__)
@@ -80,7 +81,7 @@ def look(cfg: Config, app: AppConfig, client: redis.Redis, rest: SparkRestClient
     heads = stream_heads(client, [input_stream_key(prefix, app.name, i) for i in range(app.source_partitions)])
     status = read_source_status(client, prefix, app.name, query)
     processed = StreamOffsets.from_json(status.processed or status.committed or {}, app.source_partitions).total
-    progress = client.hgetall(f"{prefix}{app.name}:progress:{query}")
+    progress = client.hgetall(progress_key(prefix, app.name, query))
     executors = cores = None
     try:
         found = rest.executors(rest.application(app.name).id)

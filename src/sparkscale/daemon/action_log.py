@@ -33,22 +33,14 @@ from sparkscale.config import ActionLogConfig
 from sparkscale.daemon.outcomes import Expectation
 from sparkscale.plan import Plan
 from sparkscale.policies.dhalion import BlockedAction, Blocklist
+from sparkscale.protocol.keys import actions_key, blocklist_key, snapshots_key
 from sparkscale.snapshot import Snapshot
 
 Mode = Literal["acted", "dry_run", "no_change", "manual"]
 Kind = Literal["decision", "result", "outcome"]
 
 
-def actions_key(prefix: str) -> str:
-    return f"{prefix}actions"
 
-
-def blocklist_key(prefix: str) -> str:
-    return f"{prefix}blocklist"
-
-
-def snapshots_key(prefix: str, app: str) -> str:
-    return f"{prefix}{app}:snapshots"
 
 
 def snapshot_id(snapshot: Snapshot) -> str:

@@ -408,7 +408,7 @@ def migrate_command(cfg: Config, app_name: str, query: str | None, partitions: i
     from dataclasses import asdict
 
     from sparkscale.actuators.executors import ExecutorActuator
-    from sparkscale.actuators.migration import Journal, journal_path
+    from sparkscale.actuators.migration import Journal
     from sparkscale.daemon import manual
     from sparkscale.daemon.action_log import ActionLog
     from sparkscale.daemon.leader import LeaderElection, current_leader
@@ -416,6 +416,7 @@ def migrate_command(cfg: Config, app_name: str, query: str | None, partitions: i
     from sparkscale.monitors.spark_rest import SparkRestClient
     from sparkscale.pipeline.submit import ExecutorShape, driver_ui_port, with_stored_shape
     from sparkscale.pipeline.workloads import workload
+    from sparkscale.protocol.znodes import journal_path
     from sparkscale.redisconn import connect
 
     cfg = _require_app(cfg, app_name)

@@ -22,7 +22,7 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException
 from kazoo.recipe.lock import Lock
 
-from sparkscale.actuators.control_channel import app_path
+from sparkscale.protocol.znodes import leader_path
 
 log = structlog.get_logger(__name__)
 
@@ -30,9 +30,6 @@ log = structlog.get_logger(__name__)
 def default_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
-
-def leader_path(root: str, app: str) -> str:
-    return f"{app_path(root, app)}/leader"
 
 
 def lock_epoch(node_name: str) -> int:

@@ -24,23 +24,18 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 if TYPE_CHECKING:
     from sparkscale.daemon.action_log import ActionLog
 
-from sparkscale.actuators.control_channel import app_path, wait_for_znode
 from sparkscale.actuators.executors import ActionResult, ExecutorActuator
 from sparkscale.config import AppConfig
 from sparkscale.pipeline.submit import ExecutorShape
 from sparkscale.plan import Action, Plan
+from sparkscale.protocol.commands import wait_for_znode
+from sparkscale.protocol.znodes import requests_path, results_path
 
 MANUAL_POLICY = "manual"
 
 REQUEST_PREFIX = "req-"
 
 
-def requests_path(root: str, app: str) -> str:
-    return f"{app_path(root, app)}/requests"
-
-
-def results_path(root: str, app: str) -> str:
-    return f"{app_path(root, app)}/request_results"
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,6 @@ from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.background import BackgroundScheduler
 from kazoo.client import KazooState
 
-from sparkscale.actuators.control_channel import send_command
 from sparkscale.actuators.executors import ActionResult, ExecutorActuator
 from sparkscale.actuators.migration import JournalStore, MigrationRunner
 from sparkscale.config import AppConfig, Config, ConfigError, load_config
@@ -65,6 +64,7 @@ from sparkscale.plan import Action
 from sparkscale.policies.base import DecisionHistory, PastDecision, get_policy
 from sparkscale.policies.dhalion import BlockedAction, DhalionHistory
 from sparkscale.policies.guards import GuardInput, apply_guards, observations_of
+from sparkscale.protocol.commands import send_command
 from sparkscale.redisconn import connect
 from sparkscale.snapshot import Snapshot
 

@@ -14,9 +14,7 @@ from typing import Any
 
 import redis
 
-
-def status_key(prefix: str, app: str) -> str:
-    return f"{prefix}{app}:status"
+from sparkscale.protocol.keys import status_key
 
 
 @dataclass(frozen=True)

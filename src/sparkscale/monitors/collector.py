@@ -23,9 +23,10 @@ from sparkscale.monitors.snapshot_builder import (
     window_batches,
 )
 from sparkscale.monitors.spark_rest import RestStage, SparkRestClient, SparkRestError
-from sparkscale.pipeline.redis_source import input_stream_key, live_backlog
 from sparkscale.pipeline.submit import driver_ui_port
 from sparkscale.pipeline.workloads import workload
+from sparkscale.protocol.keys import input_stream_key, progress_history_key
+from sparkscale.protocol.streams import live_backlog
 from sparkscale.redisconn import connect
 from sparkscale.snapshot import Snapshot
 
@@ -115,7 +116,7 @@ def collect_snapshot(cfg: Config, app_name: str, options: CollectOptions | None 
 def read_progress(client: redis.Redis, prefix: str, app: str, query: str, partitions: int,
                   since_s: float) -> list[ProgressReport]:
     """The query's progress reports published since `since_s` (the agent's `:history` stream)."""
-    key = f"{prefix}{app}:progress:{query}:history"
+    key = progress_history_key(prefix, app, query)
     entries = client.xrange(key, min=f"{max(int(since_s * 1000), 0)}-0", max="+")
     reports: list[ProgressReport] = []
     for _entry_id, fields in entries:

@@ -27,19 +27,13 @@ from py4j.protocol import Py4JError
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
-from sparkscale.actuators.control_channel import (
-    Ack,
-    Command,
-    CommandFormatError,
-    acks_path,
-    agent_epoch_path,
-    agent_path,
-    command_seq,
-    commands_path,
-)
 from sparkscale.config import AppConfig, Config
 from sparkscale.pipeline.submit import checkpoint_root
 from sparkscale.pipeline.workloads import workload
+from sparkscale.protocol.commands import Ack, Command, CommandFormatError, command_seq
+from sparkscale.protocol.keys import partitions_key, paused_key, progress_key
+from sparkscale.protocol.streams import stored_partitions
+from sparkscale.protocol.znodes import acks_path, agent_epoch_path, agent_path, commands_path
 from sparkscale.redisconn import connect
 
 log = structlog.get_logger(__name__)
@@ -144,7 +138,7 @@ class ProgressPublisher(StreamingQueryListener):
     def __init__(self, client: redis.Redis, key_prefix: str, app: str):
         super().__init__()
         self._client = client
-        self._base = f"{key_prefix}{app}:progress:"
+        self._prefix, self._app = key_prefix, app
 
     def onQueryStarted(self, event: Any) -> None:
         log.info("agent.query_started", query=event.name, query_id=str(event.id))
@@ -152,7 +146,7 @@ class ProgressPublisher(StreamingQueryListener):
     def onQueryProgress(self, event: Any) -> None:
         try:
             fields = progress_fields(event.progress)
-            key = self._base + fields["query"]
+            key = progress_key(self._prefix, self._app, str(fields["query"]))
             pipe = self._client.pipeline(transaction=False)
             pipe.hset(key, mapping=fields)
             pipe.xadd(f"{key}:history", fields, maxlen=HISTORY_MAXLEN, approximate=True)
@@ -226,22 +220,6 @@ def _offset(value: Any) -> Any:
 # -- migrated partition counts --------------------------------------------------------------------
 
 
-def partitions_key(key_prefix: str, app: str, query: str) -> str:
-    """Where the agent keeps a query's state partitions after a migration (a string int)."""
-    return f"{key_prefix}{app}:partitions:{query}"
-
-
-def stored_partitions(client: redis.Redis, key_prefix: str, app: str, query: str) -> int | None:
-    """The partition count of the query's last migration, or None (never migrated, or unreadable)."""
-    value = client.get(partitions_key(key_prefix, app, query))
-    if value is None:
-        return None
-    try:
-        count = int(value)
-    except ValueError:
-        log.warning("agent.bad_partitions_key", app=app, query=query, value=value)
-        return None
-    return count if count >= 1 else None
 
 
 # -- the agent ------------------------------------------------------------------------------------
@@ -280,7 +258,7 @@ class ControlAgent:
         self._acks = acks_path(root, app.name)
         self._agent = agent_path(root, app.name)
         self._epoch_path = agent_epoch_path(root, app.name)
-        self._pause_key = f"{cfg.redis.key_prefix}{app.name}:paused"
+        self._pause_key = paused_key(cfg.redis.key_prefix, app.name)
         self._own_zk = zk_client is None
         self.zk = zk_client or KazooClient(hosts=cfg.zookeeper.hosts, timeout=cfg.zookeeper.session_timeout_s)
         self.redis = redis_client or connect(cfg.redis)

@@ -10,10 +10,10 @@ from __future__ import annotations
 import redis
 
 from sparkscale.config import AppConfig, Config
-from sparkscale.pipeline.redis_source import live_backlog
 from sparkscale.pipeline.sinks import SinkTarget
 from sparkscale.pipeline.verify import VerifyResult, compare_keyed, read_input_records, read_keyed_sink
 from sparkscale.pipeline.workloads import workload
+from sparkscale.protocol.streams import live_backlog
 from sparkscale.redisconn import connect
 
 

@@ -34,9 +34,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from pyspark.sql import SparkSession
 
-    from sparkscale.pipeline.agent import SHUFFLE_PARTITIONS_CONF, ControlAgent, stored_partitions
+    from sparkscale.pipeline.agent import SHUFFLE_PARTITIONS_CONF, ControlAgent
     from sparkscale.pipeline.submit import checkpoint_root, started_marker
     from sparkscale.pipeline.workloads import PipelineContext, build_workload, workload
+    from sparkscale.protocol.streams import stored_partitions
 
     spark = SparkSession.builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

@@ -25,6 +25,7 @@ import structlog
 from sparkscale.config import AppConfig, Config
 from sparkscale.pipeline.profiles import LoadProfile, parse_profile
 from sparkscale.pipeline.records import RecordSource, record_source
+from sparkscale.protocol.keys import input_stream_key, loadgen_runs_key
 from sparkscale.redisconn import connect
 
 log = structlog.get_logger(__name__)
@@ -37,14 +38,6 @@ BEHIND_AFTER_S = 2  # ... for this many whole seconds in a row: log loadgen.behi
 StopReason = Literal["profile_end", "max_duration", "stop_event"]
 
 
-def input_stream_key(prefix: str, app: str, partition: int) -> str:
-    """Input partition stream (docs/internals.md)."""
-    return f"{prefix}{app}:in:{partition}"
-
-
-def runs_key(prefix: str, app: str) -> str:
-    """Hash run_id -> JSON run record (status, counts, uid format), for verifiers."""
-    return f"{prefix}{app}:loadgen:runs"
 
 
 @dataclass(frozen=True)
@@ -113,7 +106,7 @@ class LoadGenerator:
         self._tick_s = tick_s
         self._max_batch = max_batch
         self._keys = [input_stream_key(key_prefix, app.name, i) for i in range(app.source_partitions)]
-        self._runs_key = runs_key(key_prefix, app.name)
+        self._runs_key = loadgen_runs_key(key_prefix, app.name)
 
     def run(
         self,

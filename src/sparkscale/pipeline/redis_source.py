@@ -49,11 +49,13 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, ReadMinRows
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
+from sparkscale.protocol.keys import input_stream_key, paused_key, source_status_key
+from sparkscale.protocol.streams import START_ID, StreamOffsets, backlog_by_partition, stream_heads
+
 log = structlog.get_logger(__name__)
 
 SOURCE_NAME = "redis_streams"
 _XRANGE_PAGE = 1000
-_START_ID = "0-0"
 
 # Id of the `n`-th entry after an exclusive start, and how many entries there were (at most n).
 # Run server side so that only the id crosses the wire, not the payloads of the skipped entries.
@@ -66,18 +68,6 @@ return {r[#r][1], #r}
 
 # ---------------------------------------------------------------------------------------------
 # Keys and options
-
-
-def input_stream_key(prefix: str, app: str, partition: int) -> str:
-    return f"{prefix}{app}:in:{partition}"
-
-
-def paused_key(prefix: str, app: str) -> str:
-    return f"{prefix}{app}:paused"
-
-
-def source_status_key(prefix: str, app: str, query: str) -> str:
-    return f"{prefix}{app}:source:{query}"
 
 
 @dataclass(frozen=True)
@@ -186,35 +176,6 @@ def source_schema(fields: Sequence[str]) -> StructType:
 # Offsets and admission (pure)
 
 
-@dataclass(frozen=True)
-class StreamOffsets:
-    """Per partition: the last admitted entry id and the stream position (entries up to it)."""
-
-    ids: tuple[str, ...]
-    counts: tuple[int, ...]
-
-    def to_json(self) -> dict[str, dict[str, Any]]:
-        # Key order is fixed: Spark compares offsets by their JSON text.
-        return {
-            "ids": {str(i): entry for i, entry in enumerate(self.ids)},
-            "counts": {str(i): n for i, n in enumerate(self.counts)},
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any], partitions: int) -> StreamOffsets:
-        """Partitions missing from `data` (the app gained input streams) start at the beginning."""
-        ids = data.get("ids", {})
-        counts = data.get("counts", {})
-        return cls(
-            ids=tuple(str(ids.get(str(i), _START_ID)) for i in range(partitions)),
-            counts=tuple(int(counts.get(str(i), 0)) for i in range(partitions)),
-        )
-
-    @property
-    def total(self) -> int:
-        return sum(self.counts)
-
-
 def split_cap(backlogs: Sequence[int], cap: int, rotate: int = 0) -> list[int]:
     """Share `cap` records over partitions fairly (water-filling), never beyond a backlog.
 
@@ -250,90 +211,6 @@ def cap_for_limit(limit: ReadLimit, default_cap: int | None) -> tuple[int | None
         # Spark passes this for Trigger.AvailableNow/Once even when we asked for a cap; it must win.
         return None, 0
     return default_cap, 0  # files/bytes limits mean nothing here: fall back to our own cap
-
-
-# ---------------------------------------------------------------------------------------------
-# Redis reads shared by reader and monitor
-
-
-@dataclass(frozen=True)
-class StreamHead:
-    """What `XINFO STREAM` says about an input stream (zeros when it does not exist yet)."""
-
-    last_id: str
-    entries_added: int
-
-
-def stream_heads(client: redis.Redis, keys: Sequence[str]) -> list[StreamHead]:
-    """One round trip for all streams; a missing stream is an empty one."""
-    pipe = client.pipeline(transaction=False)
-    for key in keys:
-        pipe.xinfo_stream(key)
-    heads: list[StreamHead] = []
-    for reply in pipe.execute(raise_on_error=False):
-        if isinstance(reply, redis.ResponseError):
-            if "no such key" not in str(reply).lower():
-                raise reply
-            heads.append(StreamHead(_START_ID, 0))
-        elif isinstance(reply, Exception):
-            raise reply
-        else:
-            heads.append(StreamHead(str(reply["last-generated-id"]), int(reply["entries-added"])))
-    return heads
-
-
-def backlog_by_partition(heads: Sequence[StreamHead], offsets: StreamOffsets) -> list[int]:
-    return [max(h.entries_added - n, 0) for h, n in zip(heads, offsets.counts)]
-
-
-def live_backlog(client: redis.Redis, prefix: str, app: str, query: str, partitions: int) -> list[int]:
-    """Backlog per partition now, from the query's last processed offsets (all entries if none).
-
-    For a monitor that wants a figure fresher than the last trigger's; one round trip per call.
-    """
-    status = read_source_status(client, prefix, app, query)
-    basis = StreamOffsets.from_json(status.processed or status.committed or {}, partitions)
-    heads = stream_heads(client, [input_stream_key(prefix, app, i) for i in range(partitions)])
-    return backlog_by_partition(heads, basis)
-
-
-@dataclass(frozen=True)
-class SourceStatus:
-    """The source's bookkeeping hash, decoded (what the monitor reads)."""
-
-    committed: dict[str, Any] | None
-    committed_at: float | None
-    processed: dict[str, Any] | None
-    processed_at: float | None
-    latest: dict[str, Any] | None
-    latest_at: float | None
-    backlog: int | None
-    backlog_by_partition: list[int]
-    backlog_at: float | None
-    paused: bool
-
-
-def read_source_status(client: redis.Redis, prefix: str, app: str, query: str) -> SourceStatus:
-    raw = client.hgetall(source_status_key(prefix, app, query))
-
-    def js(name: str) -> Any:
-        return json.loads(raw[name]) if name in raw else None
-
-    def num(name: str) -> float | None:
-        return float(raw[name]) if name in raw else None
-
-    return SourceStatus(
-        committed=js("committed"),
-        committed_at=num("committed_at"),
-        processed=js("processed"),
-        processed_at=num("processed_at"),
-        latest=js("latest"),
-        latest_at=num("latest_at"),
-        backlog=int(raw["backlog"]) if "backlog" in raw else None,
-        backlog_by_partition=js("backlog_by_partition") or [],
-        backlog_at=num("backlog_at"),
-        paused=raw.get("paused") == "1",
-    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -393,7 +270,7 @@ class RedisStreamsReader(DataSourceStreamReader):
             heads = stream_heads(self.client, self.keys)
             offsets = StreamOffsets(tuple(h.last_id for h in heads), tuple(h.entries_added for h in heads))
         else:
-            offsets = StreamOffsets((_START_ID,) * n, (0,) * n)
+            offsets = StreamOffsets((START_ID,) * n, (0,) * n)
         return offsets.to_json()
 
     def getDefaultReadLimit(self) -> ReadLimit:

@@ -46,6 +46,8 @@ import structlog
 from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
+from sparkscale.protocol.keys import output_base
+
 log = structlog.get_logger(__name__)
 
 RECORD_SINK_NAME = "redis_records"
@@ -58,9 +60,6 @@ _STAGE_TTL_S = 24 * 3600
 # ---------------------------------------------------------------------------------------------
 # Keys and options
 
-
-def output_base(prefix: str, app: str, query: str) -> str:
-    return f"{prefix}{app}:out:{query}"
 
 
 @dataclass(frozen=True)

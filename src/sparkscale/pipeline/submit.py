@@ -22,6 +22,7 @@ import structlog
 from sparkscale.config import AppConfig, Config
 from sparkscale.localenv.preflight import Tools, check_tools
 from sparkscale.processes import live_process, stop_trees, tail
+from sparkscale.protocol.keys import shape_key
 from sparkscale.redisconn import connect
 
 log = structlog.get_logger(__name__)
@@ -55,9 +56,6 @@ class ExecutorShape:
     def describe(self) -> str:
         return f"{self.executor_cores} core(s), {self.executor_memory_mb} MiB"
 
-
-def shape_key(prefix: str, app: str) -> str:
-    return f"{prefix}{app}:shape"
 
 
 def stored_shape(client: redis.Redis, prefix: str, app: str) -> ExecutorShape | None:

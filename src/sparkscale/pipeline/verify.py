@@ -16,8 +16,8 @@ from typing import Any, Literal
 import redis
 import structlog
 
-from sparkscale.pipeline.redis_source import input_stream_key
 from sparkscale.pipeline.sinks import SinkTarget
+from sparkscale.protocol.keys import input_stream_key, input_stream_prefix
 
 log = structlog.get_logger(__name__)
 
@@ -42,7 +42,7 @@ class InputRecord:
 
 def input_partitions(client: redis.Redis, prefix: str, app: str) -> list[int]:
     """Partition numbers of the existing streams `{prefix}{app}:in:{i}`, sorted."""
-    pattern = re.compile(re.escape(f"{prefix}{app}:in:") + r"(\d+)")
+    pattern = re.compile(re.escape(input_stream_prefix(prefix, app)) + r"(\d+)")
     found: set[int] = set()
     for key in client.scan_iter(match=f"{_glob_escape(prefix + app)}:in:*", count=_PAGE):
         text = key.decode() if isinstance(key, bytes) else key

@@ -1,4 +1,4 @@
-"""The ZooKeeper control channel between the daemon and the in-driver control agent.
+"""Commands and acks: the ZooKeeper control channel between the daemon and the in-driver agent.
 
 Both ends use this module so that the znode names and the JSON shapes (docs/internals.md) are
 written down once: commands are sequential znodes `R/apps/{app}/commands/cmd-NNNNNNNNNN` with
@@ -19,6 +19,8 @@ import structlog
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
+from sparkscale.protocol.znodes import acks_path, commands_path
+
 log = structlog.get_logger(__name__)
 
 COMMAND_PREFIX = "cmd-"
@@ -31,31 +33,6 @@ class CommandFormatError(ValueError):
 
 class AckTimeout(TimeoutError):
     """No ack arrived in time (the agent is down, busy with a long command, or fenced off)."""
-
-
-# -- znode paths ----------------------------------------------------------------------------------
-
-
-def app_path(root: str, app: str) -> str:
-    return f"{root.rstrip('/')}/apps/{app}"
-
-
-def commands_path(root: str, app: str) -> str:
-    return f"{app_path(root, app)}/commands"
-
-
-def acks_path(root: str, app: str) -> str:
-    return f"{app_path(root, app)}/acks"
-
-
-def agent_path(root: str, app: str) -> str:
-    """The agent's ephemeral znode: present while the agent of `app` is alive."""
-    return f"{app_path(root, app)}/agent"
-
-
-def agent_epoch_path(root: str, app: str) -> str:
-    """The highest leader epoch the agent accepted; kept across agent restarts."""
-    return f"{app_path(root, app)}/agent_epoch"
 
 
 def command_seq(name: str) -> int:

@@ -1,0 +1,147 @@
+"""Reading the Redis streams source's positions: what the source, the monitor, the migration
+actuator and the verifier share (docs/internals.md; the writer is `pipeline/redis_source.py`).
+
+Offsets are JSON dicts `{"ids": {"0": "<entry id>", ...}, "counts": {"0": <int>, ...}}`: per
+partition the last entry id admitted and the stream position up to and including it. A partition's
+backlog is the stream's `entries-added` minus that position (exact while streams are not trimmed).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+import structlog
+
+from sparkscale.protocol.keys import input_stream_key, partitions_key, source_status_key
+
+log = structlog.get_logger(__name__)
+
+START_ID = "0-0"
+
+
+@dataclass(frozen=True)
+class StreamOffsets:
+    """Per partition: the last admitted entry id and the stream position (entries up to it)."""
+
+    ids: tuple[str, ...]
+    counts: tuple[int, ...]
+
+    def to_json(self) -> dict[str, dict[str, Any]]:
+        # Key order is fixed: Spark compares offsets by their JSON text.
+        return {
+            "ids": {str(i): entry for i, entry in enumerate(self.ids)},
+            "counts": {str(i): n for i, n in enumerate(self.counts)},
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], partitions: int) -> StreamOffsets:
+        """Partitions missing from `data` (the app gained input streams) start at the beginning."""
+        ids = data.get("ids", {})
+        counts = data.get("counts", {})
+        return cls(
+            ids=tuple(str(ids.get(str(i), START_ID)) for i in range(partitions)),
+            counts=tuple(int(counts.get(str(i), 0)) for i in range(partitions)),
+        )
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts)
+
+
+
+
+@dataclass(frozen=True)
+class StreamHead:
+    """What `XINFO STREAM` says about an input stream (zeros when it does not exist yet)."""
+
+    last_id: str
+    entries_added: int
+
+
+def stream_heads(client: redis.Redis, keys: Sequence[str]) -> list[StreamHead]:
+    """One round trip for all streams; a missing stream is an empty one."""
+    pipe = client.pipeline(transaction=False)
+    for key in keys:
+        pipe.xinfo_stream(key)
+    heads: list[StreamHead] = []
+    for reply in pipe.execute(raise_on_error=False):
+        if isinstance(reply, redis.ResponseError):
+            if "no such key" not in str(reply).lower():
+                raise reply
+            heads.append(StreamHead(START_ID, 0))
+        elif isinstance(reply, Exception):
+            raise reply
+        else:
+            heads.append(StreamHead(str(reply["last-generated-id"]), int(reply["entries-added"])))
+    return heads
+
+
+def backlog_by_partition(heads: Sequence[StreamHead], offsets: StreamOffsets) -> list[int]:
+    return [max(h.entries_added - n, 0) for h, n in zip(heads, offsets.counts)]
+
+
+def live_backlog(client: redis.Redis, prefix: str, app: str, query: str, partitions: int) -> list[int]:
+    """Backlog per partition now, from the query's last processed offsets (all entries if none).
+
+    For a monitor that wants a figure fresher than the last trigger's; one round trip per call.
+    """
+    status = read_source_status(client, prefix, app, query)
+    basis = StreamOffsets.from_json(status.processed or status.committed or {}, partitions)
+    heads = stream_heads(client, [input_stream_key(prefix, app, i) for i in range(partitions)])
+    return backlog_by_partition(heads, basis)
+
+
+@dataclass(frozen=True)
+class SourceStatus:
+    """The source's bookkeeping hash, decoded (what the monitor reads)."""
+
+    committed: dict[str, Any] | None
+    committed_at: float | None
+    processed: dict[str, Any] | None
+    processed_at: float | None
+    latest: dict[str, Any] | None
+    latest_at: float | None
+    backlog: int | None
+    backlog_by_partition: list[int]
+    backlog_at: float | None
+    paused: bool
+
+
+def read_source_status(client: redis.Redis, prefix: str, app: str, query: str) -> SourceStatus:
+    raw = client.hgetall(source_status_key(prefix, app, query))
+
+    def js(name: str) -> Any:
+        return json.loads(raw[name]) if name in raw else None
+
+    def num(name: str) -> float | None:
+        return float(raw[name]) if name in raw else None
+
+    return SourceStatus(
+        committed=js("committed"),
+        committed_at=num("committed_at"),
+        processed=js("processed"),
+        processed_at=num("processed_at"),
+        latest=js("latest"),
+        latest_at=num("latest_at"),
+        backlog=int(raw["backlog"]) if "backlog" in raw else None,
+        backlog_by_partition=js("backlog_by_partition") or [],
+        backlog_at=num("backlog_at"),
+        paused=raw.get("paused") == "1",
+    )
+
+
+def stored_partitions(client: redis.Redis, key_prefix: str, app: str, query: str) -> int | None:
+    """The partition count of the query's last migration, or None (never migrated, or unreadable)."""
+    value = client.get(partitions_key(key_prefix, app, query))
+    if value is None:
+        return None
+    try:
+        count = int(value)
+    except ValueError:
+        log.warning("agent.bad_partitions_key", app=app, query=query, value=value)
+        return None
+    return count if count >= 1 else None
