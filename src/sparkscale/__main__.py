@@ -1,3 +1,3 @@
-from sparkscale.daemon.cli import main
+from sparkscale.cli import main
 
 main()

@@ -9,7 +9,8 @@ import uuid
 import pytest
 from click.testing import CliRunner
 
-from sparkscale.actuators.executors import ActionResult
+from sparkscale.actuators.base import ActionResult
+from sparkscale.cli import main
 from sparkscale.config import ActionLogConfig, load_config
 from sparkscale.daemon.action_log import (
     ActionLog,
@@ -18,10 +19,8 @@ from sparkscale.daemon.action_log import (
     DecisionRecord,
     OutcomeRecord,
 )
-from sparkscale.daemon.cli import main
-from sparkscale.daemon.outcomes import Expectation
 from sparkscale.plan import Action, Plan
-from sparkscale.policies.dhalion import BlockedAction
+from sparkscale.policies.outcomes import BlockedAction, Expectation
 
 pytestmark = pytest.mark.integration
 

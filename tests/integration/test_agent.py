@@ -19,9 +19,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from structlog.testing import capture_logs
 
+from sparkscale.agent import ControlAgent
 from sparkscale.config import AppConfig
 from sparkscale.monitors.spark_master import SparkMasterClient, SparkUnreachable
-from sparkscale.pipeline.agent import ControlAgent
 from sparkscale.protocol.commands import Ack, command_seq, send_command, wait_ack
 from sparkscale.protocol.znodes import acks_path, agent_epoch_path, agent_path, commands_path
 from tests.conftest import wait_until

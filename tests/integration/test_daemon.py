@@ -24,9 +24,9 @@ from click.testing import CliRunner
 from kazoo.client import KazooClient
 
 from sparkscale.bench.daemon_process import DaemonProcess as BenchDaemonProcess
+from sparkscale.cli import main
 from sparkscale.config import Config, load_config
 from sparkscale.daemon.action_log import ActionLog
-from sparkscale.daemon.cli import main
 from sparkscale.daemon.leader import current_leader
 from sparkscale.monitors.spark_rest import SparkRestClient, SparkRestError
 from sparkscale.pipeline.check import drained, verify_app

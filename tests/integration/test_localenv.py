@@ -17,8 +17,8 @@ import redis
 from click.testing import CliRunner
 from kazoo.client import KazooClient
 
+from sparkscale.cli import main
 from sparkscale.config import load_config
-from sparkscale.daemon.cli import main
 from sparkscale.localenv import EnvironmentStartError, LocalEnvironment, PreflightError, check_tools
 from sparkscale.localenv.ports import isolated_overrides
 

@@ -10,9 +10,9 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from sparkscale.cli import main
 from sparkscale.config import Config, load_config
 from sparkscale.daemon.action_log import ActionLog
-from sparkscale.daemon.cli import main
 from sparkscale.pipeline.check import drained, verify_app
 from sparkscale.pipeline.loadgen import run_loadgen
 from sparkscale.pipeline.submit import stop, submit

@@ -11,13 +11,14 @@ from datetime import datetime
 import pytest
 from click.testing import CliRunner
 
+from sparkscale.cli.offline import snapshot_command
 from sparkscale.config import Config, load_config
-from sparkscale.daemon.snapshot_cmd import snapshot_command
 from sparkscale.monitors.collector import AppNotRunningError, CollectOptions, collect_snapshot, read_progress
 from sparkscale.monitors.host import executor_processes
 from sparkscale.pipeline.loadgen import SecondReport, run_loadgen
 from sparkscale.pipeline.submit import stop, submit
-from sparkscale.policies.base import DecisionHistory, get_policy
+from sparkscale.policies.base import get_policy
+from sparkscale.policies.history import DecisionHistory
 from sparkscale.redisconn import connect
 from sparkscale.snapshot import Snapshot
 from tests.conftest import wait_until

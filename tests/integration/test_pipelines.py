@@ -10,16 +10,16 @@ import pytest
 from click.testing import CliRunner
 from kazoo.client import KazooClient
 
+from sparkscale.cli import main
 from sparkscale.config import Config, load_config
-from sparkscale.daemon.cli import main
 from sparkscale.pipeline.check import drained, verify_app
 from sparkscale.pipeline.loadgen import run_loadgen
-from sparkscale.pipeline.sinks import SinkTarget
 from sparkscale.pipeline.submit import stop, submit
 from sparkscale.pipeline.verify import read_input_records, read_keyed_sink
 from sparkscale.pipeline.workloads.taxi import expected_output as taxi_expected
 from sparkscale.pipeline.workloads.taxi import top_routes
 from sparkscale.protocol.commands import send_command, wait_ack
+from sparkscale.protocol.sinks import SinkTarget
 from sparkscale.protocol.streams import StreamOffsets, read_source_status, stream_heads
 from sparkscale.redisconn import connect
 from tests.conftest import wait_until

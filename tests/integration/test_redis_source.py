@@ -19,7 +19,6 @@ from pyspark.sql import functions as F
 
 from sparkscale.pipeline import redis_source, sinks
 from sparkscale.pipeline.redis_source import RedisStreamsOptions, split_cap
-from sparkscale.pipeline.sinks import SinkTarget
 from sparkscale.pipeline.verify import (
     compare_keyed,
     compare_records,
@@ -27,6 +26,7 @@ from sparkscale.pipeline.verify import (
     read_keyed_sink,
     read_record_sink,
 )
+from sparkscale.protocol.sinks import SinkTarget
 from sparkscale.protocol.streams import live_backlog, read_source_status
 from tests.conftest import RedisServer, wait_until
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from sparkscale.pipeline.agent import _is_already_partitioned, _state_partitions, _uncommitted_at
+from sparkscale.agent.checkpoint import _is_already_partitioned, _state_partitions, _uncommitted_at
 
 ALREADY = (
     "An error occurred while calling o68.repartition.\n: org.apache.spark.sql.execution.streaming.state."

@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from sparkscale.bench.measures import ScalingAction, SloLimits, measure, segments
 from sparkscale.bench.timeline import Sample
-from sparkscale.daemon.cli import main
+from sparkscale.cli import main
 from sparkscale.pipeline.profiles import parse_profile
 
 PROFILE = "steps:10@20s,40@20s,10@20s"

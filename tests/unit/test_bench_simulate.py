@@ -9,8 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from sparkscale.bench.simulate import SOURCE, SimSpec, build_app, parse_graph, simulate
+from sparkscale.cli import main
 from sparkscale.config import load_config
-from sparkscale.daemon.cli import main
 
 
 def test_graph_specs():

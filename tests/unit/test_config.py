@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from sparkscale.cli import main
 from sparkscale.config import Config, ConfigError, load_config
-from sparkscale.daemon.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = REPO / "configs" / "sparkscale.yaml"

@@ -5,27 +5,24 @@ The query is `src -> work`; executors have one core; the window is 30 s and the 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from sparkscale.config import AppConfig, DhalionConfig, PolicyConfig
-from sparkscale.plan import Plan
-from sparkscale.policies.base import DecisionHistory, get_policy
+from sparkscale.config import AppConfig, PolicyConfig
+from sparkscale.plan import ExpectedOutcome, Plan, evaluate_outcome
+from sparkscale.policies.base import get_policy
 from sparkscale.policies.dhalion import (
-    BlockedAction,
-    Blocklist,
-    DhalionHistory,
+    DhalionConfig,
     DhalionPolicy,
-    ExpectedOutcome,
     detect_backpressure,
     detect_skew,
     detect_slow_instances,
-    evaluate_outcome,
-    expected_outcome,
-    load_figures,
 )
-from sparkscale.policies.guards import observations_of
+from sparkscale.policies.figures import load_figures
+from sparkscale.policies.history import DecisionHistory
+from sparkscale.policies.outcomes import BlockedAction, Blocklist
 from sparkscale.snapshot import Snapshot
 
 NOW = 10_000.0
@@ -154,7 +151,7 @@ def test_under_provisioning_scales_up_in_proportion_to_the_batch_ratio():
     assert "resource under-provisioning" in line(plan, "diagnosis:")
     assert "batch duration is 2.00 x the trigger interval" in line(plan, "symptoms:")
     assert "ceil(2 x batch ratio 2.00 / target utilisation 1) = 4" in line(plan, "resolver:")
-    assert observations_of(plan)["diagnosis"] == "under_provisioning"
+    assert plan.observation.diagnosis == "under_provisioning"
 
 
 def test_under_provisioning_targets_the_utilisation_and_adds_at_least_one():
@@ -242,8 +239,8 @@ def test_the_larger_of_load_and_batch_ratio_is_the_utilisation():
 # Blocklist and outcomes
 
 
-def blocked(diagnosis: str, action_type: str, until: float, app: str = "app") -> DhalionHistory:
-    return DhalionHistory(blocklist=Blocklist((BlockedAction(app, diagnosis, action_type, until),)))  # type: ignore[arg-type]
+def blocked(diagnosis: str, action_type: str, until: float, app: str = "app") -> DecisionHistory:
+    return DecisionHistory(blocklist=Blocklist((BlockedAction(app, diagnosis, action_type, until),)))  # type: ignore[arg-type]
 
 
 def test_a_blocked_resolver_is_skipped_until_it_expires():
@@ -266,7 +263,7 @@ def test_a_blocked_replacement_falls_back_to_scaling_up():
     plan = decide(make(work, executors=3, batch=1.5), blocked("slow_instance", "replace_executor", NOW + 1))
     assert scale(plan) == (3, 5)  # ceil(3 x 1.5)
     assert any("replace_executor 2 skipped" in text for text in plan.explanation)
-    assert observations_of(plan)["diagnosis"] == "under_provisioning"
+    assert plan.observation.diagnosis == "under_provisioning"
 
 
 def test_blocklist_block_replaces_and_active_drops_expired():
@@ -279,11 +276,11 @@ def test_blocklist_block_replaces_and_active_drops_expired():
     assert bl.active(169) == bl
 
 
-def test_dhalion_history_keeps_its_blocklist_when_decisions_are_added():
+def test_the_history_keeps_its_blocklist_when_decisions_are_added():
     history = blocked("data_skew", "warn", 5).with_decision(1.0, Plan("dhalion", "app"))
-    assert isinstance(history, DhalionHistory) and len(history) == 1
+    assert isinstance(history, DecisionHistory) and len(history) == 1
     assert history.blocklist.entries[0].diagnosis == "data_skew"
-    assert DhalionHistory.of(history, Blocklist()).blocklist == Blocklist()
+    assert replace(history, blocklist=Blocklist()).blocklist == Blocklist()
 
 
 @pytest.mark.parametrize(("expected", "observed", "fraction", "met"), [
@@ -308,18 +305,23 @@ def test_evaluate_outcome_rejects_a_fraction_outside_0_1():
 
 
 def test_each_action_records_the_outcome_it_expects():
-    up = expected_outcome(decide(make(batch=2.0)))  # 2 -> 4 executors should halve the batch ratio
+    up = expected_of(decide(make(batch=2.0)))  # 2 -> 4 executors should halve the batch ratio
     assert up == ExpectedOutcome("under_provisioning", "scale_executors", "batch_ratio", 2.0, 1.0)
     assert up.met(1.4, 0.5) and not up.met(1.8, 0.5)
-    down = expected_outcome(decide(over_provisioned(), u=0.8))  # 4 -> 1: utilisation 0.2 -> 0.8
+    down = expected_of(decide(over_provisioned(), u=0.8))  # 4 -> 1: utilisation 0.2 -> 0.8
     assert down is not None and down.metric == "utilization" and down.after == pytest.approx(0.8)
-    assert expected_outcome(decide(make(batch=0.8, arrival=10))) is None  # healthy: no action
+    assert expected_of(decide(make(batch=0.8, arrival=10))) is None  # healthy: no action
+
+
+def expected_of(plan: Plan) -> ExpectedOutcome | None:
+    return plan.observation.expected
 
 
 def test_observations_carry_the_figures_later_decisions_need():
-    obs = observations_of(decide(make(backlog=42, batch=1.5)))
-    assert obs["backlog"] == 42 and obs["batch_ratio"] == pytest.approx(1.5)
-    assert obs["query"] == "q" and obs["executors"] == 2 and obs["action"] == "scale_executors"
+    plan = decide(make(backlog=42, batch=1.5))
+    obs = plan.observation
+    assert obs.figure("backlog") == 42 and obs.figure("batch_ratio") == pytest.approx(1.5)
+    assert obs.query == "q" and obs.figure("executors") == 2 and plan.actions[0].type == "scale_executors"
 
 
 def test_registered_as_dhalion():

@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
-from sparkscale.config import AppConfig, Ds2Config, PolicyConfig
+from sparkscale.config import AppConfig, PolicyConfig
 from sparkscale.plan import Action, Plan
-from sparkscale.policies.base import DecisionHistory, Policy, get_policy, register_policy, registered_policies
-from sparkscale.policies.ds2 import AdjacencyMatrix, Ds2Policy, estimate
+from sparkscale.policies.base import Policy, get_policy, register_policy, registered_policies
+from sparkscale.policies.ds2 import AdjacencyMatrix, Ds2Config, Ds2Policy, estimate
+from sparkscale.policies.history import DecisionHistory
 from sparkscale.snapshot import Snapshot
 
 
@@ -344,8 +345,8 @@ def test_stages_share_cores_in_time_so_fractional_needs_add_before_rounding():
 def test_no_finished_stage_in_the_window_leaves_executors_alone():
     """A query whose batches outlast the window shows only its source: no true rate, no scale-down."""
     from sparkscale.config import AppConfig, PolicyConfig
-    from sparkscale.policies.base import DecisionHistory
     from sparkscale.policies.ds2 import Ds2Policy
+    from sparkscale.policies.history import DecisionHistory
     from sparkscale.snapshot import ExecutorFigures, InstanceFigures, OperatorFigures, Snapshot
 
     source = OperatorFigures("source", 4, (InstanceFigures(0, 0, 0.0),) * 4, source=True, arrival_rate=3000,

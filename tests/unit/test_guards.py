@@ -7,16 +7,12 @@ from typing import Any
 import pytest
 
 from sparkscale.config import AppConfig, GuardsConfig, LoopConfig
-from sparkscale.plan import Action, Plan
-from sparkscale.policies.base import DecisionHistory
+from sparkscale.plan import Action, Observation, Plan
 from sparkscale.policies.guards import (
     GuardInput,
     apply_guards,
-    observations_line,
-    observations_of,
-    recent_observations,
-    with_observations,
 )
+from sparkscale.policies.history import DecisionHistory
 from sparkscale.snapshot import Snapshot
 
 NOW = 5000.0
@@ -58,7 +54,7 @@ def recommendations(*pairs: tuple[float, int]) -> DecisionHistory:
     """A history whose decisions (at NOW - age) recorded these recommended executor counts."""
     history = DecisionHistory.empty()
     for age, recommended in pairs:
-        plan = Plan("test", "app", explanation=(observations_line({"recommended_executors": recommended}),))
+        plan = Plan("test", "app", observation=Observation(recommended_executors=recommended))
         history = history.with_decision(NOW - age, plan)
     return history
 
@@ -124,10 +120,10 @@ def test_a_recommendation_to_stay_or_grow_within_the_delay_restarts_it():
 def test_scale_up_is_not_delayed_and_each_plan_records_its_recommendation():
     plan = guard(scale_plan(4, 6), guards=DELAY)
     assert target(plan) == 6
-    assert observations_of(plan)["recommended_executors"] == 6
+    assert plan.observation.recommended_executors == 6
     held = guard(scale_plan(4, 20), guards=DELAY)
-    assert observations_of(held)["recommended_executors"] == 8  # the clamped target
-    assert observations_of(guard(Plan("test", "app"), guards=DELAY))["recommended_executors"] == 4
+    assert held.observation.recommended_executors == 8  # the clamped target
+    assert guard(Plan("test", "app"), guards=DELAY).observation.recommended_executors == 4
 
 
 def test_the_recommendations_recorded_by_the_guards_feed_the_delay():
@@ -200,22 +196,24 @@ def test_no_change_while_a_migration_runs_or_stabilises():
 
 
 def test_observations_round_trip_and_merge():
-    plan = Plan("p", "a", explanation=("why", observations_line({"backlog": 3, "query": "q"})))
-    assert observations_of(plan) == {"backlog": 3, "query": "q"}
-    merged = with_observations(plan.explanation, {"backlog": 5, "x": None})
-    assert merged[0] == "why" and len(merged) == 2
-    assert observations_of(Plan("p", "a", explanation=merged)) == {"backlog": 5, "query": "q", "x": None}
-    assert observations_of(Plan("p", "a", explanation=("observations: {not json",))) == {}
-    assert observations_of(Plan("p", "a")) == {}
+    plan = Plan("p", "a", explanation=("why",), observation=Observation(query="q", figures={"backlog": 3}))
+    assert Observation.from_dict(plan.observation.to_dict()) == plan.observation
+    merged = plan.with_actions((), (), figures={"backlog": 5, "x": None})
+    assert merged.explanation == ("why",) and len(merged.observation.figures) == 2
+    assert merged.observation.to_dict() == {"query": "q", "figures": {"backlog": 5, "x": None}}
+    with pytest.raises(ValueError, match="JSON object"):
+        Observation.from_dict(["not", "an", "object"])  # type: ignore[arg-type]
+    assert Plan("p", "a").observation == Observation() and Observation.from_dict(None) == Observation()
 
 
 def test_recent_observations_are_consecutive_and_oldest_first():
     history = DecisionHistory.empty()
-    for t, obs in [(1, {"k": 1}), (2, {}), (3, {"k": 3}), (4, {"k": 4, "query": "other"}), (5, {"k": 5})]:
-        history = history.with_decision(t, Plan("p", "a", explanation=(observations_line(obs),)))
-    assert recent_observations(history, "k", 5) == ((3, 3), (4, 4), (5, 5))  # stops at the gap at t=2
-    assert recent_observations(history, "k", 5, query="q") == ((3, 3), (5, 5))
-    assert recent_observations(history, "k", 1) == ((5, 5),)
+    for t, obs in [(1, {"figures": {"k": 1}}), (2, {}), (3, {"figures": {"k": 3}}),
+                   (4, {"figures": {"k": 4}, "query": "other"}), (5, {"figures": {"k": 5}})]:
+        history = history.with_decision(t, Plan("p", "a", observation=Observation.from_dict(obs)))
+    assert history.recent_figures("k", 5) == ((3, 3), (4, 4), (5, 5))  # stops at the gap at t=2
+    assert history.recent_figures("k", 5, query="q") == ((3, 3), (5, 5))
+    assert history.recent_figures("k", 1) == ((5, 5),)
 
 
 def test_an_app_under_sparks_dynamic_allocation_gets_no_executor_changes():

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from sparkscale.actuators.migration import PHASES, Journal, _Sample, _stable_since, phase_metrics
+from sparkscale.actuators.migration import Journal, get_strategy, phase_metrics
+from sparkscale.monitors.migration_metrics import _Sample, _stable_since
+
+BUILT_IN = ("dsm", "dcr", "ccr")
 
 
 def journal(strategy: str = "ccr", **phases: float) -> Journal:
@@ -15,13 +18,15 @@ def journal(strategy: str = "ccr", **phases: float) -> Journal:
 
 
 def test_every_strategy_starts_requested_and_ends_done_and_only_dsm_skips_the_pause():
-    for strategy, phases in PHASES.items():
+    for strategy in BUILT_IN:
+        phases = get_strategy(strategy).phases
         assert phases[0] == "requested" and phases[-1] == "done"
         assert ("paused" in phases) == (strategy != "dsm")
-    assert PHASES["dcr"].index("drained") < PHASES["dcr"].index("stopped")
-    assert PHASES["dcr"].index("restored") < PHASES["dcr"].index("resumed")  # restore, then resume
-    assert PHASES["ccr"].index("resumed") < PHASES["ccr"].index("restored")  # resume at once, replay first
-    assert PHASES["ccr"].index("stopped") < PHASES["ccr"].index("captured") < PHASES["ccr"].index("repartitioned")
+    dcr, ccr = get_strategy("dcr").phases, get_strategy("ccr").phases
+    assert dcr.index("drained") < dcr.index("stopped")
+    assert dcr.index("restored") < dcr.index("resumed")  # restore, then resume
+    assert ccr.index("resumed") < ccr.index("restored")  # resume at once, replay first
+    assert ccr.index("stopped") < ccr.index("captured") < ccr.index("repartitioned")
 
 
 def test_remaining_phases_and_json_round_trip():

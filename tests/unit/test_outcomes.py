@@ -8,10 +8,8 @@ import pytest
 
 from sparkscale.config import AppConfig
 from sparkscale.daemon.operator_view import parse_since
-from sparkscale.daemon.outcomes import KEEPS_UP, diagnosis_of, drop_blocked, expectation_for, judge
-from sparkscale.plan import Action, Plan
-from sparkscale.policies.dhalion import Blocklist
-from sparkscale.policies.guards import observations_line, observations_of
+from sparkscale.plan import Action, Observation, Plan
+from sparkscale.policies.outcomes import KEEPS_UP, Blocklist, diagnosis_of, drop_blocked, expectation_for, judge
 from sparkscale.snapshot import Snapshot
 
 APP = AppConfig(name="app", max_executors=16)
@@ -39,8 +37,7 @@ def snap(*, executors: int = 2, batch: float | None = 0.8, arrival: float = 100.
 
 
 def plan_of(*actions: Action, observations: dict[str, Any] | None = None, policy: str = "ds2") -> Plan:
-    explanation = (observations_line(observations),) if observations else ()
-    return Plan(policy, "app", actions=actions, explanation=explanation)
+    return Plan(policy, "app", actions=actions, explanation=("why",), observation=Observation.from_dict(observations))
 
 
 def test_diagnosis_comes_from_the_policy_or_from_the_direction():
@@ -78,7 +75,7 @@ def test_a_dhalion_plan_keeps_its_own_expectation():
     e = expectation_for(plan_of(Action.scale_executors(2, 4, "r"), observations=recorded, policy="dhalion"),
                         snap(batch=2.0), APP)
     assert (e.metric, e.before, e.after) == ("batch_ratio", 2.0, 1.0)
-    assert observations_of(plan_of(observations=recorded))["diagnosis"] == "under_provisioning"
+    assert plan_of(observations=recorded).observation.diagnosis == "under_provisioning"
 
 
 def test_judge_rise_met_when_enough_of_the_change_came():
@@ -112,12 +109,12 @@ def test_judge_scale_down_fails_when_the_app_falls_behind():
 def test_drop_blocked_removes_only_the_blocked_pair_and_explains():
     up = Action.scale_executors(2, 4, "more")
     warn = Action.warn("skew")
-    plan = plan_of(up, warn, observations={"x": 1})
+    plan = plan_of(up, warn, observations={"figures": {"x": 1}})
     blocked = Blocklist().block("app", "under_provisioning", "scale_executors", now=100.0, ttl_s=600)
     out = drop_blocked(plan, blocked, now=200.0)
     assert out.actions == (warn,)
     assert any(line.startswith("blocklist: dropped scale_executors 2 -> 4") for line in out.explanation)
-    assert out.explanation[-1].startswith("observations: ")  # still last, for observations_of
+    assert out.explanation[0] == "why" and out.observation == plan.observation  # kept as they were
     # Another diagnosis, another app, or an expired entry: untouched.
     assert drop_blocked(plan_of(Action.scale_executors(4, 2, "less")), blocked, 200.0).changes
     assert drop_blocked(plan, blocked, now=800.0) is plan
@@ -134,14 +131,18 @@ def test_parse_since():
 
 
 def test_a_plans_stage_wishes_become_one_migration_of_the_query():
-    from sparkscale.daemon.migrations import query_migration
     from sparkscale.plan import Action
+    from sparkscale.policies.planner import map_to_spark
 
     actions = (Action.scale_executors(2, 4, "more"), Action.set_parallelism("stage0", 2, 26, "source stage"),
                Action.set_parallelism("stage1", 4, 18, "bound"), Action.set_parallelism("stage2", 4, 24, "bound too"))
-    migration, covered = query_migration(actions, "counts", current_partitions=4)
-    assert (migration.operator, migration.from_, migration.to) == ("counts", 4, 24)
+    mapped = map_to_spark(Plan("ds2", "app", actions=actions), "counts", current_partitions=4)
+    migration = mapped.actions[1]
+    assert (migration.query, migration.from_, migration.to) == ("counts", 4, 24)
+    assert migration.operator == "stage2"  # the stage that asked for the most stays the action's operator
     assert "stage1: bound" in migration.reason and "stage2: bound too" in migration.reason
     # stage0 reads the source: its 2 partitions are the source's, which no migration changes.
-    assert covered == [actions[2], actions[3]]
-    assert query_migration(actions[:2], "counts", 4) == (None, [])
+    assert mapped.actions == (actions[0], migration)
+    assert any("dropped set_parallelism stage0 2 -> 26" in line for line in mapped.explanation)
+    only_source = map_to_spark(Plan("ds2", "app", actions=actions[:2]), "counts", 4)
+    assert only_source.changes == (actions[0],)

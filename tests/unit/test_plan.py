@@ -8,7 +8,7 @@ import json
 import pytest
 
 from sparkscale.plan import Action, Plan
-from sparkscale.policies.base import DecisionHistory
+from sparkscale.policies.history import DecisionHistory
 
 DESIGN_PLAN = json.loads("""
 {"policy": "ds2", "app": "wordcount",

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from sparkscale.daemon.plan_cmd import plan_command
+from sparkscale.cli.offline import plan_command
 
 FIXTURE = Path(__file__).parent / "fixtures" / "design_snapshot.json"
 

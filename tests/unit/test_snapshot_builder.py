@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from sparkscale.cli.offline import snapshot_command
 from sparkscale.config import AppConfig, PolicyConfig
-from sparkscale.daemon.snapshot_cmd import snapshot_command
 from sparkscale.localenv.ports import free_port
 from sparkscale.monitors.snapshot_builder import (
     ProgressReport,
@@ -37,7 +37,8 @@ from sparkscale.monitors.spark_rest import (
     parse_stage_attempts,
     parse_time_s,
 )
-from sparkscale.policies.base import DecisionHistory, get_policy
+from sparkscale.policies.base import get_policy
+from sparkscale.policies.history import DecisionHistory
 from sparkscale.snapshot import Snapshot
 
 FIXTURES = Path(__file__).parent / "fixtures" / "rest"
@@ -320,7 +321,7 @@ def test_plan_command_on_the_recorded_live_snapshot_explains_each_operator(tmp_p
     """`sparkscale plan` on a snapshot of a real wordcount: the figures behind the decision."""
     from click.testing import CliRunner
 
-    from sparkscale.daemon.cli import main
+    from sparkscale.cli import main
 
     path = tmp_path / "wordcount.snapshot.json"
     path.write_text(recorded_snapshot().to_json(indent=2))

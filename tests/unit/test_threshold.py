@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
-from sparkscale.config import AppConfig, PolicyConfig, ThresholdConfig, ThresholdRule
+from sparkscale.config import AppConfig, PolicyConfig
 from sparkscale.plan import Plan
-from sparkscale.policies.base import DecisionHistory, get_policy
-from sparkscale.policies.guards import observations_of
-from sparkscale.policies.threshold import ThresholdPolicy, metrics_of
+from sparkscale.policies.base import get_policy
+from sparkscale.policies.history import DecisionHistory
+from sparkscale.policies.threshold import ThresholdConfig, ThresholdPolicy, ThresholdRule, metrics_of
 from sparkscale.snapshot import Snapshot
 
 APP = AppConfig(name="app", max_executors=8)
@@ -163,8 +163,8 @@ def test_scale_up_wins_and_the_least_risky_step_down_is_taken():
 
 
 def test_observations_record_every_metric():
-    obs = observations_of(decide(make(batch=0.5, extensions=cpu(0.4))))
-    assert obs == {"query": "q", "cpu": 0.4, "batch_ratio": 0.5, "backlog": 0, "memory": None}
+    obs = decide(make(batch=0.5, extensions=cpu(0.4))).observation
+    assert (obs.query, dict(obs.figures)) == ("q", {"cpu": 0.4, "batch_ratio": 0.5, "backlog": 0, "memory": None})
 
 
 def test_registered_as_threshold():

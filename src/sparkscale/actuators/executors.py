@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import structlog
 from kazoo.client import KazooClient
 
+from sparkscale.actuators.base import ActionResult, ActuationContext, register_actuator
 from sparkscale.config import ActuatorConfig
 from sparkscale.monitors.spark_rest import SparkRestClient, SparkRestError
 from sparkscale.plan import Action
@@ -29,40 +30,34 @@ from sparkscale.protocol.commands import AckTimeout, send_command, wait_ack
 
 log = structlog.get_logger(__name__)
 
-Status = Literal["done", "failed", "skipped"]
 CONFIRM_POLL_S = 0.5  # how often the REST API is read while waiting for a change to show
 
 
-@dataclass(frozen=True)
-class ActionResult:
-    """What happened to one action. Durations are from the command's sending."""
+@register_actuator
+class ExecutorActuator:
+    """`scale_executors` and `replace_executor`, carried out nonstop through the control agent."""
 
-    action: Action
-    status: Status
-    detail: str
-    command: str | None = None
-    ack_s: float | None = None
-    confirm_s: float | None = None
-    executors_after: int | None = None
-    figures: dict[str, Any] | None = None  # e.g. a migration's metrics
+    action_types: ClassVar[tuple[str, ...]] = ("scale_executors", "replace_executor")
 
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["action"] = self.action.to_dict()
-        return out
+    def execute(self, action: Action, ctx: ActuationContext) -> ActionResult:
+        change = ExecutorChange(ctx.zk, ctx.cfg.zookeeper.root, ctx.app.name, ctx.rest, ctx.cfg.actuator,
+                                ctx.is_leader)
+        return change.execute(action, ctx.epoch)
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ActionResult:
-        return cls(Action.from_dict(data["action"]), data["status"], data.get("detail", ""), data.get("command"),
-                   data.get("ack_s"), data.get("confirm_s"), data.get("executors_after"), data.get("figures"))
 
+def active_executor_ids(rest: SparkRestClient, app: str) -> list[str]:
+    """The ids of the app's active executors, as the driver's REST API shows them."""
+    app_id = rest.application(app).id
+    return [e.id for e in rest.executors(app_id) if e.active]
 
 class LeadershipLost(RuntimeError):
     """The process is no longer the leader: it must not write commands."""
 
 
 @dataclass
-class ExecutorActuator:
+class ExecutorChange:
+    """One executor change of one app: the commands to the agent and the wait for Spark to show it."""
+
     zk: KazooClient
     zk_root: str
     app: str
@@ -129,9 +124,7 @@ class ExecutorActuator:
         return name, ack_s, ack.detail
 
     def active_executor_ids(self) -> list[str]:
-        """The ids of the app's active executors, as the driver's REST API shows them."""
-        app_id = self.rest.application(self.app).id
-        return [e.id for e in self.rest.executors(app_id) if e.active]
+        return active_executor_ids(self.rest, self.app)
 
     def _confirm(self, done: Callable[[list[str]], bool], started: float) -> tuple[int | None, float | None, str]:
         """Wait until the REST API shows `done`; (count, seconds since start, "" or why not)."""

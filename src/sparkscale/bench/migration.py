@@ -23,6 +23,7 @@ from typing import Any
 
 import structlog
 
+from sparkscale.actuators.migration import registered_strategies
 from sparkscale.bench.environment import BenchEnv, embedded_environment
 from sparkscale.bench.timeline import Recorder, Sample
 from sparkscale.pipeline.check import drained, verify_app
@@ -34,7 +35,7 @@ from sparkscale.redisconn import connect
 log = structlog.get_logger(__name__)
 
 APP = "star"
-STRATEGIES = ("dsm", "dcr", "ccr")
+STRATEGIES = registered_strategies()  # the built-ins (dsm, dcr, ccr), then any plug-in
 SHAPES = {"dag-star": "star", "dag-linear": "linear", "dag-diamond": "diamond"}
 METRICS = ("restore_s", "drain_s", "capture_s", "rebalance_s", "catch_up_s", "recovery_s", "stabilization_s",
            "replayed_records", "captured_records")

@@ -20,26 +20,22 @@ the new partitions. The run is judged with the benchmark's own measures (sparksc
 
 from __future__ import annotations
 
-import json
 import math
 import random
 import statistics
-import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-import click
 import structlog
 
 from sparkscale.bench.measures import RunMeasures, ScalingAction, SloLimits, measure, segments
 from sparkscale.bench.timeline import Sample
-from sparkscale.config import AppConfig, Config, ConfigError, load_config
+from sparkscale.config import AppConfig, Config
 from sparkscale.pipeline.profiles import LoadProfile, parse_profile
 from sparkscale.plan import Plan
-from sparkscale.policies.base import DecisionHistory, get_policy
-from sparkscale.policies.dhalion import DhalionHistory
-from sparkscale.policies.guards import GuardInput, apply_guards
+from sparkscale.policies.history import DecisionHistory
+from sparkscale.policies.planner import decide
 from sparkscale.snapshot import ExecutorFigures, InstanceFigures, OperatorFigures, Snapshot
 
 log = structlog.get_logger(__name__)
@@ -213,6 +209,11 @@ class SimApp:
             batch_duration_s=batch_s, extensions={"app": {"cpu_fraction": min(busy, 1.0), "memory_fraction": 0.3}},
         )
 
+    @property
+    def shuffle_partitions(self) -> int:
+        """The query's shuffle partitions: those of its stages after the source."""
+        return max((p for op, p in self.partitions.items() if op != SOURCE), default=1)
+
     def apply(self, plan: Plan, t: float, executor_start_s: float, restart_cost_s: float) -> None:
         for a in plan.actions:
             if a.type == "scale_executors" and a.to is not None and a.to != self.executors:
@@ -221,9 +222,12 @@ class SimApp:
                     self.pending_executors.append((t + executor_start_s, a.to))
                 else:
                     self.executors = a.to
-            elif a.type == "set_parallelism" and a.operator in self.partitions and a.to:
-                self.actions.append(ScalingAction(t, a.type, self.partitions[a.operator], a.to))
-                self.partitions[a.operator] = a.to
+            elif a.type == "set_parallelism" and a.to and a.from_ == self.shuffle_partitions:
+                # A migration of the query: every shuffled stage gets the new count (Spark has one).
+                self.actions.append(ScalingAction(t, a.type, a.from_, a.to))
+                for op in self.partitions:
+                    if op != SOURCE and self.partitions[op] == a.from_:
+                        self.partitions[op] = a.to
                 self._partitions_version += 1
                 self.stopped_until = max(self.stopped_until, t + restart_cost_s)
 
@@ -333,7 +337,6 @@ def simulate(spec: SimSpec, cfg: Config) -> SimResult:
     app_cfg = AppConfig(name="sim", min_executors=1, max_executors=max(4 * math.ceil(spec.peak_cores), 8),
                         initial_executors=1, shuffle_partitions=spec.partitions)
     cfg = cfg.model_copy(update={"policy": cfg.policy.model_copy(update={"name": spec.policy})})
-    policy = get_policy(spec.policy)
     alpha = spec.alpha if spec.scaling == "sublinear" else 1.0
     apps = [build_app(f"app{i}", parse_graph(spec.graph, spec.seed + i) if spec.graph.startswith("layered")
                       else graph0, peak, spec.peak_cores, spec.partitions, app_cfg.initial_executors,
@@ -361,13 +364,13 @@ def simulate(spec: SimSpec, cfg: Config) -> SimResult:
         for app in apps:
             snap = app.snapshot(t, spec.window_s, app_cfg.trigger_interval_s, 4)
             t0 = time.perf_counter()
-            raw = policy.decide(snap, DhalionHistory.of(app.history, _no_blocks()), cfg.policy, app_cfg)
-            guarded = apply_guards(raw, GuardInput(snap, app.history, app_cfg), cfg.guards, cfg.loop)
+            # The daemon's own decide path; the simulated query has one shuffle partition count.
+            history = replace(app.history, partitions={snap.query: app.shuffle_partitions})
+            guarded = decide(snap, history, cfg, app_cfg)
             spent = time.perf_counter() - t0
             planning.append(spent)
             cycle_s += spent
-            app.history = DecisionHistory(tuple(d for d in app.history.with_decision(t, guarded).decisions
-                                                if d.decided_at >= t - HISTORY_S))
+            app.history = app.history.with_decision(t, guarded).trimmed(t - HISTORY_S)
             app.apply(guarded, t, spec.executor_start_s, spec.restart_cost_s)
         per_cycle.append(cycle_s)
     limits = SloLimits(batch_limit_ms=app_cfg.trigger_interval_s * 1000)
@@ -379,12 +382,6 @@ def simulate(spec: SimSpec, cfg: Config) -> SimResult:
         measures.append(measure(app.samples, app.actions, segs, limits, needed, app.executor_cores))
     return SimResult(spec, measures, planning, per_cycle, time.perf_counter() - started,
                      len(graph0.operators) - 1, [app.actions for app in apps])
-
-
-def _no_blocks():
-    from sparkscale.policies.dhalion import Blocklist
-
-    return Blocklist()
 
 
 def render(result: SimResult) -> str:
@@ -409,48 +406,3 @@ def render(result: SimResult) -> str:
                  f"peak backlog median {s['peak_backlog_records']['median']}")
     return "\n".join(lines)
 
-
-@click.command("simulate")
-@click.option("--graph", "graph", required=True, help=f"The query's operators: {GRAPH_FORMS}.")
-@click.option("--profile", required=True, help="Load profile (sparkscale loadgen's syntax); must end.")
-@click.option("--policy", type=click.Choice(["ds2", "dhalion", "threshold"]), required=True)
-@click.option("--apps", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--interval-s", type=float, default=10.0, show_default=True, help="Simulated seconds per cycle.")
-@click.option("--scaling", type=click.Choice(["linear", "sublinear"]), default="linear", show_default=True)
-@click.option("--partitions", type=click.IntRange(min=1), default=16, show_default=True,
-              help="Partitions of every operator at the start (a stage uses at most that many cores).")
-@click.option("--peak-cores", type=float, default=12.0, show_default=True,
-              help="Cores the profile's peak needs (true rates are drawn around that).")
-@click.option("--restart-cost-s", type=float, default=10.0, show_default=True,
-              help="Seconds a set_parallelism (migration) stops the query.")
-@click.option("--seed", type=int, default=1, show_default=True)
-@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
-              help="Config whose policy, guards and loop settings to use (default: built-in defaults).")
-@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a dotted config key.")
-@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
-@click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None, help="Also write the JSON here.")
-def simulate_command(graph: str, profile: str, policy: str, apps: int, interval_s: float, scaling: str,
-                     partitions: int, peak_cores: float, restart_cost_s: float, seed: int, config_path: str | None,
-                     overrides: tuple[str, ...], as_json: bool, out_path: str | None) -> None:
-    """Run a policy against a simulated dataflow and print convergence and planning time."""
-    try:
-        cfg = load_config(config_path, overrides)
-    except ConfigError as exc:
-        click.echo(f"invalid config:\n{exc}", err=True)
-        sys.exit(2)
-    try:
-        parse_graph(graph)
-        if parse_profile(profile).duration_s is None:
-            raise ValueError(f"profile {profile!r} never ends; give every step a duration")
-    except ValueError as exc:
-        click.echo(f"invalid argument: {exc}", err=True)
-        sys.exit(2)
-    spec = SimSpec(graph=graph, profile=profile, policy=policy, apps=apps, interval_s=interval_s,
-                   window_s=cfg.loop.window_s, scaling=scaling, peak_cores=peak_cores, partitions=partitions,
-                   restart_cost_s=restart_cost_s, seed=seed)
-    result = simulate(spec, cfg)
-    summary = result.summary()
-    if out_path:
-        with open(out_path, "w") as f:
-            json.dump({"command": "sparkscale " + " ".join(sys.argv[1:]), **summary}, f, indent=2)
-    click.echo(json.dumps(summary, indent=2) if as_json else render(result))

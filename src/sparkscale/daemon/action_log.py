@@ -28,11 +28,11 @@ from typing import Any, Literal
 
 import redis
 
-from sparkscale.actuators.executors import ActionResult
+from sparkscale.actuators.base import ActionResult
 from sparkscale.config import ActionLogConfig
-from sparkscale.daemon.outcomes import Expectation
-from sparkscale.plan import Plan
-from sparkscale.policies.dhalion import BlockedAction, Blocklist
+from sparkscale.plan import Observation, Plan
+from sparkscale.policies.history import PastDecision
+from sparkscale.policies.outcomes import BlockedAction, Blocklist, Expectation
 from sparkscale.protocol.keys import actions_key, blocklist_key, snapshots_key
 from sparkscale.snapshot import Snapshot
 
@@ -65,6 +65,7 @@ class DecisionRecord:
         return {
             "app": self.app, "decided_at": self.decided_at, "snapshot_id": self.snapshot_id, "daemon": self.daemon,
             "epoch": self.epoch, "policy": self.policy, "diagnosis": self.diagnosis, "plan": self.plan.to_dict(),
+            "observation": self.plan.observation.to_dict(),
             "mode": self.mode, "expected": self.expected.to_dict() if self.expected else None,
         }
 
@@ -73,7 +74,8 @@ class DecisionRecord:
         return cls(
             app=data["app"], decided_at=float(data["decided_at"]), snapshot_id=data.get("snapshot_id", ""),
             daemon=data.get("daemon", ""), epoch=data.get("epoch"), policy=data["policy"],
-            diagnosis=data.get("diagnosis"), plan=Plan.from_dict(data["plan"]), mode=data["mode"],
+            diagnosis=data.get("diagnosis"),
+            plan=Plan.from_dict(data["plan"], Observation.from_dict(data.get("observation"))), mode=data["mode"],
             expected=Expectation.from_dict(data["expected"]) if data.get("expected") else None,
         )
 
@@ -118,6 +120,12 @@ class LoggedDecision:
                 "results": [r.to_dict() for r in self.results] if self.results is not None else None,
                 "done_at": self.done_at,
                 "outcome": self.outcome.to_dict() if self.outcome else None}
+
+
+def past_decisions(logged: Iterable[LoggedDecision]) -> tuple[PastDecision, ...]:
+    """Logged decisions as the planner's decision history (with their observations), oldest first."""
+    ordered = sorted(logged, key=lambda d: d.decision.decided_at)
+    return tuple(PastDecision(d.decision.decided_at, d.decision.plan) for d in ordered)
 
 
 @dataclass

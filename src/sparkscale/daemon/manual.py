@@ -1,10 +1,11 @@
-"""Manual actions from the operator (`sparkscale scale-executors`), through the same lock and log.
+"""Manual actions from the operator (`sparkscale scale-executors`, `sparkscale migrate`), through
+the same lock, the same action log and the same `dispatch` as the daemon's own decisions.
 
 When a daemon leads the app, the CLI does not act itself: it writes a request znode
 `<root>/apps/<app>/requests/req-NNNNNNNNNN` and waits for the answer the leader writes to
 `<root>/apps/<app>/request_results/<same name>`. The leader carries the request out in its next
 cycle (woken at once by a watch) with its epoch, logs it as a `manual` decision and answers. When
-no daemon leads, the CLI takes the lock itself, acts, logs and releases (see cli.py).
+no daemon leads, the CLI takes the lock itself and calls `carry_out` / `run_migration` (cli/).
 
 Requests older than their `expires_at` are answered "expired" and not carried out: an operator's
 intent does not wait hours for a leader to appear. A request is an absolute target, so a leader
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -24,9 +26,10 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 if TYPE_CHECKING:
     from sparkscale.daemon.action_log import ActionLog
 
-from sparkscale.actuators.executors import ActionResult, ExecutorActuator
-from sparkscale.config import AppConfig
-from sparkscale.pipeline.submit import ExecutorShape
+from sparkscale.actuators.base import ActionResult, ActuationContext, dispatch
+from sparkscale.actuators.parallelism import current_partitions
+from sparkscale.config import Config
+from sparkscale.pipeline.submit import ExecutorShape, restart
 from sparkscale.plan import Action, Plan
 from sparkscale.protocol.commands import wait_for_znode
 from sparkscale.protocol.znodes import requests_path, results_path
@@ -155,23 +158,53 @@ def watch_requests(zk: KazooClient, root: str, app: str, on_request: Any) -> Non
     zk.ChildrenWatch(requests_path(root, app), lambda children: (on_request() if children else None, True)[1])
 
 
-def carry_out(action_log: ActionLog, actuator: ExecutorActuator, app: AppConfig, to: int, by: str, current: int,
-              identity: str, epoch: int, snapshot_id: str, at: float) -> tuple[str | None, ActionResult]:
-    """Log a manual scale as a decision, carry it out, log the result: what daemon and CLI share."""
+def carry_out(action_log: ActionLog, ctx: ActuationContext, to: int, by: str, current: int,
+              snapshot_id: str, at: float) -> tuple[str | None, ActionResult]:
+    """A manual scale: checked against the app's range, then logged, carried out and its result
+    logged through `dispatch` (what the daemon and the CLI without a leader share)."""
     from sparkscale.daemon.action_log import DecisionRecord
 
+    app = ctx.app
     reason = f"manual request by {by}"
+    action = Action.scale_executors(current, to, reason)
     if not app.min_executors <= to <= app.max_executors:
-        action = Action.scale_executors(current, to, reason)
         return None, ActionResult(action, "failed", f"refused: {to} is outside [min_executors, max_executors] = "
                                                     f"[{app.min_executors}, {app.max_executors}]")
     if to == current:
-        action = Action.scale_executors(current, to, reason)
         return None, ActionResult(action, "done", f"already at {to} executors", executors_after=current)
-    action = Action.scale_executors(current, to, reason)
-    plan = Plan(MANUAL_POLICY, app.name, actions=(action,), explanation=(f"{reason} ({identity}, epoch {epoch})",))
-    record = DecisionRecord(app.name, at, snapshot_id, identity, epoch, MANUAL_POLICY, "manual", plan, "manual")
-    decision_id = action_log.append_decision(record)
-    result = actuator.execute(action, epoch)
-    action_log.append_results(decision_id, app.name, [result])
-    return decision_id, result
+    plan = Plan(MANUAL_POLICY, app.name, actions=(action,),
+                explanation=(f"{reason} ({ctx.identity}, epoch {ctx.epoch})",))
+    record = DecisionRecord(app.name, at, snapshot_id, ctx.identity, ctx.epoch, MANUAL_POLICY, "manual", plan,
+                            "manual")
+    decision_id, results = dispatch(action_log, record, plan.actions, ctx)
+    return decision_id, results[0]
+
+
+def run_migration(action_log: ActionLog, ctx: ActuationContext, query: str, to_partitions: int | None,
+                  reason: str, executors: int | None = None) -> tuple[str, ActionResult]:
+    """A manual (or resumed, with `ctx.resume`) migration through `dispatch`: log the decision,
+    migrate with `ctx.strategy` (and `ctx.shape`), then, if it was done, set the executors to
+    `executors`, log the results. `to_partitions` None keeps the partitions (a shape change only)."""
+    from sparkscale.daemon.action_log import DecisionRecord
+
+    current = current_partitions(ctx, query)
+    to_partitions = current if to_partitions is None else to_partitions
+    strategy = ctx.strategy or ctx.cfg.migration.strategy
+    action = Action.set_parallelism(query, max(current, 1), to_partitions, reason)
+    how = strategy + (f", executors as {ctx.shape.describe()}" if ctx.shape else "")
+    actions = [action]
+    if executors is not None:
+        actions.append(Action.scale_executors(executors, executors, reason))
+    plan = Plan(MANUAL_POLICY, ctx.app.name, {query: to_partitions}, (action,),
+                (f"{reason} ({how}, by {ctx.identity}, epoch {ctx.epoch})",))
+    record = DecisionRecord(ctx.app.name, time.time(), "", ctx.identity, ctx.epoch, MANUAL_POLICY, "partition_bound",
+                            plan, "manual")
+    decision_id, results = dispatch(action_log, record, actions, ctx, stop_after_failure=True)
+    return decision_id, results[0]
+
+
+def app_restarter(cfg: Config, app_name: str, config_path: str | None,
+                  overrides: tuple[str, ...] | list[str]) -> Callable[[], object]:
+    """How a migration restarts the whole application: stop its driver and submit it again with the
+    config the caller (daemon or CLI) runs with."""
+    return lambda: restart(cfg, app_name, config_path, overrides)

@@ -7,12 +7,12 @@ A cycle for one app (the daemon owns time; each stage below is a module of its o
 2. monitor: `collect_snapshot` (Spark REST, Redis, psutil); an app that is not running is
    reported, not scaled; an unreachable service means back-off and no action;
 3. manual requests (leader): carry out `sparkscale scale-executors` requests (manual.py);
-4. evaluate: judge earlier executed actions whose time has come (outcomes.py), blocking those that
-   fell short (the blocklist, in Redis);
-5. plan: the configured policy, then the guards (cooldown, stabilisation, delays, step caps), then
-   the blocklist;
-6. execute (leader, not dry-run): log the decision first, carry out the executor actions through
-   the control agent (actuators/executors.py), log the results.
+4. evaluate: judge earlier executed actions whose time has come (evaluator.py), blocking those
+   that fell short (the blocklist, in Redis);
+5. plan: `planner.decide` (the configured policy, the guards, the blocklist, the Spark mapping),
+   with the app's typed decision history (past decisions, blocklist, last action, migration state);
+6. execute (leader, not dry-run): `actuators.base.dispatch` logs the decision first, carries out
+   each action through its registered actuator, and logs the results.
 
 Every cycle logs one `cycle` event: snapshot id, role, the plan's actions, the mode and what was
 done. Standbys run 1, 2, 5 and log, but never write commands or the action log.
@@ -23,13 +23,12 @@ A slow or failing cycle never piles up: one run per app at a time, missed runs c
 from __future__ import annotations
 
 import json
-import math
 import signal
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
+from typing import Any
 
 import redis
 import structlog
@@ -37,33 +36,29 @@ from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.background import BackgroundScheduler
 from kazoo.client import KazooState
 
-from sparkscale.actuators.executors import ActionResult, ExecutorActuator
+from sparkscale.actuators.base import ActionResult, ActuationContext, dispatch
 from sparkscale.actuators.migration import JournalStore, MigrationRunner
 from sparkscale.config import AppConfig, Config, ConfigError, load_config
 from sparkscale.daemon import manual
 from sparkscale.daemon import status as app_status
 from sparkscale.daemon.action_log import (
     ActionLog,
-    BlocklistEntry,
     BlocklistStore,
     DecisionRecord,
-    LoggedDecision,
-    OutcomeRecord,
+    past_decisions,
     snapshot_id,
 )
+from sparkscale.daemon.evaluator import OutcomeEvaluator, PendingOutcome
 from sparkscale.daemon.leader import LeaderElection, default_identity, zk_client
+from sparkscale.daemon.manual import app_restarter
 from sparkscale.daemon.metrics import DaemonMetrics
-from sparkscale.daemon.migrations import app_restarter, migrate, query_migration, run_migration
 from sparkscale.daemon.notify import Notifier
-from sparkscale.daemon.outcomes import Expectation, drop_blocked, expectation_for, judge
 from sparkscale.monitors.collector import AppNotRunningError, collect_snapshot
-from sparkscale.monitors.spark_rest import SparkRestClient, SparkRestError
-from sparkscale.pipeline.submit import driver_ui_port, with_stored_shape
-from sparkscale.pipeline.workloads import workload
-from sparkscale.plan import Action
-from sparkscale.policies.base import DecisionHistory, PastDecision, get_policy
-from sparkscale.policies.dhalion import BlockedAction, DhalionHistory
-from sparkscale.policies.guards import GuardInput, apply_guards, observations_of
+from sparkscale.monitors.spark_rest import SparkRestError
+from sparkscale.pipeline.submit import with_stored_shape
+from sparkscale.policies.history import DecisionHistory
+from sparkscale.policies.outcomes import expectation_for
+from sparkscale.policies.planner import decide
 from sparkscale.protocol.commands import send_command
 from sparkscale.redisconn import connect
 from sparkscale.snapshot import Snapshot
@@ -77,23 +72,13 @@ RESTART_SECTIONS = ("spark", "cluster", "redis", "zookeeper", "metrics", "daemon
 
 
 @dataclass
-class _Pending:
-    """An executed decision waiting to be judged."""
-
-    decision_id: str
-    expected: Expectation
-    action: Action
-    due_at: float
-
-
-@dataclass
 class _AppState:
     cycles: int = 0
     failures: int = 0
     skip_until: float = 0.0
     history: DecisionHistory = field(default_factory=DecisionHistory)
     last_action_at: float | None = None
-    pending: list[_Pending] = field(default_factory=list)
+    pending: list[PendingOutcome] = field(default_factory=list)
     elected_epoch: int | None = None
     watching_requests: bool = False
     running_since: float | None = None
@@ -110,7 +95,6 @@ class Daemon:
         self.overrides = tuple(overrides)
         self.max_cycles = max_cycles
         self.identity = cfg.daemon.id or default_identity()
-        self.policy = get_policy(cfg.policy.name)
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._reload_requested = threading.Event()
@@ -121,6 +105,7 @@ class Daemon:
         self.action_log = ActionLog(self.redis, cfg.redis.key_prefix, cfg.action_log)
         self.blocklist = BlocklistStore(self.redis, cfg.redis.key_prefix)
         self.metrics = DaemonMetrics()
+        self.evaluator = OutcomeEvaluator(self.action_log, self.blocklist, self.metrics)
         self.notifier = Notifier()
         self._state: dict[str, _AppState] = {}
         self.elections: dict[str, LeaderElection] = {}
@@ -195,8 +180,6 @@ class Daemon:
         old_apps = {a.name for a in self.cfg.apps}
         new_apps = {a.name for a in new.apps}
         interval_changed = new.loop.interval_s != self.cfg.loop.interval_s
-        if new.policy.name != self.cfg.policy.name:
-            self.policy = get_policy(new.policy.name)
         self.cfg = new
         for name in old_apps - new_apps:
             self._remove_app(name)
@@ -305,22 +288,23 @@ class Daemon:
 
         if leader:
             self._serve_manual_requests(app, st, election, snapshot)
-            self._evaluate(app, st, snapshot, force=False)
+            self.evaluator.judge_due(app, st.pending, snapshot, self.cfg.outcomes, force=False)
         blocklist = self.blocklist.blocklist(now, app.name)
         self.metrics.set_blocked(app.name, len(blocklist.entries))
 
-        # Monitor -> snapshot -> policy -> plan -> guards -> blocklist.
-        plan = self.policy.decide(snapshot, DhalionHistory.of(st.history, blocklist), self.cfg.policy, app)
+        # Monitor -> snapshot -> planner (policy -> guards -> blocklist -> Spark mapping) -> plan.
         journal = JournalStore(self.zk, self.cfg.zookeeper.root, app.name).read() if self.zk.connected else None
-        guarded = apply_guards(plan, GuardInput(
-            snapshot, st.history, app, migration_running=journal is not None and journal.status == "running",
-            last_migration_end=journal.phases.get("done") if journal else None,
-            last_action_at=st.last_action_at if st.last_action_at else 0.0), self.cfg.guards, self.cfg.loop)
-        guarded = drop_blocked(guarded, blocklist, now)
-        st.history = _trim(st.history.with_decision(max(now, _last_time(st.history)), guarded), now)
+        partitions = MigrationRunner(self.cfg, app, self.zk, self.redis, 0, lambda: False).current_partitions(
+            snapshot.query)
+        history = replace(st.history, blocklist=blocklist, last_action_at=st.last_action_at or 0.0,
+                          migration_running=journal is not None and journal.status == "running",
+                          last_migration_end=journal.phases.get("done") if journal else None,
+                          partitions={snapshot.query: partitions})
+        guarded = decide(snapshot, history, self.cfg, app, now)
+        st.history = st.history.with_decision(max(now, st.history.last_decided_at), guarded).trimmed(now - HISTORY_S)
         self.metrics.count_decision(app.name, guarded.policy, bool(guarded.changes))
         expected = expectation_for(guarded, snapshot, app)
-        diagnosis = expected.diagnosis if expected else observations_of(guarded).get("diagnosis")
+        diagnosis = expected.diagnosis if expected else guarded.observation.diagnosis
         snap_id = snapshot_id(snapshot)
 
         if not guarded.changes:
@@ -334,20 +318,27 @@ class Daemon:
         if leader:
             record = DecisionRecord(app.name, now, snap_id, self.identity, election.epoch, guarded.policy,
                                     diagnosis, guarded, "acted" if mode == "acted" else mode, expected)
-            # Written before acting: if Redis refuses it, the RedisError ends the cycle with no action.
-            decision_id = self.action_log.append_decision(record, snapshot if guarded.actions else None)
+            kept_snapshot = snapshot if guarded.actions else None
             if mode == "acted":
-                self._evaluate(app, st, snapshot, force=True)  # judge what is pending before changing more
-                results = self._execute(app, st, election, guarded.changes)
-                self.action_log.append_results(decision_id, app.name, results)
+                # Judge what is pending before changing more.
+                self.evaluator.judge_due(app, st.pending, snapshot, self.cfg.outcomes, force=True)
+                # The decision is written before acting: if Redis refuses it, the RedisError ends the
+                # cycle with no action.
+                decision_id, results = dispatch(self.action_log, record, guarded.changes,
+                                                self._context(app, election), kept_snapshot)
+                for result in results:
+                    self.metrics.count_action(app.name, result.action.type, result.status)
                 done = [r for r in results if r.status == "done"]
                 if done:
                     st.last_action_at = time.time()
                     st.last_action = "; ".join(r.action.summary() for r in done)
                     if expected is not None:
                         windows_s = self.cfg.outcomes.evaluation_windows * self.cfg.loop.window_s
-                        st.pending.append(_Pending(decision_id, expected, done[0].action, time.time() + windows_s))
-            elif mode == "dry_run":
+                        due_at = time.time() + windows_s
+                        st.pending.append(PendingOutcome(decision_id, expected, done[0].action, due_at))
+            else:
+                decision_id = self.action_log.append_decision(record, kept_snapshot)
+            if mode == "dry_run":
                 st.last_action_at = now  # dry runs keep the cooldown, to show what the daemon would do
                 for action in guarded.changes:
                     self.metrics.count_action(app.name, action.type, "dry_run")
@@ -363,7 +354,7 @@ class Daemon:
             reasons=[a.reason for a in guarded.actions],
             results=[{"action": r.action.summary(), "status": r.status, "detail": r.detail, "confirm_s": r.confirm_s}
                      for r in results],
-            explanation=[line for line in guarded.explanation if not line.startswith("observations: ")],
+            explanation=list(guarded.explanation), observation=guarded.observation.to_dict(),
             duration_s=round(time.monotonic() - started, 4),
         )
         self._publish(app, st, election, role, "ok", executors=len(snapshot.executors),
@@ -377,12 +368,12 @@ class Daemon:
         assert election.epoch is not None
         now = time.time()
         logged = self.action_log.read(app.name, since=now - HISTORY_S)
-        st.history = _history_of(logged)
+        st.history = DecisionHistory(past_decisions(logged))
         acted = [d for d in logged if d.results and any(r.status == "done" for r in d.results)]
         st.last_action_at = acted[-1].done_at if acted else None
         windows_s = self.cfg.outcomes.evaluation_windows * self.cfg.loop.window_s
         st.pending = [
-            _Pending(d.id, d.decision.expected, d.decision.plan.changes[0], (d.done_at or now) + windows_s)
+            PendingOutcome(d.id, d.decision.expected, d.decision.plan.changes[0], (d.done_at or now) + windows_s)
             for d in acted if d.outcome is None and d.decision.expected is not None and d.decision.plan.changes
         ]
         # Fence: the agent keeps the highest epoch it has seen and refuses older leaders' commands.
@@ -390,11 +381,10 @@ class Daemon:
         journal = JournalStore(self.zk, self.cfg.zookeeper.root, app.name).read()
         if journal is not None and journal.status == "running" and not self.cfg.loop.dry_run:
             # A leader died during a migration: finish it (or roll it back) before anything else.
-            decision_id, journal, result = run_migration(
-                self.cfg, app, self.zk, self.redis, self.action_log, election.epoch, lambda: election.is_leader,
-                self.identity, journal.query, journal.to_partitions, journal.strategy,
-                f"resume migration {journal.id} left at {journal.next} by epoch {journal.epoch}", resume=True,
-                restart_app=self._restarter(app))
+            decision_id, result = manual.run_migration(
+                self.action_log, self._context(app, election, strategy=journal.strategy, resume=True),
+                journal.query, journal.to_partitions,
+                f"resume migration {journal.id} left at {journal.next} by epoch {journal.epoch}")
             log.info("migration.resumed", app=app.name, decision_id=decision_id, status=result.status,
                      detail=result.detail)
             st.last_action_at = time.time()
@@ -424,47 +414,11 @@ class Daemon:
             except JobLookupError:  # the app was removed meanwhile: nothing to wake
                 pass
 
-    def _restarter(self, app: AppConfig) -> Callable[[], object]:
-        return app_restarter(self.cfg, app.name, self.config_path, self.overrides)
-
-    def _actuator(self, app: AppConfig, election: LeaderElection) -> ExecutorActuator:
-        rest = SparkRestClient.for_port(driver_ui_port(self.cfg, app), timeout_s=self.cfg.spark.rest_timeout_s)
-        return ExecutorActuator(self.zk, self.cfg.zookeeper.root, app.name, rest, self.cfg.actuator,
-                                lambda: election.is_leader)
-
-    def _execute(self, app: AppConfig, st: _AppState, election: LeaderElection,
-                 actions: tuple[Action, ...]) -> list[ActionResult]:
-        actuator = self._actuator(app, election)
-        results = []
-        query = workload(app.pipeline).query
-        current = MigrationRunner(self.cfg, app, self.zk, self.redis, election.epoch or 0,
-                                  lambda: election.is_leader).current_partitions(query)
-        migration, covered = query_migration(actions, query, current)
-        for action in actions:
-            if action.type == "set_parallelism":
-                if not covered or action is not covered[0]:
-                    why = (f"covered by one migration of the query: {migration.summary()}" if migration
-                           and action in covered else
-                           f"{action.operator} has {action.from_} partitions, not the query's {current} shuffle "
-                           "partitions (e.g. the source's): a migration cannot change them")
-                    results.append(ActionResult(action, "skipped", why))
-                    continue
-                # A stateful query's partitions change only by a migration (stop, repartition, restart).
-                log.info("migration.start", app=app.name, action=migration.summary(), epoch=election.epoch,
-                         strategy=self.cfg.migration.strategy, reason=migration.reason)
-                _journal, result = migrate(self.cfg, app, self.zk, self.redis, election.epoch or 0,
-                                           lambda: election.is_leader, self.identity, migration,
-                                           self.cfg.migration.strategy, restart_app=self._restarter(app))
-                result = replace(result, action=action)  # logged against the plan's own action
-            else:
-                log.info("actuator.start", app=app.name, action=action.summary(), epoch=election.epoch,
-                         reason=action.reason)
-                result = actuator.execute(action, election.epoch or 0)
-            if result.status == "failed":
-                log.error("actuator.failed", app=app.name, action=action.summary(), detail=result.detail)
-            self.metrics.count_action(app.name, action.type, result.status)
-            results.append(result)
-        return results
+    def _context(self, app: AppConfig, election: LeaderElection, **request: Any) -> ActuationContext:
+        """What the actuators get to act on `app` at this daemon's epoch (`request`: per-request fields)."""
+        return ActuationContext(self.cfg, app, self.zk, self.redis, election.epoch or 0, lambda: election.is_leader,
+                                self.identity, app_restarter(self.cfg, app.name, self.config_path, self.overrides),
+                                **request)
 
     def _serve_manual_requests(self, app: AppConfig, st: _AppState, election: LeaderElection,
                                snapshot: Snapshot) -> None:
@@ -490,53 +444,22 @@ class Daemon:
                         True, json.dumps({"detail": f"completed by resuming migration {done.id}",
                                           "figures": done.marks.get("metrics")}), None, self.identity))
                     continue
-                decision_id, _journal, result = run_migration(
-                    self.cfg, app, self.zk, self.redis, self.action_log, election.epoch or 0,
-                    lambda: election.is_leader, self.identity, request.query or workload(app.pipeline).query,
-                    request.to, request.strategy or self.cfg.migration.strategy, f"manual request by {request.by}",
-                    executors=request.executors, executor_actuator=self._actuator(app, election),
-                    shape=request.executor_shape, restart_app=self._restarter(app))
-                if result.status == "done":
-                    st.last_action_at = time.time()
-                    st.last_action = f"manual: {result.action.summary()}"
-                self.metrics.count_action(app.name, "set_parallelism", result.status)
-                manual.answer(self.zk, root, app.name, request.name, manual.ManualResult(
-                    result.status == "done", json.dumps({"detail": result.detail, "figures": result.figures}),
-                    decision_id, self.identity))
-                continue
-            decision_id, result = manual.carry_out(
-                self.action_log, self._actuator(app, election), app, request.to, request.by,
-                current=len(snapshot.executors), identity=self.identity, epoch=election.epoch or 0,
-                snapshot_id=snapshot_id(snapshot), at=now)
+                ctx = self._context(app, election, strategy=request.strategy, shape=request.executor_shape)
+                decision_id, result = manual.run_migration(
+                    self.action_log, ctx, request.query or snapshot.query, request.to,
+                    f"manual request by {request.by}", executors=request.executors)
+                answer = manual.ManualResult(result.status == "done", json.dumps(
+                    {"detail": result.detail, "figures": result.figures}), decision_id, self.identity)
+            else:
+                decision_id, result = manual.carry_out(
+                    self.action_log, self._context(app, election), request.to, request.by,
+                    current=len(snapshot.executors), snapshot_id=snapshot_id(snapshot), at=now)
+                answer = manual.ManualResult(result.status == "done", result.detail, decision_id, self.identity)
             if result.status == "done":
                 st.last_action_at = time.time()
                 st.last_action = f"manual: {result.action.summary()}"
-            self.metrics.count_action(app.name, "scale_executors", result.status)
-            manual.answer(self.zk, root, app.name, request.name,
-                          manual.ManualResult(result.status == "done", result.detail, decision_id, self.identity))
-
-    def _evaluate(self, app: AppConfig, st: _AppState, snapshot: Snapshot, force: bool) -> None:
-        """Judge executed actions whose evaluation time has come (all pending ones with `force`)."""
-        now = time.time()
-        for pending in list(st.pending):
-            if not force and now < pending.due_at:
-                continue
-            verdict = judge(pending.expected, snapshot, app, self.cfg.outcomes.fraction)
-            blocked_until = None
-            if not verdict.met:
-                # Dhalion: an action that did not bring the expected outcome is blocked for its diagnosis.
-                blocked_until = now + self.cfg.outcomes.blocklist_ttl_s
-                self.blocklist.block(BlocklistEntry(
-                    BlockedAction(app.name, pending.expected.diagnosis, pending.action.type, blocked_until),
-                    now, pending.decision_id, verdict.detail))
-            detail = verdict.detail + (" (judged early: a new action follows)" if now < pending.due_at else "")
-            self.action_log.append_outcome(OutcomeRecord(
-                pending.decision_id, app.name, now, verdict.met, pending.expected.metric, pending.expected.before,
-                pending.expected.after, verdict.observed, detail, blocked_until))
-            self.metrics.count_action(app.name, pending.action.type, "met" if verdict.met else "not_met")
-            log.info("outcome", app=app.name, decision_id=pending.decision_id, action=pending.action.summary(),
-                     met=verdict.met, detail=detail, blocked_until=blocked_until)
-            st.pending.remove(pending)
+            self.metrics.count_action(app.name, result.action.type, result.status)
+            manual.answer(self.zk, root, app.name, request.name, answer)
 
     def _publish(self, app: AppConfig, st: _AppState, election: LeaderElection, role: str, result: str,
                  executors: int | None = None, parallelism: dict[str, int] | None = None, detail: str = "") -> None:
@@ -548,23 +471,6 @@ class Daemon:
                 last_action_at=st.last_action_at, detail=detail))
         except redis.RedisError as exc:
             log.warning("status.publish_failed", app=app.name, error=str(exc))
-
-
-def _history_of(logged: list[LoggedDecision]) -> DecisionHistory:
-    decisions: list[PastDecision] = []
-    for d in sorted(logged, key=lambda d: d.decision.decided_at):
-        decisions.append(PastDecision(d.decision.decided_at, d.decision.plan))
-    return DecisionHistory(tuple(decisions))
-
-
-def _last_time(history: DecisionHistory) -> float:
-    return history.last.decided_at if history.last else -math.inf
-
-
-def _trim(history: DecisionHistory, now: float) -> DecisionHistory:
-    if history.decisions and history.decisions[0].decided_at < now - HISTORY_S:
-        return type(history)(history.since(now - HISTORY_S))
-    return history
 
 
 def _now() -> datetime:

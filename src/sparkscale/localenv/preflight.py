@@ -6,13 +6,12 @@ useful answer instead of a Java stack trace in a log file.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-
-import pyspark
 
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
 # Debian's zookeeper package splits its dependencies (netty, slf4j, log4j, jute) over these.
@@ -42,7 +41,13 @@ class Tools:
 
 def spark_home(configured: str | None = None) -> Path:
     """SPARK_HOME: the configured one, else the pyspark package's own (it ships bin/ and jars/)."""
-    return Path(configured).expanduser() if configured else Path(pyspark.__file__).parent
+    if configured:
+        return Path(configured).expanduser()
+    # Found, not imported: the head-node daemon submits drivers but never loads PySpark itself.
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or spec.origin is None:
+        raise PreflightError("PySpark is not installed: pip install pyspark==4.3.0 (or set spark.home)")
+    return Path(spec.origin).parent
 
 
 def check_tools(java: str = "java", configured_spark_home: str | None = None) -> Tools:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import redis
 
 from sparkscale.config import AppConfig, Config
-from sparkscale.pipeline.sinks import SinkTarget
 from sparkscale.pipeline.verify import VerifyResult, compare_keyed, read_input_records, read_keyed_sink
 from sparkscale.pipeline.workloads import workload
+from sparkscale.protocol.sinks import SinkTarget
 from sparkscale.protocol.streams import live_backlog
 from sparkscale.redisconn import connect
 

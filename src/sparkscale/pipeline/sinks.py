@@ -21,7 +21,7 @@ Why `foreachBatch` for aggregates: Spark 4.3 refuses Python stream writers in up
 ("<name> does not support Update mode"), and update mode is what stateful pipelines use. The
 output of an aggregate's batch is one row per changed key, small enough to collect in the driver.
 
-Redis layout, with `O = {prefix}{app}:out:{query}`:
+Redis layout, with `O = {prefix}{app}:out:{query}` (the names are `SinkTarget`'s, in `protocol/sinks.py`):
 
 | key | type | meaning |
 |---|---|---|
@@ -36,7 +36,6 @@ Redis layout, with `O = {prefix}{app}:out:{query}`:
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -46,7 +45,7 @@ import structlog
 from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from sparkscale.protocol.keys import output_base
+from sparkscale.protocol.sinks import SinkTarget
 
 log = structlog.get_logger(__name__)
 
@@ -58,66 +57,7 @@ _STAGE_TTL_S = 24 * 3600
 
 
 # ---------------------------------------------------------------------------------------------
-# Keys and options
-
-
-
-@dataclass(frozen=True)
-class SinkTarget:
-    """Where a sink writes: the Redis server and the `{prefix}{app}:out:{query}` namespace."""
-
-    app: str
-    query: str
-    host: str = "127.0.0.1"
-    port: int = 6380
-    db: int = 0
-    prefix: str = "sparkscale:"
-
-    @property
-    def base(self) -> str:
-        return output_base(self.prefix, self.app, self.query)
-
-    def batch_key(self, batch_id: int) -> str:
-        return f"{self.base}:b:{batch_id}"
-
-    @property
-    def batches_key(self) -> str:
-        return f"{self.base}:batches"
-
-    @property
-    def log_key(self) -> str:
-        return f"{self.base}:log"
-
-    @property
-    def kv_key(self) -> str:
-        return f"{self.base}:kv"
-
-    @property
-    def meta_key(self) -> str:
-        return f"{self.base}:meta"
-
-    def stage_key(self) -> str:
-        return f"{self.base}:stage:{uuid.uuid4().hex}"
-
-    def client(self) -> redis.Redis:
-        return redis.Redis(host=self.host, port=self.port, db=self.db, decode_responses=True)
-
-    def as_options(self) -> dict[str, str]:
-        return {"host": self.host, "port": str(self.port), "db": str(self.db), "prefix": self.prefix,
-                "app": self.app, "query": self.query}
-
-    @classmethod
-    def parse(cls, options: Any) -> SinkTarget:
-        def get(name: str, default: str | None = None) -> str | None:
-            value = options.get(name.lower(), options.get(name, default))
-            return default if value is None else str(value)
-
-        app, query = get("app"), get("query")
-        if not app or not query:
-            raise ValueError("redis sink: options 'app' and 'query' are required")
-        return cls(app=app, query=query, host=get("host", "127.0.0.1") or "127.0.0.1",
-                   port=int(get("port", "6380") or 6380), db=int(get("db", "0") or 0),
-                   prefix=get("prefix", "sparkscale:") or "")
+# Options
 
 
 def _option(options: Any, name: str, default: str) -> str:

@@ -47,7 +47,7 @@ class PipelineRecord:
 @dataclass(frozen=True)
 class ExecutorShape:
     """Cores and memory of each executor. Spark fixes both for an application's life, so a new
-    shape takes a whole-application restart (a migration with a shape, actuators/migration.py);
+    shape takes a whole-application restart (a migration with a shape, actuators/migration/runner.py);
     the shape it set is kept in Redis and outlives the config's, for every later submit."""
 
     executor_cores: int
@@ -147,7 +147,7 @@ def submit_command(
     argv = [str(tools.spark_submit), "--master", cfg.spark.master_url, "--deploy-mode", "client"]
     for key, value in spark_conf(cfg, app).items():
         argv += ["--conf", f"{key}={value}"]
-    argv.append(str(Path(__file__).with_name("driver.py")))
+    argv.append(str(Path(__file__).parent.parent / "agent" / "bootstrap.py"))  # the driver's main program
     argv += ["--app", app.name]
     if config_path:
         argv += ["--config", str(Path(config_path).resolve())]

@@ -1,8 +1,9 @@
 """Reading back what was produced and what arrived, and counting what was lost or duplicated.
 
 The readers know the Redis layout of the input streams (docs/internals.md) and of the sinks
-(`pipeline/sinks.py`); the comparisons are pure and generic. Which uids or counts a workload should
-output is the workload's business: it builds the expectation and hands it to `compare_*`.
+(`pipeline/sinks.py`; the key names are `protocol/sinks.py`'s); the comparisons are pure and generic.
+Which uids or counts a workload should output is the workload's business: it builds the expectation
+and hands it to `compare_*`.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from typing import Any, Literal
 import redis
 import structlog
 
-from sparkscale.pipeline.sinks import SinkTarget
 from sparkscale.protocol.keys import input_stream_key, input_stream_prefix
+from sparkscale.protocol.sinks import SinkTarget
 
 log = structlog.get_logger(__name__)
 

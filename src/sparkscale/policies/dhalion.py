@@ -30,12 +30,12 @@ data skew (more executors do not help a hot partition); scale down to ceil(execu
 
 Blocklist: a resolver whose (diagnosis, action type) is blocked for the app and not expired is
 skipped, and the next diagnosis in order is tried (the explanation says so). The daemon keeps the
-blocklist (Redis) and hands it to the policy on the history: pass a `DhalionHistory` (or any
-history with a `blocklist` attribute). It blocks an action when `evaluate_outcome` says the
-outcome recorded with the plan (`expected_outcome`) was not met after `outcomes.evaluation_windows`.
+blocklist (Redis, policies/outcomes.py) and hands it to the policy on the decision history
+(`history.blocklist`). It blocks an action when `evaluate_outcome` says the outcome recorded with
+the plan (`plan.observation.expected`) was not met after `outcomes.evaluation_windows`.
 
-Every plan records its figures, the diagnosis and the expected outcome in its observations line
-(`guards.observations_of`): the next decisions read the backlog trend from there.
+Every plan records its figures, the diagnosis and the expected outcome in its typed observation
+(`plan.observation`): the next decisions read the backlog trend from there.
 """
 
 from __future__ import annotations
@@ -43,14 +43,27 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from dataclasses import dataclass
+from typing import ClassVar, Literal
 
-from sparkscale.config import AppConfig, DhalionConfig, PolicyConfig
-from sparkscale.plan import Action, ActionType, Plan
-from sparkscale.policies.base import DecisionHistory, register_policy
-from sparkscale.policies.guards import observations_line, observations_of, recent_observations
+from pydantic import Field
+
+from sparkscale.config import AppConfig, ConfigSection, PolicyConfig
+from sparkscale.plan import Action, ActionType, ExpectedOutcome, Observation, Plan
+from sparkscale.policies.base import register_policy
+from sparkscale.policies.figures import LoadFigures, load_figures
+from sparkscale.policies.history import DecisionHistory
 from sparkscale.snapshot import Snapshot
+
+
+class DhalionConfig(ConfigSection):
+    """`policy.dhalion`: the symptom detectors' thresholds."""
+
+    skew_ratio: float = Field(2.0, gt=1)
+    slow_instance_ratio: float = Field(2.0, gt=1)
+    over_provisioned_utilization: float = Field(0.5, gt=0, lt=1)
+    # Backpressure from the backlog: the total source backlog grew over this many windows (this one included).
+    backlog_growth_windows: int = Field(3, ge=2)
 
 Diagnosis = Literal["slow_instance", "data_skew", "under_provisioning", "over_provisioning"]
 
@@ -58,117 +71,7 @@ _SLACK = 1e-9  # relative slack before rounding up (float noise must not add an 
 
 
 # ---------------------------------------------------------------------------------------------
-# Blocklist (lecture: "A blocklist records actions that did not produce the expected outcome")
-
-
-@dataclass(frozen=True)
-class BlockedAction:
-    """`action_type` must not resolve `diagnosis` for `app` until `until` (seconds since the epoch)."""
-
-    app: str
-    diagnosis: str
-    action_type: ActionType
-    until: float
-
-    def applies(self, app: str, diagnosis: str, action_type: str, now: float) -> bool:
-        return (self.app, self.diagnosis, self.action_type) == (app, diagnosis, action_type) and now < self.until
-
-
-@dataclass(frozen=True)
-class Blocklist:
-    """Blocked (diagnosis, action) pairs. Immutable; the daemon persists it."""
-
-    entries: tuple[BlockedAction, ...] = ()
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "entries", tuple(self.entries))
-
-    def find(self, app: str, diagnosis: str, action_type: str, now: float) -> BlockedAction | None:
-        """The entry blocking this pair now, if any."""
-        return next((e for e in self.entries if e.applies(app, diagnosis, action_type, now)), None)
-
-    def block(self, app: str, diagnosis: str, action_type: ActionType, now: float, ttl_s: float) -> Blocklist:
-        """This blocklist with the pair blocked until now + ttl_s (replacing an older entry for it)."""
-        kept = tuple(e for e in self.entries if (e.app, e.diagnosis, e.action_type) != (app, diagnosis, action_type))
-        return Blocklist((*kept, BlockedAction(app, diagnosis, action_type, now + ttl_s)))
-
-    def active(self, now: float) -> Blocklist:
-        """Without the expired entries."""
-        return Blocklist(tuple(e for e in self.entries if now < e.until))
-
-
-@dataclass(frozen=True)
-class DhalionHistory(DecisionHistory):
-    """A decision history that also carries the blocklist (the daemon builds it from Redis)."""
-
-    blocklist: Blocklist = field(default_factory=Blocklist)
-
-    @classmethod
-    def of(cls, history: DecisionHistory, blocklist: Blocklist) -> DhalionHistory:
-        return cls(history.decisions, blocklist)
-
-    def with_decision(self, decided_at: float, plan: Plan) -> DhalionHistory:
-        return DhalionHistory(super().with_decision(decided_at, plan).decisions, self.blocklist)
-
-
-def evaluate_outcome(expected: float, observed: float, fraction: float) -> bool:
-    """Did an action bring at least `fraction` of the change it was expected to bring? `expected` and
-    `observed` are changes of the same figure (after - before); a decrease counts when a decrease
-    was expected. Nothing expected (0) is always met."""
-    if not 0 < fraction <= 1:
-        raise ValueError(f"fraction must be in (0, 1], got {fraction}")
-    if expected == 0:
-        return True
-    # Dhalion: an action that did not produce the expected outcome goes on the blocklist.
-    return observed / expected >= fraction
-
-
-@dataclass(frozen=True)
-class ExpectedOutcome:
-    """What a Dhalion action is expected to do to one recorded figure (`metric` in observations)."""
-
-    diagnosis: str
-    action_type: ActionType
-    metric: str
-    before: float
-    after: float
-
-    def met(self, observed_after: float, fraction: float) -> bool:
-        return evaluate_outcome(self.after - self.before, observed_after - self.before, fraction)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"diagnosis": self.diagnosis, "action_type": self.action_type, "metric": self.metric,
-                "before": round(self.before, 6), "after": round(self.after, 6)}
-
-
-def expected_outcome(plan: Plan) -> ExpectedOutcome | None:
-    """The outcome a Dhalion plan recorded for its action (None: no action, or not a Dhalion plan)."""
-    raw = observations_of(plan).get("expected")
-    if not isinstance(raw, dict):
-        return None
-    try:
-        return ExpectedOutcome(str(raw["diagnosis"]), raw["action_type"], str(raw["metric"]),
-                               float(raw["before"]), float(raw["after"]))
-    except (KeyError, TypeError, ValueError):
-        return None
-
-
-# ---------------------------------------------------------------------------------------------
 # Figures and symptoms
-
-
-@dataclass(frozen=True)
-class LoadFigures:
-    """One window's load figures (rates in records/s; None where the snapshot does not tell)."""
-
-    executors: int
-    cores: int
-    batch_ratio: float | None  # batch_duration_s / trigger_interval_s
-    backlog: float  # records waiting at the sources
-    arrival_rate: float  # records/s arriving at the sources
-    processed_rate: float | None  # records/s the sources took in over the window
-    load_utilization: float | None  # max(arrival, processed) x core-s per source record / cores
-    utilization: float | None  # max(load_utilization, batch_ratio)
 
 
 @dataclass(frozen=True)
@@ -225,31 +128,11 @@ class Symptoms:
     slow: tuple[SlowInstance, ...]  # slowest first
 
 
-def load_figures(snapshot: Snapshot, app: AppConfig) -> LoadFigures:
-    """Batch ratio, backlog, rates and utilisation of one window (module docstring)."""
-    trigger = snapshot.trigger_interval_s or app.trigger_interval_s
-    batch_ratio = snapshot.batch_duration_s / trigger if snapshot.batch_duration_s is not None else None
-    sources = [op for op in snapshot.operators if op.source]
-    arrival = sum(op.arrival_rate or 0.0 for op in sources)
-    backlog = sum(op.backlog or 0.0 for op in sources)
-    source_records = sum(inst.records_in for op in sources for inst in op.instances)
-    has_source_instances = any(op.instances for op in sources)
-    processed = source_records / snapshot.window_s if has_source_instances else None
-    useful_s = sum(inst.useful_time_s for op in snapshot.operators for inst in op.instances)
-    load_u: float | None = None
-    if source_records > 0 and useful_s > 0 and snapshot.cores > 0:
-        # Capacity in source records/s = cores / core-seconds per source record (all stages share the cores).
-        load_u = max(arrival, processed or 0.0) * (useful_s / source_records) / snapshot.cores
-    known = [u for u in (load_u, batch_ratio) if u is not None]
-    return LoadFigures(len(snapshot.executors), snapshot.cores, batch_ratio, backlog, arrival, processed,
-                       load_u, max(known) if known else None)
-
-
 def detect_backpressure(snapshot: Snapshot, history: DecisionHistory, figures: LoadFigures,
                         windows: int) -> Backpressure | None:
     """Batch ratio above 1, or a backlog that grew over `windows` windows (this one included)."""
     ratio = figures.batch_ratio if figures.batch_ratio is not None and figures.batch_ratio > 1 else None
-    past = recent_observations(history, "backlog", windows - 1, snapshot.query)
+    past = history.recent_figures("backlog", windows - 1, snapshot.query)
     series = [(t, float(b)) for t, b in past if isinstance(b, (int, float))]
     trend: tuple[float, ...] = ()
     growth = 0.0
@@ -426,12 +309,13 @@ class DhalionPolicy:
     """Dhalion as a sparkscale policy: one diagnosis and at most one resolver action per decision."""
 
     name: ClassVar[str] = "dhalion"
+    config_model: ClassVar[type[DhalionConfig]] = DhalionConfig
 
     def decide(self, snapshot: Snapshot, history: DecisionHistory, cfg: PolicyConfig, app: AppConfig) -> Plan:
         """Detect symptoms, diagnose, and resolve with the first resolver not blocked."""
-        dh = cfg.dhalion
+        dh = cfg.section(self.name)
         now = snapshot.taken_at
-        blocklist: Blocklist = getattr(history, "blocklist", None) or Blocklist()
+        blocklist = history.blocklist
         symptoms = detect(snapshot, history, dh, app)
         fig = symptoms.figures
 
@@ -476,16 +360,13 @@ class DhalionPolicy:
             if candidates:
                 explanation.append("every resolver for the diagnoses found is blocked: nothing to do")
 
-        observations: dict[str, Any] = {
-            "query": snapshot.query, "executors": fig.executors, "backlog": fig.backlog,
-            "batch_ratio": fig.batch_ratio, "arrival_rate": fig.arrival_rate, "processed_rate": fig.processed_rate,
-            "utilization": fig.utilization, "diagnosis": chosen,
-            "action": actions[0].type if actions else None,
-        }
-        if expected is not None:
-            observations["expected"] = expected.to_dict()
-        explanation.append(observations_line(observations))
-        return Plan(policy=self.name, app=snapshot.app, actions=tuple(actions), explanation=tuple(explanation))
+        observation = Observation(
+            query=snapshot.query, diagnosis=chosen, expected=expected,
+            figures={"executors": fig.executors, "backlog": fig.backlog, "batch_ratio": fig.batch_ratio,
+                     "arrival_rate": fig.arrival_rate, "processed_rate": fig.processed_rate,
+                     "utilization": fig.utilization})
+        return Plan(policy=self.name, app=snapshot.app, actions=tuple(actions), explanation=tuple(explanation),
+                    observation=observation)
 
 
 _DIAGNOSIS_WHY: dict[str, str] = {

@@ -32,10 +32,27 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from sparkscale.config import AppConfig, PolicyConfig
+from pydantic import Field, model_validator
+
+from sparkscale.config import AppConfig, ConfigSection, PolicyConfig
 from sparkscale.plan import Action, Plan
-from sparkscale.policies.base import DecisionHistory, register_policy
+from sparkscale.policies.base import register_policy
+from sparkscale.policies.history import DecisionHistory
 from sparkscale.snapshot import OperatorFigures, Snapshot
+
+
+class Ds2Config(ConfigSection):
+    """`policy.ds2`: DS2's catch-up time and the bounds of an operator's parallelism."""
+
+    catch_up_s: float = Field(60.0, gt=0)
+    min_parallelism: int = Field(1, ge=1)
+    max_parallelism: int = Field(64, ge=1)
+
+    @model_validator(mode="after")
+    def _range(self) -> Ds2Config:
+        if self.min_parallelism > self.max_parallelism:
+            raise ValueError("min_parallelism is above max_parallelism")
+        return self
 
 # Relative slack before rounding up, so that 4.000000000001 (float noise) needs 4 instances, not 5.
 _CEIL_SLACK = 1e-9
@@ -246,11 +263,12 @@ class Ds2Policy:
     """DS2 as a sparkscale policy: executors for the cores needed, repartitions where partitions < π."""
 
     name: ClassVar[str] = "ds2"
+    config_model: ClassVar[type[Ds2Config]] = Ds2Config
 
     def decide(self, snapshot: Snapshot, history: DecisionHistory, cfg: PolicyConfig, app: AppConfig) -> Plan:
         """DS2 needs no history: each decision is computed afresh from the window's true rates."""
         u = cfg.target_utilization
-        ds2 = cfg.ds2
+        ds2 = cfg.section(self.name)
         est = estimate(snapshot, u, ds2.catch_up_s, ds2.min_parallelism, ds2.max_parallelism)
 
         explanation = [

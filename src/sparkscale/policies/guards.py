@@ -16,85 +16,23 @@ Order, each step explained in the returned plan's explanation (lines starting "g
 5. migration (`loop.stabilization_s`): no change while a migration runs, nor within
    stabilization_s after one ended.
 
-Warnings always pass. Each guarded plan records its recommendation in its observations (below), so
-that the next decision's scale-down delay can see it in the history.
-
-Observations: policies never do I/O and Plan's JSON has exactly five keys, so the figures a later
-decision needs (backlog, metrics, recommendations) travel in the plan's explanation as one line
-`observations: {json}` (`observations_of`, `with_observations`). The daemon keeps plans in the
-decision history, so the figures come back with them.
+Warnings always pass. Each guarded plan records its recommendation in its observation
+(`plan.observation.recommended_executors`), so that the next decision's scale-down delay can see
+it in the decision history.
 """
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from sparkscale.config import AppConfig, GuardsConfig, LoopConfig
 from sparkscale.plan import Action, Plan
-from sparkscale.policies.base import DecisionHistory, PastDecision
+from sparkscale.policies.history import DecisionHistory, PastDecision
 from sparkscale.snapshot import Snapshot
-
-OBSERVATIONS_PREFIX = "observations: "
-RECOMMENDED = "recommended_executors"  # the observation key the scale-down delay reads
 
 # Relative slack before rounding, so that float noise does not add an executor.
 _SLACK = 1e-9
-
-
-# ---------------------------------------------------------------------------------------------
-# Observations recorded in plans
-
-
-def observations_of(plan: Plan) -> dict[str, Any]:
-    """The figures a plan recorded (empty if none, or if the line is not valid JSON)."""
-    for line in reversed(plan.explanation):
-        if line.startswith(OBSERVATIONS_PREFIX):
-            try:
-                value = json.loads(line[len(OBSERVATIONS_PREFIX):])
-            except json.JSONDecodeError:
-                return {}
-            return value if isinstance(value, dict) else {}
-    return {}
-
-
-def observations_line(figures: Mapping[str, Any]) -> str:
-    return OBSERVATIONS_PREFIX + json.dumps(dict(figures), sort_keys=True)
-
-
-def with_observations(explanation: Iterable[str], figures: Mapping[str, Any]) -> tuple[str, ...]:
-    """`explanation` with its observations line (last) holding the old figures updated by `figures`."""
-    lines = list(explanation)
-    merged: dict[str, Any] = {}
-    kept = []
-    for line in lines:
-        if line.startswith(OBSERVATIONS_PREFIX):
-            merged.update(observations_of(Plan("", "", explanation=(line,))))
-        else:
-            kept.append(line)
-    merged.update(figures)
-    return (*kept, observations_line(merged))
-
-
-def recent_observations(history: DecisionHistory, key: str, count: int,
-                        query: str | None = None) -> tuple[tuple[float, Any], ...]:
-    """(decided_at, value) of `key` in the last `count` decisions, oldest first, stopping at the
-    first decision (newest backwards) that did not record it: these are consecutive windows. With
-    `query`, only decisions that recorded that query count (an app may run several queries)."""
-    found: list[tuple[float, Any]] = []
-    for decision in reversed(history.decisions):
-        if len(found) >= count:
-            break
-        obs = observations_of(decision.plan)
-        if query is not None and obs.get("query", query) != query:
-            continue
-        if key not in obs:
-            break
-        found.append((decision.decided_at, obs[key]))
-    return tuple(reversed(found))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -138,8 +76,7 @@ def apply_guards(plan: Plan, given: GuardInput, guards: GuardsConfig, loop: Loop
     actions = _cooldown(actions, given, loop.cooldown_s, notes)
     actions = _migration(actions, given, loop.stabilization_s, notes)
 
-    explanation = with_observations((*plan.explanation, *notes), {RECOMMENDED: recommended})
-    return Plan(plan.policy, plan.app, plan.parallelism, tuple(actions), explanation)
+    return plan.with_actions(actions, notes, recommended_executors=recommended)
 
 
 def _target(actions: list[Action], current: int) -> int:
@@ -210,8 +147,8 @@ def _scale_down_delay(actions: list[Action], current: int, recommended: int, giv
     seen: list[int] = [recommended]
     lasted_s = 0.0
     for decision in reversed(given.history.decisions):
-        value = observations_of(decision.plan).get(RECOMMENDED)
-        if not isinstance(value, int) or isinstance(value, bool) or value >= current:
+        value = decision.observation.recommended_executors
+        if value is None or value >= current:
             break
         lasted_s = given.now - decision.decided_at
         if decision.decided_at < since:

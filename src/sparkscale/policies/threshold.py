@@ -26,13 +26,39 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
-from sparkscale.config import AppConfig, PolicyConfig, ThresholdRule
-from sparkscale.plan import Action, Plan
-from sparkscale.policies.base import DecisionHistory, register_policy
-from sparkscale.policies.guards import observations_line, observations_of
+from pydantic import Field, field_validator
+
+from sparkscale.config import AppConfig, ConfigSection, PolicyConfig
+from sparkscale.plan import Action, Observation, Plan
+from sparkscale.policies.base import register_policy
+from sparkscale.policies.history import DecisionHistory
 from sparkscale.snapshot import Snapshot
+
+
+class ThresholdRule(ConfigSection):
+    """`metric op value` for `for_windows` windows -> change executors by `executors_delta`."""
+
+    metric: Literal["cpu", "batch_ratio", "backlog", "memory"]
+    op: Literal[">", ">=", "<", "<="]
+    value: float
+    for_windows: int = Field(1, ge=1)
+    executors_delta: int
+
+    @field_validator("executors_delta")
+    @classmethod
+    def _nonzero(cls, value: int) -> int:
+        if value == 0:
+            raise ValueError("a rule must change the executor count (non-zero)")
+        return value
+
+
+class ThresholdConfig(ConfigSection):
+    # "dstreams": the old DStreams allocator (up above 0.9 of the batch interval, down below 0.3,
+    # one executor at a time); "custom": only `rules`.
+    preset: Literal["dstreams", "custom"] = "dstreams"
+    rules: list[ThresholdRule] = []
 
 METRICS = ("cpu", "batch_ratio", "backlog", "memory")
 
@@ -73,8 +99,9 @@ def _extension_fraction(extensions: Mapping[str, Any], key: str) -> float | None
 
 def rules_of(cfg: PolicyConfig) -> tuple[ThresholdRule, ...]:
     """The preset's rules (if any) followed by the configured ones."""
-    preset = DSTREAMS_RULES if cfg.threshold.preset == "dstreams" else ()
-    return (*preset, *cfg.threshold.rules)
+    th = cfg.section(ThresholdPolicy.name)
+    preset = DSTREAMS_RULES if th.preset == "dstreams" else ()
+    return (*preset, *th.rules)
 
 
 @dataclass(frozen=True)
@@ -97,11 +124,11 @@ def evaluate_rule(rule: ThresholdRule, now: float | None, history: DecisionHisto
     for decision in reversed(history.decisions):
         if len(past) >= rule.for_windows - 1:
             break
-        obs = observations_of(decision.plan)
-        if obs.get("query", query) != query:
+        obs = decision.observation
+        if (obs.query or query) != query:
             continue
-        value = obs.get(rule.metric)
-        past.append(float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None)
+        value = obs.figure(rule.metric)
+        past.append(None if value is None else float(value))
     values = (*reversed(past), now)
     fired = len(values) >= rule.for_windows and all(v is not None and _OPS[rule.op](v, rule.value) for v in values)
     return RuleResult(rule, values, fired)
@@ -112,13 +139,15 @@ class ThresholdPolicy:
     """Rules over one window's metrics, each holding for N consecutive windows."""
 
     name: ClassVar[str] = "threshold"
+    config_model: ClassVar[type[ThresholdConfig]] = ThresholdConfig
 
     def decide(self, snapshot: Snapshot, history: DecisionHistory, cfg: PolicyConfig, app: AppConfig) -> Plan:
         """Executors change by the delta of the fired rule chosen (module docstring)."""
         metrics = metrics_of(snapshot, app)
         rules = rules_of(cfg)
+        th = cfg.section(self.name)
         explanation = [
-            f"threshold rules ({cfg.threshold.preset} preset, {len(cfg.threshold.rules)} configured rule(s)); "
+            f"threshold rules ({th.preset} preset, {len(th.rules)} configured rule(s)); "
             "metrics: " + ", ".join(f"{k} {'unknown' if v is None else f'{v:g}'}" for k, v in metrics.items())
         ]
         results = [evaluate_rule(rule, metrics[rule.metric], history, snapshot.query) for rule in rules]
@@ -145,5 +174,5 @@ class ThresholdPolicy:
         else:
             explanation.append("no rule fired: nothing changes")
 
-        explanation.append(observations_line({"query": snapshot.query, **metrics}))
-        return Plan(policy=self.name, app=snapshot.app, actions=tuple(actions), explanation=tuple(explanation))
+        return Plan(policy=self.name, app=snapshot.app, actions=tuple(actions), explanation=tuple(explanation),
+                    observation=Observation(query=snapshot.query, figures=metrics))

@@ -1,6 +1,7 @@
 """The vocabulary the head-node daemon and the in-driver agent share, and nothing else.
 
 ZooKeeper paths (`znodes`), commands and acks with send and wait (`commands`), every Redis key name
-(`keys`) and the small readers of the source's positions (`streams`). No PySpark import: the daemon
-and the agent both depend on this package, neither on the other.
+(`keys`), a sink's output keys (`sinks`: `SinkTarget`) and the small readers of the source's
+positions (`streams`). No PySpark import: the daemon and the agent both depend on this package,
+neither on the other.
 """

@@ -76,11 +76,6 @@ def snapshots_key(prefix: str, app: str) -> str:
     return f"{prefix}{app}:snapshots"
 
 
-def history_key(prefix: str, app: str) -> str:
-    """The leader's decision history: typed observations per decision (a stream)."""
-    return f"{prefix}{app}:history"
-
-
 def datastore_key(prefix: str, app: str, migration_id: str) -> str:
     """The Redis DataStore of a CCR migration: what was captured (JSON, expires)."""
     return f"{prefix}{app}:migration:{migration_id}:captured"

@@ -1,17 +1,32 @@
-"""The seed workloads. Each module has `build(ctx) -> list[StreamingQuery]` (run in the driver)
-and `expected_output(records, app) -> dict[str, int]` (pure: what its keyed sink must hold once every
-record was processed exactly once; the verifier's oracle)."""
+"""The workloads a managed app can run, and the open registry that names them.
+
+Each workload module defines `build(ctx) -> list[StreamingQuery]` (run in the driver) and
+`expected_output(records, app) -> dict[str, int]` (pure: what its keyed sink must hold once every
+record was processed exactly once; the verifier's oracle), and ends with `register_workload(WORKLOAD)`.
+Adding a workload is one module in this package, or, outside sparkscale, a module or a `Workload`
+named by an entry point of the group `sparkscale.workloads`.
+
+Importing this package, and `workload()` / `registered_workloads()`, never import PySpark: the
+head-node daemon and the verifier look workloads up too. PySpark is imported by `build` only, and by
+the `PipelineContext` methods it calls.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sparkscale.config import AppConfig, Config
-from sparkscale.pipeline.redis_source import RedisStreamsOptions, read_stream
-from sparkscale.pipeline.sinks import SinkTarget, keyed_sink
+from sparkscale.protocol.sinks import SinkTarget
+from sparkscale.registry import WORKLOADS
+
+if TYPE_CHECKING:
+    # Annotations only: the workload modules are imported by the registry while the config
+    # validates an app's `pipeline`.
+    from sparkscale.config import AppConfig, Config
+
+ENTRY_POINT_GROUP = WORKLOADS.group
 
 
 @dataclass(frozen=True)
@@ -28,6 +43,8 @@ class PipelineContext:
 
     def read_input(self, query: str, fields: Iterable[str]) -> Any:
         """The app's input streams as a streaming DataFrame (uid, ts, partition, entry_id, fields...)."""
+        from sparkscale.pipeline.redis_source import RedisStreamsOptions, read_stream
+
         redis_cfg = self.cfg.redis
         return read_stream(
             self.spark,
@@ -44,6 +61,8 @@ class PipelineContext:
 
     def start_keyed(self, df: Any, query: str, key_column: str, value_column: str) -> Any:
         """Start `df` (an aggregate) into the keyed sink under `query`, on the app's trigger."""
+        from sparkscale.pipeline.sinks import keyed_sink
+
         writer = keyed_sink(df, self.sink_target(query), self.checkpoint(query), "update",
                             key_column=key_column, value_column=value_column)
         return writer.trigger(processingTime=f"{self.app.trigger_interval_s} seconds").start()
@@ -58,13 +77,24 @@ class Workload:
     expected_output: Callable[[Iterable[Mapping[str, str]], AppConfig], dict[str, int]]
 
 
-def workload(name: str) -> Workload:
-    from sparkscale.pipeline.workloads import dag, taxi, wordcount
+# -- the registry -----------------------------------------------------------------------------------
 
-    registry = {w.name: w for w in (wordcount.WORKLOAD, dag.WORKLOAD, taxi.WORKLOAD)}
-    if name not in registry:
-        raise KeyError(f"no workload named {name!r} (known: {', '.join(sorted(registry))})")
-    return registry[name]
+def register_workload(w: Workload) -> Workload:
+    """Make `w` known under `w.name`. Registering the same workload again is a no-op; a different
+    workload under a taken name is a ValueError."""
+    return WORKLOADS.register(w.name, w)
+
+
+def registered_workloads() -> tuple[str, ...]:
+    """The names of every known workload, sorted."""
+    return tuple(sorted(WORKLOADS.names()))
+
+
+def workload(name: str) -> Workload:
+    try:
+        return WORKLOADS.get(name)
+    except KeyError:
+        raise KeyError(f"no workload named {name!r} (known: {', '.join(registered_workloads())})") from None
 
 
 def build_workload(ctx: PipelineContext) -> list[Any]:

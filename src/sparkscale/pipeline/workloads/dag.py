@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from sparkscale.config import AppConfig
-from sparkscale.pipeline.workloads import PipelineContext, Workload
+from sparkscale.pipeline.workloads import PipelineContext, Workload, register_workload
 
 QUERY = "dag"
 ROW_SCHEMA = "uid string, key string, value string"
@@ -101,3 +101,5 @@ def expected_output(records: Iterable[Mapping[str, str]], app: AppConfig) -> dic
 
 
 WORKLOAD = Workload(name="dag", query=QUERY, fields=("value", "key"), build=build, expected_output=expected_output)
+
+register_workload(WORKLOAD)

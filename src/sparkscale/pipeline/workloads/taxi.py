@@ -15,7 +15,7 @@ from typing import Any
 
 from sparkscale.config import AppConfig
 from sparkscale.pipeline.records import TAXI_DATETIME_FORMAT, TAXI_FIELDS, route_of
-from sparkscale.pipeline.workloads import PipelineContext, Workload
+from sparkscale.pipeline.workloads import PipelineContext, Workload, register_workload
 
 QUERY = "top_routes"
 KEY_SEPARATOR = "|"
@@ -84,3 +84,5 @@ def top_routes(counts: Mapping[str, int], n: int) -> dict[str, list[tuple[str, i
 
 WORKLOAD = Workload(name="taxi_top_routes", query=QUERY, fields=TAXI_FIELDS, build=build,
                     expected_output=expected_output)
+
+register_workload(WORKLOAD)

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from sparkscale.config import AppConfig
-from sparkscale.pipeline.workloads import PipelineContext, Workload
+from sparkscale.pipeline.workloads import PipelineContext, Workload, register_workload
 
 QUERY = "counts"
 
@@ -30,3 +30,5 @@ def expected_output(records: Iterable[Mapping[str, str]], app: AppConfig) -> dic
 
 
 WORKLOAD = Workload(name="wordcount", query=QUERY, fields=("line",), build=build, expected_output=expected_output)
+
+register_workload(WORKLOAD)

@@ -1,29 +1,30 @@
-"""The one config file: typed sections, defaults for the embedded environment, clear errors.
+"""The config's typed sections, each with defaults aimed at the embedded environment.
 
-Every key has a default aimed at the embedded local environment (`sparkscale cluster up`), so a
-file that names only what a user changes is valid. Unknown keys are errors: a typo must not be
-silently ignored in a tool that resizes production pipelines.
+Unknown keys are errors: a typo must not be silently ignored in a tool that resizes production
+pipelines. Names of policies, workloads and migration strategies are checked against their
+registries (sparkscale.registry), and each policy's own section against the model it declares.
 """
 
 from __future__ import annotations
 
-import copy
-import difflib
 import re
-import types
 import typing
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-PIPELINES = ("wordcount", "taxi_top_routes", "dag")
+from sparkscale.registry import POLICIES, STRATEGIES, WORKLOADS
 
 
-class _Section(BaseModel):
+class ConfigSection(BaseModel):
+    """A section of the config file: unknown keys are errors, values are frozen. Policies, actuators
+    and strategies that bring settings of their own derive their section models from it."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+_Section = ConfigSection
 
 
 class SparkConfig(_Section):
@@ -154,7 +155,7 @@ class AppConfig(_Section):
     """One managed application: which pipeline it runs, how it reads and writes, its executor range."""
 
     name: str
-    pipeline: Literal["wordcount", "taxi_top_routes", "dag"] = "wordcount"
+    pipeline: str = "wordcount"  # a registered workload (sparkscale.pipeline.workloads)
     min_executors: int = Field(1, ge=0)
     max_executors: int = Field(8, ge=1)
     initial_executors: int = Field(1, ge=0)
@@ -167,6 +168,11 @@ class AppConfig(_Section):
     dag: DagConfig = DagConfig()
     taxi: TaxiConfig = TaxiConfig()
     dynamic_allocation: DynamicAllocationConfig = DynamicAllocationConfig()
+
+    @field_validator("pipeline")
+    @classmethod
+    def _pipeline(cls, value: str) -> str:
+        return _one_of(value, sorted(WORKLOADS.names()))
 
     @field_validator("name")
     @classmethod
@@ -199,56 +205,90 @@ class LoopConfig(_Section):
     dry_run: bool = False
 
 
-class Ds2Config(_Section):
-    catch_up_s: float = Field(60.0, gt=0)
-    min_parallelism: int = Field(1, ge=1)
-    max_parallelism: int = Field(64, ge=1)
-
-    @model_validator(mode="after")
-    def _range(self) -> Ds2Config:
-        if self.min_parallelism > self.max_parallelism:
-            raise ValueError("min_parallelism is above max_parallelism")
-        return self
-
-
-class DhalionConfig(_Section):
-    skew_ratio: float = Field(2.0, gt=1)
-    slow_instance_ratio: float = Field(2.0, gt=1)
-    over_provisioned_utilization: float = Field(0.5, gt=0, lt=1)
-    # Backpressure from the backlog: the total source backlog grew over this many windows (this one included).
-    backlog_growth_windows: int = Field(3, ge=2)
-
-
-class ThresholdRule(_Section):
-    """`metric op value` for `for_windows` windows -> change executors by `executors_delta`."""
-
-    metric: Literal["cpu", "batch_ratio", "backlog", "memory"]
-    op: Literal[">", ">=", "<", "<="]
-    value: float
-    for_windows: int = Field(1, ge=1)
-    executors_delta: int
-
-    @field_validator("executors_delta")
-    @classmethod
-    def _nonzero(cls, value: int) -> int:
-        if value == 0:
-            raise ValueError("a rule must change the executor count (non-zero)")
-        return value
-
-
-class ThresholdConfig(_Section):
-    # "dstreams": the old DStreams allocator (up above 0.9 of the batch interval, down below 0.3,
-    # one executor at a time); "custom": only `rules`.
-    preset: Literal["dstreams", "custom"] = "dstreams"
-    rules: list[ThresholdRule] = []
-
-
 class PolicyConfig(_Section):
-    name: Literal["ds2", "dhalion", "threshold"] = "ds2"
+    """`name` is a registered policy (sparkscale.policies); every policy's own settings are the
+    section `policy.<its name>`, validated by the model the policy declares (`config_model`), so a
+    new policy brings its settings with it. A section left out has its model's defaults."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    name: str = "ds2"
     target_utilization: float = Field(0.8, gt=0, le=1)
-    ds2: Ds2Config = Ds2Config()
-    dhalion: DhalionConfig = DhalionConfig()
-    threshold: ThresholdConfig = ThresholdConfig()
+
+    @field_validator("name")
+    @classmethod
+    def _registered(cls, value: str) -> str:
+        return _one_of(value, sorted(POLICIES.names()))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _sections(cls, data: Any) -> Any:
+        """Each section validated by its policy's model; every registered policy's section present."""
+        if not isinstance(data, dict):
+            return data
+        out = dict(data)
+        for name in POLICIES.names():
+            model = cls.section_model(name)
+            if model is not None and name not in out:
+                out[name] = model()
+        for key, value in data.items():
+            if key in cls.model_fields:
+                continue
+            model = cls.section_model(str(key))
+            if model is None:
+                raise ValidationError.from_exception_data(cls.__name__, [
+                    {"type": "extra_forbidden", "loc": (key,), "input": value}])
+            out[key] = value if isinstance(value, model) else _validated_section(str(key), model, value)
+        return out
+
+    @staticmethod
+    def section_model(name: str) -> type[BaseModel] | None:
+        """The settings model of the policy registered as `name` (None: no such policy or no settings)."""
+        try:
+            return getattr(POLICIES.get(name), "config_model", None)
+        except KeyError:
+            return None
+
+    def section(self, name: str) -> Any:
+        """The settings of policy `name`: as configured, else its model's defaults."""
+        extra = self.__pydantic_extra__ or {}
+        if name in extra:
+            return extra[name]
+        model = self.section_model(name)
+        if model is None:
+            raise AttributeError(f"no policy named {name!r} with settings")
+        return model()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            return super().__getattr__(name)  # type: ignore[misc]
+        try:
+            return self.section(name)
+        except AttributeError:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}") from None
+
+
+def _one_of(value: str, known: typing.Iterable[str]) -> str:
+    """`value` if it is one of the registered names `known`, else a ValueError listing them."""
+    names = tuple(known)
+    if value not in names:
+        raise ValueError(f"expected one of {', '.join(repr(n) for n in names)}")
+    return value
+
+
+def _validated_section(key: str, model: type[BaseModel], value: Any) -> BaseModel:
+    """`value` validated by `model`, its errors located under `key` (pydantic drops the section
+    name from the location of a ValidationError raised inside a validator otherwise)."""
+    try:
+        return model.model_validate(value)
+    except ValidationError as exc:
+        errors: list[Any] = []
+        for err in exc.errors():
+            detail = {"type": err["type"], "loc": (key, *err["loc"]), "input": err.get("input")}
+            if "ctx" in err:
+                detail["ctx"] = err["ctx"]
+            errors.append(detail)
+        raise ValidationError.from_exception_data(exc.title, errors) from None
 
 
 class GuardsConfig(_Section):
@@ -285,10 +325,10 @@ class ActuatorConfig(_Section):
 
 
 class MigrationConfig(_Section):
-    """Changing a stateful query's partitions (actuators/migration.py)."""
+    """Changing a stateful query's partitions (actuators/migration/)."""
 
-    # How a plan's set_parallelism is carried out: dsm | dcr | ccr.
-    strategy: Literal["dsm", "dcr", "ccr"] = "ccr"
+    # How a plan's set_parallelism is carried out: a registered strategy (dsm | dcr | ccr built in).
+    strategy: str = "ccr"
     # Each phase (drain, stop at a boundary, repartition, restart, first batch) must end within this.
     phase_timeout_s: float = Field(180.0, gt=0)
     # Captured input records kept in the Redis DataStore this long after a CCR migration.
@@ -299,6 +339,11 @@ class MigrationConfig(_Section):
     stable_window_s: float = Field(60.0, gt=0)
     # After a migration, follow the query at most this long to measure catch-up, recovery and stabilisation.
     measure_timeout_s: float = Field(300.0, gt=0)
+
+    @field_validator("strategy")
+    @classmethod
+    def _registered(cls, value: str) -> str:
+        return _one_of(value, STRATEGIES.names())
 
 
 class ActionLogConfig(_Section):
@@ -340,7 +385,7 @@ class Config(_Section):
     zookeeper: ZooKeeperConfig = ZooKeeperConfig()
     apps: list[AppConfig] = [AppConfig(name="wordcount")]
     loop: LoopConfig = LoopConfig()
-    policy: PolicyConfig = PolicyConfig()
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
     guards: GuardsConfig = GuardsConfig()
     outcomes: OutcomesConfig = OutcomesConfig()
     actuator: ActuatorConfig = ActuatorConfig()
@@ -372,175 +417,7 @@ class Config(_Section):
         config plus an app of that name running it with default settings; else KeyError."""
         if any(app.name == name for app in self.apps):
             return self
-        if name in PIPELINES:
+        if name in WORKLOADS.names():
             return self.model_copy(update={"apps": [*self.apps, AppConfig(name=name, pipeline=name)]})
         self.app(name)  # raises, naming the configured apps
         return self
-
-
-# ---------------------------------------------------------------------------------------------
-# Loading and errors
-
-
-@dataclass(frozen=True)
-class ConfigProblem:
-    """One thing wrong with a config: where it came from, which key, what it held, what is wanted."""
-
-    source: str
-    key: str
-    message: str
-    value: Any = None
-    has_value: bool = False
-
-    def __str__(self) -> str:
-        got = f" (got {self.value!r})" if self.has_value else ""
-        key = f"{self.key}: " if self.key else ""
-        return f"{self.source}: {key}{self.message}{got}"
-
-
-class ConfigError(Exception):
-    """A config that cannot be used; `str()` lists every problem, one per line."""
-
-    def __init__(self, problems: list[ConfigProblem]):
-        self.problems = problems
-        super().__init__("\n".join(str(p) for p in problems))
-
-
-def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] = ()) -> Config:
-    """Read a YAML config (or only defaults when `path` is None) and apply `--set` overrides."""
-    source = str(path) if path is not None else "<defaults>"
-    raw: dict[str, Any] = {}
-    if path is not None:
-        raw = _read_yaml(Path(path))
-    set_keys = [_apply_override(raw, item) for item in overrides]
-    try:
-        return Config.model_validate(raw)
-    except ValidationError as exc:
-        raise ConfigError([_problem(err, source, set_keys) for err in exc.errors()]) from None
-
-
-def _read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError([ConfigProblem(str(path), "", f"cannot read file: {exc.strerror}")]) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError([ConfigProblem(where, "", f"invalid YAML: {problem}")]) from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError([ConfigProblem(str(path), "", "expected a mapping of sections at the top level")])
-    return data
-
-
-_DEFAULTS_JSON: dict[str, Any] | None = None
-
-
-def _apply_override(raw: dict[str, Any], item: str) -> str:
-    """Apply one `dotted.key=value` to the raw config; list items are addressed by index or name."""
-    global _DEFAULTS_JSON
-    key, sep, text = item.partition("=")
-    key = key.strip()
-    if not sep or not key:
-        raise ConfigError([ConfigProblem("--set", item, "expected KEY=VALUE, e.g. policy.target_utilization=0.7")])
-    try:
-        value = yaml.safe_load(text) if text.strip() else ""
-    except yaml.YAMLError:
-        value = text
-    if isinstance(value, (dict, list)) and not text.strip().startswith(("{", "[")):
-        value = text  # `prefix=foo:` is the string "foo:", not the mapping {"foo": None}
-    if _DEFAULTS_JSON is None:
-        _DEFAULTS_JSON = Config().model_dump(mode="json")
-    parts = key.split(".")
-    resolved: list[str] = []  # the key as validation errors will name it (list items by index)
-    node: Any = raw
-    default: Any = _DEFAULTS_JSON
-    for i, part in enumerate(parts):
-        last = i == len(parts) - 1
-        if isinstance(node, list):
-            index = _list_index(node, part)
-            if index is None:
-                raise ConfigError([ConfigProblem("--set", key, f"no list item {part!r} (use an index or a name)")])
-            resolved.append(str(index))
-            if last:
-                node[index] = value
-            else:
-                node, default = node[index], None
-            continue
-        if not isinstance(node, dict):
-            raise ConfigError([ConfigProblem("--set", key, f"{'.'.join(parts[:i])} is not a section")])
-        resolved.append(part)
-        if last:
-            node[part] = value
-            break
-        child_default = default.get(part) if isinstance(default, dict) else None
-        if part not in node:
-            # A list the file did not mention starts from its default (e.g. the default apps).
-            node[part] = copy.deepcopy(child_default) if isinstance(child_default, list) else {}
-        node, default = node[part], child_default
-    return ".".join(resolved)
-
-
-def _list_index(items: list[Any], part: str) -> int | None:
-    if part.isdigit():
-        return int(part) if int(part) < len(items) else None
-    for i, item in enumerate(items):
-        if isinstance(item, dict) and item.get("name") == part:
-            return i
-    return None
-
-
-def _problem(err: Any, source: str, set_keys: list[str]) -> ConfigProblem:
-    loc = tuple(err["loc"])
-    key = ".".join(str(p) for p in loc)
-    if any(key == k or key.startswith(k + ".") or k.startswith(key + ".") for k in set_keys):
-        source = "--set"
-    kind = err["type"]
-    if kind == "extra_forbidden":
-        fields = _fields_at(loc[:-1])
-        close = difflib.get_close_matches(str(loc[-1]), fields, n=1, cutoff=0.6)
-        hint = f"; did you mean {'.'.join([*map(str, loc[:-1]), close[0]])!r}?" if close else ""
-        known = f" (known keys here: {', '.join(sorted(fields))})" if fields and not close else ""
-        return ConfigProblem(source, key, f"unknown key{hint}{known}")
-    message = err["msg"]
-    if kind == "value_error":
-        message = message.removeprefix("Value error, ")
-    elif kind == "literal_error":
-        message = message.replace("Input should be", "expected one of")
-    else:
-        message = message.replace("Input should be", "expected")
-    value = err.get("input")
-    # A whole section's value (from a cross-field check) would bury the message: leave it out.
-    shown = "input" in err and kind != "missing" and not isinstance(value, (dict, list))
-    return ConfigProblem(source, key, message, value, shown)
-
-
-def _fields_at(loc: tuple[Any, ...]) -> list[str]:
-    """Field names of the section that `loc` points at (for "did you mean")."""
-    model: Any = Config
-    for part in loc:
-        if isinstance(part, int):
-            continue
-        field = model.model_fields.get(part) if _is_model(model) else None
-        if field is None:
-            return []
-        model = _unwrap(field.annotation)
-    return list(model.model_fields) if _is_model(model) else []
-
-
-def _unwrap(annotation: Any) -> Any:
-    origin = typing.get_origin(annotation)
-    if origin in (list, typing.Union, types.UnionType):
-        for arg in typing.get_args(annotation):
-            if _is_model(_unwrap(arg)):
-                return _unwrap(arg)
-    return annotation
-
-
-def _is_model(obj: Any) -> bool:
-    return isinstance(obj, type) and issubclass(obj, BaseModel)

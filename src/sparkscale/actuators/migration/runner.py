@@ -1,33 +1,6 @@
-"""Migrations: a stateful query from N to M state partitions (Shukla & Simmhan, adapted to Spark).
-
-A stateful Structured Streaming query's state partitions are fixed at its first run; changing them
-means stopping the query, repartitioning its checkpointed state offline
-(`spark._streamingCheckpointManager.repartition`, run by the in-driver agent) and restarting it.
-How the stop and restart are done is the strategy (DESIGN.md, "Migration strategies"):
-
-- DSM (§3.1, the default Storm rebalance): stop at once, abandoning the running batch; repartition
-  with `enforce_exactly_once_sink=False` (the abandoned batch is skipped and recomputed); restart.
-  Sources keep admitting: the restarted query catches up.
-- DCR (§3.2, drain-checkpoint-restore): pause the sources; drain (the query finishes all it
-  admitted); stop at that clean boundary (the last commit is the just-in-time checkpoint);
-  repartition; restart; restore (the new run has loaded its state); then resume the sources.
-- CCR (§3.3, capture-checkpoint-resume): pause and stop at the next batch boundary in one step,
-  without waiting to drain; capture what arrived but was not processed (source offsets and stream
-  positions) into the Redis DataStore; repartition; restart; resume at once: the captured records
-  come first in the ordered input streams, so they are replayed before any newer one.
-
-A migration may also give the executors a new shape (cores, memory): Spark fixes both for an
-application's life, so then the restart step restarts the whole application (stop the driver,
-submit it again with the new shape) instead of only the query; the strategies are the same, the
-pause (in Redis) outlives the driver, and the partitions may stay as they are.
-
-Each migration is a journal in ZooKeeper (`R/apps/{app}/migration`, JSON) whose `next` phase is
-written before its step runs and whose `phases` record when each step completed. Every step is
-idempotent (the agent answers "already" for a stopped query, an already repartitioned checkpoint
-or a running query), so a daemon that dies at any phase is replaced by one that reads the journal
-and completes the migration (`resume`). A failure before the state was repartitioned rolls back
-(restart with the old partitions, resume the sources); after it, the migration can only go forward.
-"""
+"""The generic migration runner: walks the journal's strategy's phase table through the in-driver
+agent, one idempotent step per phase, and asks the strategy for the choices in which strategies
+differ (strategy names are never looked at here)."""
 
 from __future__ import annotations
 
@@ -36,112 +9,25 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from dataclasses import asdict
+from typing import Any
 
 import redis
 import structlog
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError, NoNodeError
 
+from sparkscale.actuators.migration.base import MigrationBusy, MigrationError, get_strategy
+from sparkscale.actuators.migration.journal import Journal, JournalStore, PhaseCallback, phase_metrics
 from sparkscale.config import AppConfig, Config
 from sparkscale.pipeline.submit import ExecutorShape, running, store_shape
 from sparkscale.protocol.commands import AckTimeout, send_command, wait_ack
 from sparkscale.protocol.keys import datastore_key, input_stream_key, paused_key, progress_key
 from sparkscale.protocol.streams import StreamOffsets, read_source_status, stored_partitions, stream_heads
-from sparkscale.protocol.znodes import journal_path
 
 log = structlog.get_logger(__name__)
 
-Strategy = Literal["dsm", "dcr", "ccr"]
-STRATEGIES: tuple[str, ...] = ("dsm", "dcr", "ccr")
-PHASES: dict[str, tuple[str, ...]] = {
-    "dsm": ("requested", "stopped", "repartitioned", "restarted", "restored", "done"),
-    "dcr": ("requested", "paused", "drained", "stopped", "repartitioned", "restarted", "restored", "resumed", "done"),
-    "ccr": ("requested", "paused", "stopped", "captured", "repartitioned", "restarted", "resumed", "restored", "done"),
-}
 POLL_S = 0.2  # how often progress and source status are read while waiting on a phase
-
-
-
-
-class MigrationError(RuntimeError):
-    """A step failed; the journal says where the migration stopped."""
-
-
-class MigrationBusy(MigrationError):
-    """Another migration of the app is running."""
-
-
-@dataclass
-class Journal:
-    """One migration's record: what, which strategy, where it is, and the figures for its metrics."""
-
-    id: str
-    app: str
-    query: str
-    strategy: str
-    from_partitions: int
-    to_partitions: int
-    requested_at: float
-    by: str
-    epoch: int
-    status: str = "running"  # running | done | rolled_back | failed
-    next: str = "requested"  # the phase whose step runs (or ran) now
-    phases: dict[str, float] = field(default_factory=dict)  # phase -> completed at (seconds since the epoch)
-    marks: dict[str, Any] = field(default_factory=dict)  # positions, run ids, figures for the metrics
-    detail: str = ""
-    shape: dict[str, int] | None = None  # a new executor shape (ExecutorShape fields): a whole-app restart
-
-    @property
-    def new_shape(self) -> ExecutorShape | None:
-        return ExecutorShape(**self.shape) if self.shape else None
-
-    def to_json(self) -> bytes:
-        return json.dumps(asdict(self)).encode()
-
-    @classmethod
-    def from_json(cls, data: bytes) -> Journal:
-        return cls(**json.loads(data.decode()))
-
-    @property
-    def remaining(self) -> tuple[str, ...]:
-        return tuple(p for p in PHASES[self.strategy] if p not in self.phases)
-
-    def phase_durations(self) -> dict[str, float]:
-        """Seconds each completed phase took (from the previous phase's completion)."""
-        out: dict[str, float] = {}
-        previous = self.requested_at
-        for phase in PHASES[self.strategy]:
-            if phase in self.phases:
-                out[phase] = round(self.phases[phase] - previous, 3)
-                previous = self.phases[phase]
-        return out
-
-
-class JournalStore:
-    def __init__(self, zk: KazooClient, root: str, app: str):
-        self.zk = zk
-        self.path = journal_path(root, app)
-
-    def read(self) -> Journal | None:
-        try:
-            data, _stat = self.zk.get(self.path)
-        except NoNodeError:
-            return None
-        return Journal.from_json(data) if data else None
-
-    def write(self, journal: Journal) -> None:
-        try:
-            self.zk.set(self.path, journal.to_json())
-        except NoNodeError:
-            try:
-                self.zk.create(self.path, journal.to_json(), makepath=True)
-            except NodeExistsError:
-                self.zk.set(self.path, journal.to_json())
-
-
-PhaseCallback = Callable[[Journal, str, float], None]
+FAULT_HOLD_ENV = "SPARKSCALE_MIGRATION_HOLD"
 
 
 class MigrationRunner:
@@ -169,8 +55,7 @@ class MigrationRunner:
 
     def start(self, query: str, to_partitions: int, strategy: str, by: str,
               shape: ExecutorShape | None = None) -> Journal:
-        if strategy not in STRATEGIES:
-            raise MigrationError(f"unknown strategy {strategy!r} (expected one of {', '.join(STRATEGIES)})")
+        get_strategy(strategy)  # an unknown one: UnknownStrategy (a MigrationError) naming the known ones
         current = self.store.read()
         if current is not None and current.status == "running":
             raise MigrationBusy(f"migration {current.id} of {self.app.name} is still running (phase {current.next})")
@@ -242,11 +127,11 @@ class MigrationRunner:
         journal.marks["input_at_pause"] = self._input_position()
 
     def _drain(self, journal: Journal) -> None:
-        """DCR: wait until the query has processed everything it admitted (no batch running, nothing
+        """Wait until the query has processed everything it admitted (no batch running, nothing
         admitted left); for one query that is the end of its running batch."""
         deadline = time.monotonic() + self.mcfg.phase_timeout_s
         while True:
-            status = self._query_status(journal.query)
+            status = self.query_status(journal.query)
             if status is None:
                 return  # already stopped (a resumed migration): nothing in flight
             if not status.get("isTriggerActive") and not status.get("isDataAvailable"):
@@ -256,14 +141,10 @@ class MigrationRunner:
             time.sleep(POLL_S)
 
     def _stop(self, journal: Journal) -> None:
-        if journal.strategy == "dsm":
-            detail = self._command("abort_query", {"query": journal.query, "hold": True})
-        else:
-            detail = self._command("stop_query", {"query": journal.query, "hold": True,
-                                                  "timeout_s": self.mcfg.phase_timeout_s})
-        journal.marks["stop"] = detail
-        # What the stopped run had admitted but not finished: recomputed after the restart (DSM's
-        # abandoned batch); zero for a stop at a batch boundary.
+        kind, args = get_strategy(journal.strategy).stop_command(journal.query, self.mcfg.phase_timeout_s)
+        journal.marks["stop"] = self._command(kind, args)
+        # What the stopped run had admitted but not finished: recomputed after the restart (an
+        # aborted run's abandoned batch); zero for a stop at a batch boundary.
         status = read_source_status(self.redis, self.prefix, self.app.name, journal.query)
         parts = self.app.source_partitions
         latest = StreamOffsets.from_json(status.latest or {}, parts).total
@@ -271,7 +152,7 @@ class MigrationRunner:
         journal.marks["replayed_records"] = max(latest - processed, 0)
 
     def _capture(self, journal: Journal) -> None:
-        """CCR: the admitted-but-unprocessed and arrived-but-unadmitted input, into the DataStore."""
+        """The admitted-but-unprocessed and arrived-but-unadmitted input, into the DataStore."""
         status = read_source_status(self.redis, self.prefix, self.app.name, journal.query)
         parts = self.app.source_partitions
         captured = {
@@ -293,8 +174,8 @@ class MigrationRunner:
             return
         detail = self._command("repartition", {
             "query": journal.query, "partitions": journal.to_partitions,
-            # A query stopped mid-batch (DSM) has a failed last batch: skip it, it is recomputed.
-            "enforce_exactly_once_sink": journal.strategy != "dsm",
+            # A query aborted mid-batch has a failed last batch: its strategy skips it (recomputed).
+            "enforce_exactly_once_sink": get_strategy(journal.strategy).enforce_exactly_once_sink(),
         }, timeout_s=self.mcfg.phase_timeout_s)
         journal.marks["repartition"] = detail
 
@@ -334,29 +215,28 @@ class MigrationRunner:
         journal.marks["input_at_resume"] = self._input_position()
 
     def _restored(self, journal: Journal) -> None:
-        """The new run is up with its state: its first batch with input (DCR, sources still paused:
-        the run has left initialisation and waits for data)."""
+        """The new run is up with its state, as the strategy defines it (`MigrationStrategy.restored`)."""
+        strategy = get_strategy(journal.strategy)
         deadline = time.monotonic() + self.mcfg.phase_timeout_s
-        run_id = journal.marks.get("run_id")
-        restarted_at = journal.marks.get("app_restarted_at")
         while True:
-            if journal.strategy == "dcr":
-                status = self._query_status(journal.query)
-                if status is not None and status.get("message") != "Initializing sources":
-                    return
-            else:
-                progress = self.redis.hgetall(progress_key(self.prefix, self.app.name, journal.query))
-                new_run = (progress.get("run_id") == run_id if restarted_at is None
-                           else float(progress.get("published_at", 0)) >= restarted_at)  # a new driver's run
-                if new_run and int(progress.get("num_input_rows", 0)) > 0:
-                    journal.marks["first_output_at"] = float(progress.get("published_at", time.time()))
-                    return
-                if run_id is None and restarted_at is None and self._query_status(journal.query) is not None:
-                    return  # resumed without a run id (the agent's answer was lost): the query runs
+            if strategy.restored(self, journal):
+                return
             if time.monotonic() > deadline:
                 raise MigrationError(f"the restarted {journal.query} produced no batch within "
                                      f"{self.mcfg.phase_timeout_s:g} s")
             time.sleep(POLL_S)
+
+    # -- what a strategy may read (base.RestoreProbe) ---------------------------------------------
+
+    def query_status(self, query: str) -> dict[str, Any] | None:
+        report = self._command("report", {})
+        for q in report.get("queries", []):
+            if q.get("name") == query:
+                return q.get("status") or {}
+        return None
+
+    def query_progress(self, query: str) -> dict[str, str]:
+        return self.redis.hgetall(progress_key(self.prefix, self.app.name, query))
 
     # -- plumbing ---------------------------------------------------------------------------------
 
@@ -368,13 +248,6 @@ class MigrationRunner:
         if not ack.ok:
             raise MigrationError(f"{kind} refused: {ack.detail}")
         return ack.detail
-
-    def _query_status(self, query: str) -> dict[str, Any] | None:
-        report = self._command("report", {})
-        for q in report.get("queries", []):
-            if q.get("name") == query:
-                return q.get("status") or {}
-        return None
 
     def _input_position(self) -> int:
         keys = [input_stream_key(self.prefix, self.app.name, i) for i in range(self.app.source_partitions)]
@@ -418,7 +291,6 @@ class MigrationRunner:
         log.warning("migration.rolled_back", app=self.app.name, id=journal.id, phase=phase)
         raise MigrationError(f"migration {journal.id} rolled back at {phase}: {reason}")
 
-
     def _resume_anyway(self, journal: Journal) -> None:
         """A failed rollback must not leave the sources paused for good (the pause lives in Redis and
         outlives the driver): resuming loses nothing, the input waits in the streams."""
@@ -429,9 +301,6 @@ class MigrationRunner:
                       paused_key=paused_key(self.prefix, self.app.name))
 
 
-FAULT_HOLD_ENV = "SPARKSCALE_MIGRATION_HOLD"
-
-
 def _fault_hold(phase: str) -> None:
     """Fault injection for crash tests: with SPARKSCALE_MIGRATION_HOLD=<phase> in its environment,
     the process stops for good right after that phase's step ran and before it is recorded (for
@@ -440,99 +309,3 @@ def _fault_hold(phase: str) -> None:
     if os.environ.get(FAULT_HOLD_ENV) == phase:
         log.warning("migration.fault_hold", phase=phase, env=FAULT_HOLD_ENV)
         threading.Event().wait()
-
-
-def phase_metrics(journal: Journal) -> dict[str, float | int | None]:
-    """The metrics known when the migration ends (the seed's; catch-up and later ones need the
-    query's progress afterwards: `measure_after`)."""
-    p = journal.phases
-    d = journal.phase_durations()
-    first_output = journal.marks.get("first_output_at") or p.get("restored")
-    rebalance = [d.get(x) for x in ("stopped", "repartitioned", "restarted")]
-    return {
-        "restore_s": round(first_output - journal.requested_at, 3) if first_output else None,
-        "drain_s": d.get("drained"),
-        "capture_s": d.get("captured"),
-        "rebalance_s": round(sum(x for x in rebalance if x is not None), 3),
-        "total_s": round(p["done"] - journal.requested_at, 3) if "done" in p else None,
-        "captured_records": journal.marks.get("captured_records"),
-    }
-
-
-@dataclass(frozen=True)
-class _Sample:
-    at: float
-    processed: int
-    arrived: int
-
-
-def measure_after(cfg: Config, app: AppConfig, redis_client: redis.Redis, journal: Journal,
-                  sample_s: float = 1.0) -> dict[str, float | int | None]:
-    """Follow the query after a migration for the seed's remaining metrics (seconds from the request):
-
-    - catch_up_s: the last record that arrived before the request is processed;
-    - recovery_s: the last record that arrived before the sources resumed (what the migration held
-      back and the restarted query replays first) is processed;
-    - stabilization_s: from then on the processed rate stays within `stable_tolerance` of the input
-      rate for `stable_window_s` (the start of that run).
-    Gives up after `measure_timeout_s`, leaving what was not reached as None.
-    """
-    mcfg = cfg.migration
-    prefix = cfg.redis.key_prefix
-    keys = [input_stream_key(prefix, app.name, i) for i in range(app.source_partitions)]
-    at_request = int(journal.marks.get("input_at_request", 0))
-    held_back = int(journal.marks.get("input_at_resume", journal.marks.get("input_at_pause", at_request)))
-    catch_up = recovery = stable_from = None
-    samples: list[_Sample] = []
-    deadline = time.monotonic() + mcfg.measure_timeout_s
-    while time.monotonic() < deadline:
-        now = time.time()
-        status = read_source_status(redis_client, prefix, app.name, journal.query)
-        processed = StreamOffsets.from_json(status.processed or status.committed or {}, app.source_partitions).total
-        arrived = sum(h.entries_added for h in stream_heads(redis_client, keys))
-        samples.append(_Sample(now, processed, arrived))
-        if catch_up is None and processed >= at_request:
-            catch_up = now - journal.requested_at
-        if recovery is None and processed >= held_back:
-            recovery = now - journal.requested_at
-        if recovery is not None:
-            stable_from = _stable_since(samples, mcfg.stable_tolerance, mcfg.stable_window_s)
-            if stable_from is not None:
-                break
-        time.sleep(sample_s)  # a sampling period: rates need samples spread in time
-    return {
-        "catch_up_s": _round(catch_up),
-        "recovery_s": _round(recovery),
-        "stabilization_s": _round(stable_from - journal.requested_at if stable_from is not None else None),
-        "replayed_records": journal.marks.get("replayed_records"),
-    }
-
-
-def _stable_since(samples: list[_Sample], tolerance: float, window_s: float,
-                  rate_window_s: float = 10.0) -> float | None:
-    """The start of a run of `window_s` (ending at the last sample) during which the processed rate
-    over `rate_window_s` stayed within `tolerance` of the input rate; None if there is none yet.
-    Rates are taken over several seconds because a micro-batch source advances in steps, one per
-    batch: over a window shorter than a few batches the output rate swings even when it keeps up."""
-    if not samples or samples[-1].at - samples[0].at < window_s:
-        return None
-    start = None
-    for i, s in enumerate(samples):
-        j = next((k for k in range(i, -1, -1) if s.at - samples[k].at >= rate_window_s), None)
-        if j is None:
-            continue
-        dt = s.at - samples[j].at
-        rate_in = (s.arrived - samples[j].arrived) / dt
-        rate_out = (s.processed - samples[j].processed) / dt
-        ok = abs(rate_out - rate_in) <= tolerance * max(rate_in, 1e-9) or (rate_in == 0 and rate_out == 0)
-        if ok and start is None:
-            start = samples[j].at
-        elif not ok:
-            start = None
-    if start is not None and samples[-1].at - start >= window_s:
-        return start
-    return None
-
-
-def _round(x: float | None) -> float | None:
-    return None if x is None else round(x, 3)

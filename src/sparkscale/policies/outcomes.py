@@ -1,13 +1,15 @@
-"""Judging executed actions, for every policy (Dhalion §4: the action log and the blocklist).
+"""Judging executed actions and the blocklist, for every policy (Dhalion §4: the action log and
+the blocklist; moved out of the Dhalion policy because the daemon applies them to every policy).
 
 Pure functions: what a plan's action is expected to do to the app's figures (`expectation_for`),
 whether a later snapshot shows it did (`judge`), and dropping actions the blocklist forbids
 (`drop_blocked`). The daemon owns time: it calls `judge` `outcomes.evaluation_windows` windows
-after the change showed in Spark, and blocks what fell short.
+after the change showed in Spark, and blocks what fell short (a `BlockedAction` in the
+`Blocklist`, which the planner applies to every plan and the Dhalion policy also consults).
 
 Expectations:
-- a Dhalion plan records its own (`dhalion.expected_outcome`): the batch ratio falls, or the
-  processed rate rises, by the factor of the change;
+- a plan that recorded its own (`plan.observation.expected`, e.g. Dhalion's): the batch ratio
+  falls, or the processed rate rises, by the factor of the change;
 - any other scale-up: the processed rate rises in proportion to the executors added, up to what is
   needed (arrival rate plus draining the backlog within one window);
 - a scale-down or a replacement: the app keeps up afterwards.
@@ -23,18 +25,57 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from sparkscale.config import AppConfig
-from sparkscale.plan import Action, Plan
-from sparkscale.policies.dhalion import Blocklist, evaluate_outcome, expected_outcome, load_figures
-from sparkscale.policies.guards import observations_of
+from sparkscale.plan import Action, ActionType, Plan, evaluate_outcome
+from sparkscale.policies.figures import load_figures
 from sparkscale.snapshot import Snapshot
 
 KEEPS_UP = "keeps_up"
 
 
+# Blocklist (lecture: "A blocklist records actions that did not produce the expected outcome")
+
+
+@dataclass(frozen=True)
+class BlockedAction:
+    """`action_type` must not resolve `diagnosis` for `app` until `until` (seconds since the epoch)."""
+
+    app: str
+    diagnosis: str
+    action_type: ActionType
+    until: float
+
+    def applies(self, app: str, diagnosis: str, action_type: str, now: float) -> bool:
+        return (self.app, self.diagnosis, self.action_type) == (app, diagnosis, action_type) and now < self.until
+
+
+@dataclass(frozen=True)
+class Blocklist:
+    """Blocked (diagnosis, action) pairs. Immutable; the daemon persists it."""
+
+    entries: tuple[BlockedAction, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "entries", tuple(self.entries))
+
+    def find(self, app: str, diagnosis: str, action_type: str, now: float) -> BlockedAction | None:
+        """The entry blocking this pair now, if any."""
+        return next((e for e in self.entries if e.applies(app, diagnosis, action_type, now)), None)
+
+    def block(self, app: str, diagnosis: str, action_type: ActionType, now: float, ttl_s: float) -> Blocklist:
+        """This blocklist with the pair blocked until now + ttl_s (replacing an older entry for it)."""
+        kept = tuple(e for e in self.entries if (e.app, e.diagnosis, e.action_type) != (app, diagnosis, action_type))
+        return Blocklist((*kept, BlockedAction(app, diagnosis, action_type, now + ttl_s)))
+
+    def active(self, now: float) -> Blocklist:
+        """Without the expired entries."""
+        return Blocklist(tuple(e for e in self.entries if now < e.until))
+
+
+
 def diagnosis_of(plan: Plan, action: Action) -> str:
     """The diagnosis an action answers: the one the policy recorded, else read from the action."""
-    recorded = observations_of(plan).get("diagnosis")
-    if isinstance(recorded, str) and recorded:
+    recorded = plan.observation.diagnosis
+    if recorded:
         return recorded
     if action.type == "scale_executors" and action.from_ is not None and action.to is not None:
         return "under_provisioning" if action.to > action.from_ else "over_provisioning"
@@ -80,7 +121,7 @@ def expectation_for(plan: Plan, snapshot: Snapshot, app: AppConfig) -> Expectati
     action = plan.changes[0]
     fig = load_figures(snapshot, app)
     diagnosis = diagnosis_of(plan, action)
-    recorded = expected_outcome(plan)
+    recorded = plan.observation.expected
     if recorded is not None and recorded.action_type == action.type:
         return Expectation(diagnosis, action.type, recorded.metric, recorded.before, recorded.after, fig.backlog)
     if action.type == "scale_executors" and action.from_ and action.to and action.to > action.from_:
@@ -144,10 +185,7 @@ def drop_blocked(plan: Plan, blocklist: Blocklist, now: float) -> Plan:
         kept.append(action)
     if not notes:
         return plan
-    # Keep the observations line last (guards.observations_of reads the last one).
-    body = [line for line in plan.explanation if not line.startswith("observations: ")]
-    tail = [line for line in plan.explanation if line.startswith("observations: ")]
-    return Plan(plan.policy, plan.app, plan.parallelism, tuple(kept), (*body, *notes, *tail))
+    return plan.with_actions(kept, notes)
 
 
 def _show(x: float | None) -> str:

@@ -1,7 +1,8 @@
-"""`sparkscale bench scaling|migration` and `sparkscale report DIR` (registered in daemon/cli.py).
+"""`sparkscale bench scaling|migration`, `report DIR` and `demo`.
 
 The benchmarks bring up their own embedded environments on free ports in temp dirs; they read no
-config file (the user's environment is left alone)."""
+config file (the user's environment is left alone). The demo drives one app under a steps load
+with the daemon in the foreground."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from pathlib import Path
 
 import click
 
-from sparkscale.config import load_config
+from sparkscale.cli.common import EXIT_ENVIRONMENT, config_options, load_or_exit, require_app
+from sparkscale.config import Config, load_config
 from sparkscale.logsetup import configure_logging
 
 
@@ -107,3 +109,37 @@ def bench_migration(workload: str, strategies: str, repeat: int, rate: int, stab
                          rate=rate, stable_window_s=stable_window_s)
     run_migration_bench(spec, Path(out_dir), _command_line())
     click.echo(render(Path(out_dir)))
+
+
+@click.command("demo")
+@config_options
+@click.option("--minutes", type=click.FloatRange(min=1), default=5.0, show_default=True,
+              help="How long the load runs (low a quarter, high 40 %, low the rest).")
+@click.option("--app", "app_name", default="wordcount", show_default=True, help="The managed app to drive.")
+@click.option("--low", "low_rate", type=click.IntRange(min=1), default=2000, show_default=True,
+              help="The low load, records/s.")
+@click.option("--high", "high_rate", type=click.IntRange(min=1), default=8000, show_default=True,
+              help="The high load (the step up), records/s.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+              help="Where the plot and figures go (default: <cluster.run_dir>/demo).")
+def demo(cfg: Config, minutes: float, app_name: str, low_rate: int, high_rate: int, out_dir: str | None) -> None:
+    """The main job: the embedded environment, APP under a steps load, the daemon (DS2) in the
+    foreground; then a summary and a timeline plot. Exit 0 when every record was verified."""
+    from pathlib import Path
+
+    from sparkscale.bench.demo import DEMO_TIMINGS, DemoSpec, run_demo
+    from sparkscale.localenv import EnvironmentStartError, PreflightError
+    from sparkscale.pipeline.submit import PipelineError
+
+    meta = click.get_current_context().meta
+    overrides = [*DEMO_TIMINGS, *meta["overrides"]]  # the user's --set wins over the demo's timings
+    cfg = require_app(load_or_exit(meta["config_path"], tuple(overrides)), app_name)
+    # This process's own events (the load generator's one per second) would drown the daemon's log.
+    configure_logging(cfg.logging.model_copy(update={"level": "warning"}))
+    spec = DemoSpec(app=app_name, minutes=minutes, low_rate=low_rate, high_rate=high_rate,
+                    out_dir=Path(out_dir) if out_dir else cfg.cluster.run_path / "demo")
+    try:
+        sys.exit(run_demo(cfg, spec, meta["config_path"], overrides, echo=click.echo))
+    except (EnvironmentStartError, PreflightError, PipelineError) as exc:
+        click.echo(f"demo failed: {exc}", err=True)
+        sys.exit(EXIT_ENVIRONMENT)

@@ -1,4 +1,4 @@
-"""The main program of a managed pipeline's driver (what `sparkscale pipeline submit` hands to
+"""The bootstrap of a managed pipeline's driver (the program `sparkscale pipeline submit` hands to
 spark-submit): builds the app's queries, starts the control agent beside them, and runs until the
 queries end (and none is held by the agent for a migration) or the process is told to stop."""
 
@@ -15,7 +15,7 @@ import structlog
 from sparkscale.config import ConfigError, load_config
 from sparkscale.logsetup import configure_logging
 
-log = structlog.get_logger("sparkscale.pipeline.driver")
+log = structlog.get_logger("sparkscale.agent.bootstrap")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from pyspark.sql import SparkSession
 
-    from sparkscale.pipeline.agent import SHUFFLE_PARTITIONS_CONF, ControlAgent
+    from sparkscale.agent import SHUFFLE_PARTITIONS_CONF, ControlAgent
     from sparkscale.pipeline.submit import checkpoint_root, started_marker
     from sparkscale.pipeline.workloads import PipelineContext, build_workload, workload
     from sparkscale.protocol.streams import stored_partitions

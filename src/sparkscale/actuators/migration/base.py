@@ -1,0 +1,134 @@
+"""What a migration strategy is, and how the runner finds one by name.
+
+A strategy is the phase table the runner walks ("requested" first, "done" last, each phase one of
+the runner's steps: PHASE_STEPS) and the few choices in which strategies differ: how the query is
+stopped, whether the repartition enforces the exactly-once sink, and what "restored" means. The
+runner (runner.py) has the steps and never looks at a strategy's name.
+
+To add a strategy: write a subclass of `MigrationStrategy` with a `name` and a `phases` table,
+override the choices it makes differently from the defaults, decorate it with `@register_strategy`,
+and either import its module before the lookup or name it by an entry point of the group
+`sparkscale.migration_strategies` (a third-party package declares
+`[project.entry-points."sparkscale.migration_strategies"] mine = "mypkg.mystrategy"`); entry points
+are loaded once, on the first lookup. The built-in strategies (dsm.py, dcr.py, ccr.py) register when
+the package `sparkscale.actuators.migration` is imported.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
+
+import structlog
+
+from sparkscale.registry import STRATEGIES
+
+if TYPE_CHECKING:
+    from sparkscale.actuators.migration.journal import Journal
+
+log = structlog.get_logger(__name__)
+
+ENTRY_POINT_GROUP = STRATEGIES.group
+# The phases the runner has a step for, in no particular order: a phase table is made of these.
+PHASE_STEPS: frozenset[str] = frozenset({"requested", "paused", "drained", "stopped", "captured", "repartitioned",
+                                         "restarted", "resumed", "restored", "done"})
+
+
+class MigrationError(RuntimeError):
+    """A step failed; the journal says where the migration stopped."""
+
+
+class MigrationBusy(MigrationError):
+    """Another migration of the app is running."""
+
+
+class UnknownStrategy(MigrationError, LookupError):
+    """No migration strategy is registered under the name."""
+
+
+class RestoreProbe(Protocol):
+    """What a strategy may read to decide that the restarted query is restored (the runner is one)."""
+
+    def query_status(self, query: str) -> dict[str, Any] | None:
+        """The query's status in the driver (the agent's report); None when it does not run."""
+        ...
+
+    def query_progress(self, query: str) -> dict[str, str]:
+        """The query's last progress as published in Redis (empty when there is none)."""
+        ...
+
+
+class MigrationStrategy:
+    """A migration strategy: its phase table and its choices. The defaults are those of a strategy
+    that stops at a batch boundary (DCR, CCR); override what differs."""
+
+    name: ClassVar[str]
+    # The ordered phases the runner carries out: "requested" first, "done" last.
+    phases: ClassVar[tuple[str, ...]]
+
+    def stop_command(self, query: str, timeout_s: float) -> tuple[str, dict[str, Any]]:
+        """The agent command (and its args) that stops the query and holds it stopped. Default: stop
+        at the next batch boundary, nothing abandoned."""
+        return "stop_query", {"query": query, "hold": True, "timeout_s": timeout_s}
+
+    def enforce_exactly_once_sink(self) -> bool:
+        """Whether the repartition enforces the exactly-once sink (the checkpoint's last batch is
+        committed). Default: yes, the query was stopped at a batch boundary."""
+        return True
+
+    def restored(self, probe: RestoreProbe, journal: Journal) -> bool:
+        """One look at whether the restarted query is up with its state (the runner polls this until
+        the phase timeout). Default: the new run's first batch with input (its time is recorded as
+        `first_output_at`); a query resumed without a run id (the agent's answer was lost) counts
+        once it runs."""
+        run_id = journal.marks.get("run_id")
+        restarted_at = journal.marks.get("app_restarted_at")
+        progress = probe.query_progress(journal.query)
+        new_run = (progress.get("run_id") == run_id if restarted_at is None
+                   else float(progress.get("published_at", 0)) >= restarted_at)  # a new driver's run
+        if new_run and int(progress.get("num_input_rows", 0)) > 0:
+            journal.marks["first_output_at"] = float(progress.get("published_at", time.time()))
+            return True
+        return run_id is None and restarted_at is None and probe.query_status(journal.query) is not None
+
+
+S = TypeVar("S", bound=type[MigrationStrategy])
+
+def register_strategy(cls: S) -> S:
+    """Class decorator: make `cls` (instantiated without arguments) available as `get_strategy(cls.name)`.
+    Registering a different class under a name already taken is an error."""
+    name = getattr(cls, "name", None)
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"{cls.__qualname__} has no `name` (a non-empty str class attribute)")
+    _check_phases(cls, getattr(cls, "phases", None))
+    STRATEGIES.register(name, cls)
+    return cls
+
+
+def get_strategy(name: str) -> MigrationStrategy:
+    """The strategy registered as `name` (an instance; strategies hold no state)."""
+    try:
+        return STRATEGIES.get(name)()
+    except KeyError:
+        raise UnknownStrategy(f"unknown strategy {name!r} (expected one of {', '.join(STRATEGIES.names())})") from None
+
+
+def registered_strategies() -> tuple[str, ...]:
+    """The registered strategies' names, in registration order (the built-ins first: dsm, dcr, ccr)."""
+    return STRATEGIES.names()
+
+
+def phases_of(name: str) -> tuple[str, ...]:
+    """The phase table of the strategy registered as `name`."""
+    return get_strategy(name).phases
+
+
+def _check_phases(cls: type, phases: object) -> None:
+    if not isinstance(phases, tuple) or not phases or not all(isinstance(p, str) for p in phases):
+        raise TypeError(f"{cls.__qualname__} has no `phases` (a tuple of phase names)")
+    if phases[0] != "requested" or phases[-1] != "done":
+        raise ValueError(f"{cls.__qualname__}.phases must start with 'requested' and end with 'done': {phases}")
+    unknown = [p for p in phases if p not in PHASE_STEPS]
+    if unknown or len(set(phases)) != len(phases):
+        raise ValueError(f"{cls.__qualname__}.phases must name each of the runner's steps at most once "
+                         f"({', '.join(sorted(PHASE_STEPS))}): {phases}")

@@ -1,0 +1,61 @@
+"""`set_parallelism` of a query: a migration of its state partitions (and, with a shape, of its
+executors), carried out by the migration runner with the configured strategy; the seed's metrics
+of the migration come back as the result's figures (monitors/migration_metrics.py follows the
+query afterwards). Never decides: the planner has already mapped stage wishes to one query."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import structlog
+
+from sparkscale.actuators.base import ActionResult, ActuationContext, register_actuator
+from sparkscale.actuators.migration import MigrationError, MigrationRunner
+from sparkscale.monitors.migration_metrics import measure_after
+from sparkscale.plan import Action
+
+log = structlog.get_logger(__name__)
+
+
+@register_actuator
+class MigrationActuator:
+    action_types: ClassVar[tuple[str, ...]] = ("set_parallelism",)
+
+    def execute(self, action: Action, ctx: ActuationContext) -> ActionResult:
+        """Migrate the query (`action.query`, else `action.operator`) to `action.to` partitions, or,
+        with `ctx.resume`, complete the migration a dead leader left running."""
+        query = action.query or action.operator
+        assert query is not None and action.to is not None
+        strategy = ctx.strategy or ctx.cfg.migration.strategy
+        if not ctx.resume:
+            log.info("migration.start", app=ctx.app.name, action=action.summary(), epoch=ctx.epoch,
+                     strategy=strategy, reason=action.reason)
+        runner = MigrationRunner(ctx.cfg, ctx.app, ctx.zk, ctx.redis, ctx.epoch, ctx.is_leader, ctx.on_phase,
+                                 ctx.restart_app)
+        try:
+            journal = (runner.resume() if ctx.resume
+                       else runner.start(query, action.to, strategy, ctx.identity, ctx.shape))
+        except MigrationError as exc:
+            journal = runner.store.read()
+            return ActionResult(action, "failed", str(exc), figures={
+                "migration": journal.id if journal else None, "status": journal.status if journal else None,
+                "phase": journal.next if journal else None})
+        if journal is None:
+            return ActionResult(action, "skipped", "no migration was running")
+        figures = dict(journal.marks.get("metrics", {}))
+        figures.update({"migration": journal.id, "strategy": journal.strategy, "phases_s": journal.phase_durations(),
+                        "resumed_by": journal.marks.get("resumed_by", [])})
+        if ctx.measure:
+            figures.update(measure_after(ctx.cfg, ctx.app, ctx.redis, journal))
+        detail = (f"{journal.query}: {journal.from_partitions} -> {journal.to_partitions} partitions "
+                  f"({journal.strategy})")
+        if journal.new_shape is not None:
+            detail += f", executors restarted as {journal.new_shape.describe()}"
+        log.info("migration.measured", app=ctx.app.name, id=journal.id,
+                 **{k: v for k, v in figures.items() if not isinstance(v, (dict, list))})
+        return ActionResult(action, "done", detail, figures=figures)
+
+
+def current_partitions(ctx: ActuationContext, query: str) -> int:
+    """The query's state partitions now (as last repartitioned, else its progress, else the config)."""
+    return MigrationRunner(ctx.cfg, ctx.app, ctx.zk, ctx.redis, ctx.epoch, ctx.is_leader).current_partitions(query)

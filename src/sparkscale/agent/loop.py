@@ -1,0 +1,379 @@
+"""The agent's command loop: following the app's command znodes, fencing, acks, executor target.
+
+The daemon cannot change a running Spark application from outside, so it writes commands to ZooKeeper
+(`protocol.commands`) and this loop, in the driver, carries each one out once, in sequence order, on
+one worker thread, and acks it. A command from an older leader epoch than one already seen is
+refused (fencing), also after an agent restart: the highest epoch is kept in ZooKeeper. The same
+thread keeps the executor count at the last target, because standalone mode has no scale-in of its
+own. What the commands do to queries is `queries.py`'s; to executors, `executors.py`'s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import redis
+import structlog
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+from kazoo.recipe.watchers import ChildrenWatch
+from py4j.protocol import Py4JError
+from pyspark.sql import SparkSession
+
+from sparkscale.agent.args import CommandRefused, int_arg
+from sparkscale.agent.executors import SparkExecutors
+from sparkscale.agent.progress import ProgressPublisher
+from sparkscale.agent.queries import STOP_QUERY_DEFAULT_TIMEOUT_S, QueryControl, QueryStarter
+from sparkscale.config import AppConfig, Config
+from sparkscale.pipeline.submit import checkpoint_root
+from sparkscale.protocol.commands import Ack, Command, CommandFormatError, command_seq
+from sparkscale.protocol.znodes import acks_path, agent_epoch_path, agent_path, commands_path
+from sparkscale.redisconn import connect
+
+log = structlog.get_logger(__name__)
+
+RECONCILE_INTERVAL_S = 1.0
+
+Handler = Callable[[Command], Any]
+
+
+class ControlAgent:
+    """Runs in a pipeline's driver: executes the daemon's commands and publishes query progress.
+
+    Commands run on one worker thread, one at a time, in sequence order; the same thread keeps the
+    executor count at the last target, because standalone mode has no scale-in of its own.
+
+    For stateful migrations (stop, repartition the state, restart) the driver registers
+    `query_starter` (builds the app's queries with n shuffle partitions); `held` names the queries
+    stopped for a migration, which keep the driver alive while none of its queries runs.
+    """
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        cfg: Config,
+        app: AppConfig,
+        initial_executors: int | None = None,
+        zk_client: KazooClient | None = None,
+        redis_client: redis.Redis | None = None,
+    ):
+        self.spark = spark
+        self.cfg = cfg
+        self.app = app
+        self.initial_executors = initial_executors
+        root = cfg.zookeeper.root
+        self._commands = commands_path(root, app.name)
+        self._acks = acks_path(root, app.name)
+        self._agent = agent_path(root, app.name)
+        self._epoch_path = agent_epoch_path(root, app.name)
+        self._own_zk = zk_client is None
+        self.zk = zk_client or KazooClient(hosts=cfg.zookeeper.hosts, timeout=cfg.zookeeper.session_timeout_s)
+        self.redis = redis_client or connect(cfg.redis)
+        self.executors = SparkExecutors(spark)
+        self.highest_epoch = 0
+        self.last_seq = -1
+        self.target_executors: int | None = None
+        self.queries = QueryControl(spark, cfg, app, self.redis, checkpoint_root(cfg, app))
+        self._listener: ProgressPublisher | None = None
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._reregister = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._handlers: dict[str, Handler] = {
+            "set_executors": self._set_executors,
+            "decommission": self._decommission,
+            "pause_sources": self.queries.pause_sources,
+            "resume_sources": self.queries.resume_sources,
+            "stop_query": self.queries.stop_query,
+            "abort_query": self.queries.abort_query,
+            "repartition": self.queries.repartition,
+            "start_query": self.queries.start_query,
+            "report": self._report,
+        }
+
+    # -- what the driver sees of the queries ------------------------------------------------------
+
+    @property
+    def query_starter(self) -> QueryStarter | None:
+        return self.queries.starter
+
+    @query_starter.setter
+    def query_starter(self, starter: QueryStarter | None) -> None:
+        self.queries.starter = starter
+
+    @property
+    def held(self) -> set[str]:
+        return self.queries.held
+
+    @property
+    def checkpoint_root(self) -> Path:
+        return self.queries.checkpoint_root
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Connect, register, set the initial executor target, then start following commands."""
+        if self._own_zk:
+            self.zk.start(timeout=self.cfg.zookeeper.session_timeout_s)
+        self.zk.ensure_path(self._commands)
+        self.zk.ensure_path(self._acks)
+        self.highest_epoch = self._load_epoch()
+        self._register()
+        self.zk.add_listener(self._on_zk_state)
+        self._listener = ProgressPublisher(self.redis, self.cfg.redis.key_prefix, self.app.name)
+        self.spark.streams.addListener(self._listener)
+        if self.initial_executors is not None:
+            # Standalone mode launches as many executors as spark.cores.max allows at first;
+            # the target set here caps the master's launches and the worker thread trims the rest.
+            self.target_executors = self.initial_executors
+            self.executors.request_total(self.initial_executors)
+        self._thread = threading.Thread(target=self._run, name=f"sparkscale-agent-{self.app.name}", daemon=True)
+        self._thread.start()
+        ChildrenWatch(self.zk, self._commands, self._on_commands)
+        log.info(
+            "agent.started", app=self.app.name, app_id=self.spark.sparkContext.applicationId,
+            epoch=self.highest_epoch, initial_executors=self.initial_executors,
+        )
+
+    def stop(self) -> None:
+        """Stop following commands and unregister; the pipeline's queries keep running. Idempotent."""
+        if self._stopping.is_set():
+            return
+        self._stopping.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=STOP_QUERY_DEFAULT_TIMEOUT_S)
+        if self._listener is not None:
+            try:
+                self.spark.streams.removeListener(self._listener)
+            except Py4JError as exc:  # the session may already be stopped
+                log.warning("agent.remove_listener_failed", error=str(exc))
+            self._listener = None
+        self.zk.remove_listener(self._on_zk_state)
+        try:
+            self.zk.delete(self._agent)
+        except (NoNodeError, KazooException):
+            pass
+        if self._own_zk:
+            self.zk.stop()
+            self.zk.close()
+        log.info("agent.stopped", app=self.app.name, last_seq=self.last_seq)
+
+    # -- ZooKeeper plumbing -----------------------------------------------------------------------
+
+    def _register(self) -> None:
+        """Create the ephemeral agent znode; wait out one left by a dead session of an earlier agent."""
+        sc = self.spark.sparkContext
+        data = json.dumps(
+            {
+                "app": self.app.name,
+                "app_id": sc.applicationId,
+                "driver_host": sc.getConf().get("spark.driver.host", ""),
+                "ui_url": sc.uiWebUrl,
+                "pid": os.getpid(),
+                "started_at": time.time(),
+            }
+        ).encode()
+        deadline = time.monotonic() + self.cfg.zookeeper.session_timeout_s * 2
+        while True:
+            try:
+                self.zk.create(self._agent, data, ephemeral=True, makepath=True)
+                return
+            except NodeExistsError:
+                stat = self.zk.exists(self._agent)
+                if stat is not None and stat.ephemeralOwner == self.zk.client_id[0]:
+                    self.zk.set(self._agent, data)
+                    return
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"another control agent holds {self._agent}; is the pipeline {self.app.name!r} running twice?"
+                    ) from None
+                time.sleep(0.5)
+
+    def _on_zk_state(self, state: str) -> None:
+        # Called on kazoo's event thread, where no ZooKeeper call may block: hand over to the worker.
+        if state == KazooState.LOST:
+            log.warning("agent.zk_session_lost", app=self.app.name)
+            self._reregister.set()
+        self._wake.set()
+
+    def _on_commands(self, _children: list[str]) -> bool:
+        self._wake.set()
+        return not self._stopping.is_set()  # False ends the watch
+
+    def _load_epoch(self) -> int:
+        try:
+            data, _stat = self.zk.get(self._epoch_path)
+            return int(data.decode() or 0)
+        except NoNodeError:
+            return 0
+
+    def _store_epoch(self, epoch: int) -> None:
+        try:
+            self.zk.set(self._epoch_path, str(epoch).encode())
+        except NoNodeError:
+            self.zk.create(self._epoch_path, str(epoch).encode(), makepath=True)
+        self.highest_epoch = epoch
+
+    # -- worker -----------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            self._wake.wait(RECONCILE_INTERVAL_S)
+            self._wake.clear()
+            if self._stopping.is_set():
+                break
+            try:
+                if self._reregister.is_set() and self.zk.connected:
+                    self._register()
+                    self._reregister.clear()
+                self._process_pending()
+            except KazooException as exc:
+                # Connection loss: the same commands are looked at again on the next wake-up.
+                log.warning("agent.zk_error", app=self.app.name, error=repr(exc))
+            except Exception:  # noqa: BLE001 - keep following commands whatever one of them did
+                log.exception("agent.worker_error", app=self.app.name)
+            try:
+                self._reconcile_executors()
+            except Exception as exc:  # noqa: BLE001 - the worker must outlive a failed JVM call
+                log.warning("agent.reconcile_failed", app=self.app.name, error=_first_line(exc))
+
+    def _process_pending(self) -> None:
+        names = []
+        for name in self.zk.get_children(self._commands):
+            try:
+                names.append((command_seq(name), name))
+            except CommandFormatError:
+                log.warning("agent.foreign_znode", app=self.app.name, znode=name)
+        for seq, name in sorted(names):
+            if seq <= self.last_seq or self._stopping.is_set():
+                continue
+            if self.zk.exists(f"{self._acks}/{name}") is not None:
+                # Acked by an earlier agent (before a restart): never run a command twice.
+                self.last_seq = seq
+                continue
+            try:
+                data, _stat = self.zk.get(f"{self._commands}/{name}")
+            except NoNodeError:
+                continue  # withdrawn by the daemon before we got to it
+            self._write_ack(name, self._execute(name, data))
+            self.last_seq = seq
+
+    def _execute(self, name: str, data: bytes) -> Ack:
+        try:
+            command = Command.from_znode(name, data)
+        except CommandFormatError as exc:
+            log.warning("agent.command_refused", app=self.app.name, command=name, reason=str(exc))
+            return Ack(ok=False, detail=f"malformed command: {exc}", done_at=time.time())
+        log.info(
+            "agent.command_received", app=self.app.name, command=name, type=command.type,
+            args=command.args, epoch=command.epoch,
+        )
+        if command.epoch < self.highest_epoch:
+            reason = f"stale epoch {command.epoch} < {self.highest_epoch}"
+            log.warning("agent.command_refused", app=self.app.name, command=name, reason=reason)
+            return Ack(ok=False, detail=reason, done_at=time.time())
+        handler = self._handlers.get(command.type)
+        if handler is None:
+            reason = f"unknown command type {command.type!r} (known: {', '.join(sorted(self._handlers))})"
+            log.warning("agent.command_refused", app=self.app.name, command=name, reason=reason)
+            return Ack(ok=False, detail=reason, done_at=time.time())
+        if command.epoch > self.highest_epoch:
+            # A new leader: from now on its predecessors are fenced off, also after our restart.
+            self._store_epoch(command.epoch)
+        started = time.monotonic()
+        try:
+            detail = handler(command)
+        except CommandRefused as exc:
+            log.warning("agent.command_refused", app=self.app.name, command=name, reason=str(exc))
+            return Ack(ok=False, detail=str(exc), done_at=time.time())
+        except Exception as exc:  # noqa: BLE001 - py4j/JVM/Redis failures all become a failed ack
+            log.exception("agent.command_failed", app=self.app.name, command=name, type=command.type)
+            return Ack(ok=False, detail=f"{type(exc).__name__}: {_first_line(exc)}", done_at=time.time())
+        log.info(
+            "agent.command_executed", app=self.app.name, command=name, type=command.type,
+            duration_s=round(time.monotonic() - started, 3), detail=detail,
+        )
+        return Ack(ok=True, detail=detail, done_at=time.time())
+
+    def _write_ack(self, name: str, ack: Ack) -> None:
+        try:
+            self.zk.create(f"{self._acks}/{name}", ack.to_json(), makepath=True)
+        except NodeExistsError:
+            log.warning("agent.ack_exists", app=self.app.name, command=name)
+            return
+        log.info("agent.command_acked", app=self.app.name, command=name, ok=ack.ok)
+
+    # -- the executor target ----------------------------------------------------------------------
+
+    def _reconcile_executors(self) -> None:
+        """Trim executors beyond the target: the master only stops launching, it never removes."""
+        if self.target_executors is None:
+            return
+        active = [e for e in self.executors.list() if e.active]
+        surplus = len(active) - self.target_executors
+        if surplus > 0:
+            victims = [e.id for e in active[-surplus:]]
+            removed = self.executors.remove(victims)
+            log.info("agent.executors_trimmed", app=self.app.name, target=self.target_executors, removed=removed)
+
+    def _set_executors(self, command: Command) -> dict[str, Any]:
+        total = int_arg(command.args, "total")
+        if not self.app.min_executors <= total <= self.app.max_executors:
+            raise CommandRefused(
+                f"total {total} is outside [min_executors, max_executors] = "
+                f"[{self.app.min_executors}, {self.app.max_executors}]"
+            )
+        self.target_executors = total
+        if not self.executors.request_total(total):
+            raise CommandRefused(f"Spark did not accept the executor target {total}")
+        active = [e for e in self.executors.list() if e.active]
+        removed = self.executors.remove([e.id for e in active[total:][::-1]]) if len(active) > total else []
+        return {"target": total, "active_before": len(active), "removed": removed, "graceful": self.executors.graceful}
+
+    def _decommission(self, command: Command) -> dict[str, Any]:
+        active = [e for e in self.executors.list() if e.active]
+        active_ids = [e.id for e in active]
+        if "executor_ids" in command.args:
+            ids = command.args["executor_ids"]
+            if not isinstance(ids, list) or not ids:
+                raise CommandRefused("executor_ids must be a non-empty list")
+            ids = [str(i) for i in ids]
+            unknown = [i for i in ids if i not in active_ids]
+            if unknown:
+                raise CommandRefused(f"no active executors with ids {unknown} (active: {active_ids})")
+        elif "count" in command.args:
+            count = int_arg(command.args, "count")
+            if count < 1:
+                raise CommandRefused(f"count must be at least 1 (got {count})")
+            # The most recently added go first: they hold the least cached state and shuffle output.
+            ids = active_ids[::-1][:count]
+        else:
+            raise CommandRefused("decommission needs 'executor_ids' or 'count'")
+        remaining = len(active) - len(ids)
+        if remaining < self.app.min_executors:
+            raise CommandRefused(
+                f"decommissioning {len(ids)} of {len(active)} would leave {remaining}, "
+                f"below min_executors {self.app.min_executors}"
+            )
+        # Lower the target first, or the master would launch a replacement when the executor exits.
+        self.target_executors = remaining
+        self.executors.request_total(remaining)
+        removed = self.executors.remove(ids)
+        if not removed:
+            raise CommandRefused(f"Spark decommissioned none of {ids}")
+        return {"removed": removed, "target": remaining, "graceful": self.executors.graceful}
+
+    def _report(self, _command: Command) -> dict[str, Any]:
+        return self.queries.report(self.executors, self.target_executors, self.highest_epoch)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""

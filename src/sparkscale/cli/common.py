@@ -1,0 +1,70 @@
+"""What several command modules share: exit codes, --config/--set loading (exit 2 on a bad config),
+the app lookup and the ZooKeeper connection that exit when they cannot be had."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from sparkscale.config import Config, ConfigError, load_config
+from sparkscale.logsetup import configure_logging
+
+EXIT_CONFIG = 2
+EXIT_ENVIRONMENT = 3
+
+CONFIG_ENV = "SPARKSCALE_CONFIG"
+
+
+def config_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Add --config/--set and hand the command a loaded, validated Config (exit 2 if it is not)."""
+
+    @click.option(
+        "--config", "config_path", type=click.Path(dir_okay=False), envvar=CONFIG_ENV, default=None,
+        help=f"YAML config file (default: built-in defaults; env {CONFIG_ENV}).",
+    )
+    @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a dotted config key.")
+    @functools.wraps(func)
+    def wrapper(config_path: str | None, overrides: tuple[str, ...], **kwargs: Any) -> Any:
+        cfg = load_or_exit(config_path, overrides)
+        # Commands that start other processes (a pipeline's driver) hand these on unchanged.
+        click.get_current_context().meta.update(config_path=config_path, overrides=list(overrides))
+        configure_logging(cfg.logging)
+        return func(cfg, **kwargs)
+
+    return wrapper
+
+
+def load_or_exit(path: str | None, overrides: tuple[str, ...]) -> Config:
+    try:
+        return load_config(path, overrides)
+    except ConfigError as exc:
+        click.echo(f"invalid config:\n{exc}", err=True)
+        sys.exit(EXIT_CONFIG)
+
+
+def require_app(cfg: Config, app_name: str) -> Config:
+    """`cfg` with `app_name` in it (a bare pipeline name gets a default app); exit 2 if unknown."""
+    try:
+        return cfg.with_app(app_name)
+    except KeyError as exc:
+        from sparkscale.pipeline.workloads import registered_workloads
+
+        click.echo(f"{exc.args[0]}; a pipeline name ({', '.join(registered_workloads())}) also works", err=True)
+        sys.exit(EXIT_CONFIG)
+
+
+def zk_or_exit(cfg: Config) -> Any:
+    from kazoo.client import KazooClient
+    from kazoo.handlers.threading import KazooTimeoutError
+
+    zk = KazooClient(hosts=cfg.zookeeper.hosts, timeout=cfg.zookeeper.session_timeout_s)
+    try:
+        zk.start(timeout=10)
+    except KazooTimeoutError:
+        click.echo(f"ZooKeeper at {cfg.zookeeper.hosts} is unreachable", err=True)
+        sys.exit(1)
+    return zk

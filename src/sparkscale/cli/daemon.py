@@ -1,0 +1,199 @@
+"""The daemon and its operator commands: run, check-config, status, actions, blocklist and
+scale-executors (a manual scaling, through the leader or, with none, under the leader lock here)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import click
+import redis
+
+from sparkscale.cli.common import EXIT_CONFIG, config_options, load_or_exit, require_app, zk_or_exit
+from sparkscale.config import Config
+
+
+@click.command("check-config")
+@click.argument("path", type=click.Path(dir_okay=False))
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a dotted config key.")
+@click.option("--show", is_flag=True, help="Print the effective config (defaults filled in) as JSON.")
+def check_config(path: str, overrides: tuple[str, ...], show: bool) -> None:
+    """Validate a config file: exit 0 if usable, 2 naming the file, key and problem if not."""
+    cfg = load_or_exit(path, overrides)
+    if show:
+        click.echo(json.dumps(cfg.model_dump(mode="json"), indent=2))
+    else:
+        click.echo(f"{path}: ok ({len(cfg.apps)} app(s), policy {cfg.policy.name})")
+
+
+@click.command("run")
+@config_options
+@click.option("--max-cycles", type=click.IntRange(min=1), default=None, help="Stop after N cycles per app.")
+def run(cfg: Config, max_cycles: int | None) -> None:
+    """Run the daemon in the foreground (what systemd runs)."""
+    from sparkscale.daemon.service import Daemon
+
+    meta = click.get_current_context().meta
+    sys.exit(Daemon(cfg, max_cycles=max_cycles, config_path=meta["config_path"], overrides=meta["overrides"]).run())
+
+
+@click.command("status")
+@config_options
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def status(cfg: Config, as_json: bool) -> None:
+    """The leader of each managed app, its executors and parallelism, and the last decision."""
+    from sparkscale.daemon import status as app_status
+    from sparkscale.daemon.leader import current_leader
+    from sparkscale.daemon.operator_view import AppLine, pick_view, status_table
+    from sparkscale.redisconn import connect
+
+    client = connect(cfg.redis)
+    zk = zk_or_exit(cfg)
+    try:
+        lines = []
+        for app in cfg.apps:
+            leader = current_leader(zk, cfg.zookeeper.root, app.name)
+            views = app_status.read(client, cfg.redis.key_prefix, app.name)
+            lines.append(AppLine(app.name, leader, pick_view(leader, views)))
+    except redis.RedisError as exc:
+        click.echo(f"Redis at {cfg.redis.host}:{cfg.redis.port} is unreachable: {exc}", err=True)
+        sys.exit(1)
+    finally:
+        zk.stop()
+    if as_json:
+        click.echo(json.dumps([line.to_dict() for line in lines], indent=2))
+    else:
+        click.echo(status_table(lines, time.time()))
+
+
+@click.command("actions")
+@config_options
+@click.option("--app", "app_name", default=None, help="Only this app.")
+@click.option("--since", default="1d", show_default=True, help="How far back: 30s, 15m, 2h, 1d or an ISO time.")
+@click.option("--all", "show_all", is_flag=True, help="Also the decisions that changed nothing.")
+@click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True, help="At most the newest N.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON lines instead of a table.")
+@click.option("--history", "as_history", is_flag=True,
+              help="Print --app's decision history since --since as JSON, for `sparkscale plan --history`.")
+def actions(cfg: Config, app_name: str | None, since: str, show_all: bool, limit: int, as_json: bool,
+            as_history: bool) -> None:
+    """The action log: when, what, why, expected against actual outcome."""
+    from sparkscale.daemon.action_log import ActionLog, BlocklistStore, past_decisions
+    from sparkscale.daemon.operator_view import actions_table, parse_since
+    from sparkscale.policies.history import DecisionHistory
+    from sparkscale.redisconn import connect
+
+    if as_history and app_name is None:
+        click.echo("--history needs --app", err=True)
+        sys.exit(EXIT_CONFIG)
+
+    try:
+        since_s = parse_since(since, time.time())
+    except ValueError as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(EXIT_CONFIG)
+    try:
+        logged = ActionLog(connect(cfg.redis), cfg.redis.key_prefix, cfg.action_log).read(app_name, since_s)
+    except redis.RedisError as exc:
+        click.echo(f"Redis at {cfg.redis.host}:{cfg.redis.port} is unreachable: {exc}", err=True)
+        sys.exit(1)
+    if as_history:
+        acted = [d.done_at for d in logged if d.done_at and any(r.status == "done" for r in d.results or ())]
+        history = DecisionHistory(past_decisions(logged), last_action_at=max(acted, default=0.0),
+                                  blocklist=BlocklistStore(connect(cfg.redis), cfg.redis.key_prefix).blocklist(
+                                      time.time(), app_name))
+        click.echo(json.dumps(history.to_dict(), indent=2))
+        return
+    if not show_all:
+        logged = [d for d in logged if d.decision.plan.actions]
+    logged = logged[-limit:]
+    if as_json:
+        for d in logged:
+            click.echo(json.dumps(d.to_dict(), default=str))
+    else:
+        click.echo(actions_table(logged))
+
+
+@click.command("blocklist")
+@config_options
+@click.option("--app", "app_name", default=None, help="Only this app.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def blocklist(cfg: Config, app_name: str | None, as_json: bool) -> None:
+    """Actions blocked for an app and diagnosis because they fell short of their expected outcome."""
+    from sparkscale.daemon.action_log import BlocklistStore
+    from sparkscale.daemon.operator_view import blocklist_table
+    from sparkscale.redisconn import connect
+
+    now = time.time()
+    try:
+        entries = BlocklistStore(connect(cfg.redis), cfg.redis.key_prefix).entries(now, app_name)
+    except redis.RedisError as exc:
+        click.echo(f"Redis at {cfg.redis.host}:{cfg.redis.port} is unreachable: {exc}", err=True)
+        sys.exit(1)
+    if as_json:
+        click.echo(json.dumps([e.to_dict() for e in entries], indent=2))
+    else:
+        click.echo(blocklist_table(entries, now))
+
+
+@click.command("scale-executors")
+@config_options
+@click.option("--app", "app_name", required=True, help="The managed app.")
+@click.option("--to", "to", type=click.IntRange(min=0), required=True, help="The executor count wanted.")
+@click.option("--timeout-s", type=float, default=300.0, show_default=True,
+              help="How long to wait for the change to be carried out.")
+def scale_executors(cfg: Config, app_name: str, to: int, timeout_s: float) -> None:
+    """Set an app's executor count by hand, through the leader lock and the action log.
+
+    With a daemon leading the app, the request goes to it (it acts at its epoch and logs it); with
+    none, this command takes the lock itself. Exit 0 when done, 1 when refused or failed."""
+    import os
+    import socket
+
+    from sparkscale.actuators.base import ActuationContext
+    from sparkscale.actuators.executors import active_executor_ids
+    from sparkscale.daemon import manual
+    from sparkscale.daemon.action_log import ActionLog
+    from sparkscale.daemon.leader import LeaderElection, current_leader
+    from sparkscale.monitors.spark_rest import SparkRestError
+    from sparkscale.redisconn import connect
+
+    cfg = require_app(cfg, app_name)
+    app = cfg.app(app_name)
+    by = f"cli:{socket.gethostname()}:{os.getpid()}"
+    zk = zk_or_exit(cfg)
+    try:
+        leader = current_leader(zk, cfg.zookeeper.root, app_name)
+        if leader is not None:
+            click.echo(f"{app_name} is led by {leader}: asking it to scale to {to} executors")
+            name = manual.submit_request(zk, cfg.zookeeper.root, app_name, to, by, timeout_s)
+            answer = manual.wait_result(zk, cfg.zookeeper.root, app_name, name, timeout_s)
+            if answer is None:
+                click.echo(f"no answer within {timeout_s:g} s; the request was withdrawn", err=True)
+                sys.exit(1)
+            click.echo(f"{'done' if answer.ok else 'not done'}: {answer.detail} (decision {answer.decision_id}, "
+                       f"by {answer.leader})")
+            sys.exit(0 if answer.ok else 1)
+        election = LeaderElection(zk, cfg.zookeeper.root, app_name, by)
+        if not election.acquire(timeout_s=10.0):
+            click.echo(f"could not take the leader lock of {app_name} within 10 s", err=True)
+            sys.exit(1)
+        try:
+            redis_client = connect(cfg.redis)
+            ctx = ActuationContext(cfg, app, zk, redis_client, election.epoch or 0, lambda: election.is_leader, by)
+            try:
+                current = len(active_executor_ids(ctx.rest, app_name))
+            except SparkRestError as exc:
+                click.echo(f"{app_name} does not answer on its Spark REST API: {exc}", err=True)
+                sys.exit(1)
+            # The same dispatch as the daemon's: logged, carried out, its result logged.
+            decision_id, result = manual.carry_out(
+                ActionLog(redis_client, cfg.redis.key_prefix, cfg.action_log), ctx, to, by, current=current,
+                snapshot_id="", at=time.time())
+        finally:
+            election.release()
+        click.echo(f"{result.status}: {result.detail} (decision {decision_id}, epoch {election.epoch})")
+        sys.exit(0 if result.status == "done" else 1)
+    finally:
+        zk.stop()

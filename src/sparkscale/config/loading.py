@@ -1,0 +1,188 @@
+"""Reading the config file: YAML, `--set` overrides, and errors that name the file, the key and
+the problem (`sparkscale check-config` exits 2 with them)."""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from sparkscale.config.sections import Config, PolicyConfig
+from sparkscale.registry import POLICIES
+
+
+@dataclass(frozen=True)
+class ConfigProblem:
+    """One thing wrong with a config: where it came from, which key, what it held, what is wanted."""
+
+    source: str
+    key: str
+    message: str
+    value: Any = None
+    has_value: bool = False
+
+    def __str__(self) -> str:
+        got = f" (got {self.value!r})" if self.has_value else ""
+        key = f"{self.key}: " if self.key else ""
+        return f"{self.source}: {key}{self.message}{got}"
+
+
+class ConfigError(Exception):
+    """A config that cannot be used; `str()` lists every problem, one per line."""
+
+    def __init__(self, problems: list[ConfigProblem]):
+        self.problems = problems
+        super().__init__("\n".join(str(p) for p in problems))
+
+
+def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] = ()) -> Config:
+    """Read a YAML config (or only defaults when `path` is None) and apply `--set` overrides."""
+    source = str(path) if path is not None else "<defaults>"
+    raw: dict[str, Any] = {}
+    if path is not None:
+        raw = _read_yaml(Path(path))
+    set_keys = [_apply_override(raw, item) for item in overrides]
+    try:
+        return Config.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError([_problem(err, source, set_keys) for err in exc.errors()]) from None
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError([ConfigProblem(str(path), "", f"cannot read file: {exc.strerror}")]) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError([ConfigProblem(where, "", f"invalid YAML: {problem}")]) from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError([ConfigProblem(str(path), "", "expected a mapping of sections at the top level")])
+    return data
+
+
+_DEFAULTS_JSON: dict[str, Any] | None = None
+
+
+def _apply_override(raw: dict[str, Any], item: str) -> str:
+    """Apply one `dotted.key=value` to the raw config; list items are addressed by index or name."""
+    global _DEFAULTS_JSON
+    key, sep, text = item.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError([ConfigProblem("--set", item, "expected KEY=VALUE, e.g. policy.target_utilization=0.7")])
+    try:
+        value = yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError:
+        value = text
+    if isinstance(value, (dict, list)) and not text.strip().startswith(("{", "[")):
+        value = text  # `prefix=foo:` is the string "foo:", not the mapping {"foo": None}
+    if _DEFAULTS_JSON is None:
+        _DEFAULTS_JSON = Config().model_dump(mode="json")
+    parts = key.split(".")
+    resolved: list[str] = []  # the key as validation errors will name it (list items by index)
+    node: Any = raw
+    default: Any = _DEFAULTS_JSON
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        if isinstance(node, list):
+            index = _list_index(node, part)
+            if index is None:
+                raise ConfigError([ConfigProblem("--set", key, f"no list item {part!r} (use an index or a name)")])
+            resolved.append(str(index))
+            if last:
+                node[index] = value
+            else:
+                node, default = node[index], None
+            continue
+        if not isinstance(node, dict):
+            raise ConfigError([ConfigProblem("--set", key, f"{'.'.join(parts[:i])} is not a section")])
+        resolved.append(part)
+        if last:
+            node[part] = value
+            break
+        child_default = default.get(part) if isinstance(default, dict) else None
+        if part not in node:
+            # A list the file did not mention starts from its default (e.g. the default apps).
+            node[part] = copy.deepcopy(child_default) if isinstance(child_default, list) else {}
+        node, default = node[part], child_default
+    return ".".join(resolved)
+
+
+def _list_index(items: list[Any], part: str) -> int | None:
+    if part.isdigit():
+        return int(part) if int(part) < len(items) else None
+    for i, item in enumerate(items):
+        if isinstance(item, dict) and item.get("name") == part:
+            return i
+    return None
+
+
+def _problem(err: Any, source: str, set_keys: list[str]) -> ConfigProblem:
+    loc = tuple(err["loc"])
+    key = ".".join(str(p) for p in loc)
+    if any(key == k or key.startswith(k + ".") or k.startswith(key + ".") for k in set_keys):
+        source = "--set"
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        fields = _fields_at(loc[:-1])
+        close = difflib.get_close_matches(str(loc[-1]), fields, n=1, cutoff=0.6)
+        hint = f"; did you mean {'.'.join([*map(str, loc[:-1]), close[0]])!r}?" if close else ""
+        known = f" (known keys here: {', '.join(sorted(fields))})" if fields and not close else ""
+        return ConfigProblem(source, key, f"unknown key{hint}{known}")
+    message = err["msg"]
+    if kind == "value_error":
+        message = message.removeprefix("Value error, ")
+    elif kind == "literal_error":
+        message = message.replace("Input should be", "expected one of")
+    else:
+        message = message.replace("Input should be", "expected")
+    value = err.get("input")
+    # A whole section's value (from a cross-field check) would bury the message: leave it out.
+    shown = "input" in err and kind != "missing" and not isinstance(value, (dict, list))
+    return ConfigProblem(source, key, message, value, shown)
+
+
+def _fields_at(loc: tuple[Any, ...]) -> list[str]:
+    """Field names of the section that `loc` points at (for "did you mean")."""
+    model: Any = Config
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(part) if _is_model(model) else None
+        if field is None:
+            section = model.section_model(str(part)) if model is PolicyConfig else None
+            if section is None:
+                return []
+            model = section
+            continue
+        model = _unwrap(field.annotation)
+    if model is PolicyConfig:
+        return [*PolicyConfig.model_fields, *(n for n in POLICIES.names() if PolicyConfig.section_model(n))]
+    return list(model.model_fields) if _is_model(model) else []
+
+
+def _unwrap(annotation: Any) -> Any:
+    origin = typing.get_origin(annotation)
+    if origin in (list, typing.Union, types.UnionType):
+        for arg in typing.get_args(annotation):
+            if _is_model(_unwrap(arg)):
+                return _unwrap(arg)
+    return annotation
+
+
+def _is_model(obj: Any) -> bool:
+    return isinstance(obj, type) and issubclass(obj, BaseModel)

@@ -1,0 +1,43 @@
+"""One window's load figures of an application: what Dhalion's detectors and the outcome judging
+read from a snapshot (rates, backlog, batch ratio, utilisation). Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sparkscale.config import AppConfig
+from sparkscale.snapshot import Snapshot
+
+
+@dataclass(frozen=True)
+class LoadFigures:
+    """One window's load figures (rates in records/s; None where the snapshot does not tell)."""
+
+    executors: int
+    cores: int
+    batch_ratio: float | None  # batch_duration_s / trigger_interval_s
+    backlog: float  # records waiting at the sources
+    arrival_rate: float  # records/s arriving at the sources
+    processed_rate: float | None  # records/s the sources took in over the window
+    load_utilization: float | None  # max(arrival, processed) x core-s per source record / cores
+    utilization: float | None  # max(load_utilization, batch_ratio)
+
+
+def load_figures(snapshot: Snapshot, app: AppConfig) -> LoadFigures:
+    """Batch ratio, backlog, rates and utilisation of one window (policies/dhalion.py's docstring)."""
+    trigger = snapshot.trigger_interval_s or app.trigger_interval_s
+    batch_ratio = snapshot.batch_duration_s / trigger if snapshot.batch_duration_s is not None else None
+    sources = [op for op in snapshot.operators if op.source]
+    arrival = sum(op.arrival_rate or 0.0 for op in sources)
+    backlog = sum(op.backlog or 0.0 for op in sources)
+    source_records = sum(inst.records_in for op in sources for inst in op.instances)
+    has_source_instances = any(op.instances for op in sources)
+    processed = source_records / snapshot.window_s if has_source_instances else None
+    useful_s = sum(inst.useful_time_s for op in snapshot.operators for inst in op.instances)
+    load_u: float | None = None
+    if source_records > 0 and useful_s > 0 and snapshot.cores > 0:
+        # Capacity in source records/s = cores / core-seconds per source record (all stages share the cores).
+        load_u = max(arrival, processed or 0.0) * (useful_s / source_records) / snapshot.cores
+    known = [u for u in (load_u, batch_ratio) if u is not None]
+    return LoadFigures(len(snapshot.executors), snapshot.cores, batch_ratio, backlog, arrival, processed,
+                       load_u, max(known) if known else None)

@@ -1,0 +1,215 @@
+"""Migration strategies: the registry, a strategy added from outside, and the built-ins' choices
+(no servers: the runner's steps against the agent are tested in integration)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from sparkscale import registry as registry_module
+from sparkscale.actuators.migration import (
+    Journal,
+    MigrationError,
+    MigrationRunner,
+    MigrationStrategy,
+    get_strategy,
+    phase_metrics,
+    phases_of,
+    register_strategy,
+    registered_strategies,
+)
+from sparkscale.config import Config
+from sparkscale.registry import STRATEGIES
+
+BUILT_IN = ("dsm", "dcr", "ccr")
+
+
+@pytest.fixture
+def registry(monkeypatch):
+    """A copy of the registry for one test: what it registers is gone afterwards."""
+    registered_strategies()  # plug-ins (if any) load into the real registry, not into the copy
+    monkeypatch.setattr(STRATEGIES, "items", dict(STRATEGIES.items))
+
+
+def journal(strategy: str, **phases: float) -> Journal:
+    j = Journal(id="mig-1", app="a", query="q", strategy=strategy, from_partitions=4, to_partitions=8,
+                requested_at=100.0, by="t", epoch=3)
+    j.phases.update(phases)
+    return j
+
+
+def test_the_built_in_strategies_are_registered_in_order():
+    assert registered_strategies()[:3] == BUILT_IN
+    for name in BUILT_IN:
+        strategy = get_strategy(name)
+        assert isinstance(strategy, MigrationStrategy) and strategy.name == name
+        assert phases_of(name) == strategy.phases
+
+
+def test_an_unknown_strategy_is_an_error_naming_the_known_ones():
+    with pytest.raises(MigrationError) as caught:
+        get_strategy("teleport-now")
+    assert isinstance(caught.value, LookupError)
+    message = str(caught.value)
+    assert "'teleport-now'" in message
+    assert all(name in message for name in BUILT_IN)
+    assert str(caught.value) == "unknown strategy 'teleport-now' (expected one of dsm, dcr, ccr)"
+
+
+def test_a_strategy_registered_here_is_found_and_its_phases_are_the_journals_plan(registry):
+    @register_strategy
+    class PauseStop(MigrationStrategy):
+        name = "pause-stop"
+        phases = ("requested", "paused", "stopped", "repartitioned", "restarted", "resumed", "restored", "done")
+
+    found = get_strategy("pause-stop")
+    assert type(found) is PauseStop
+    assert registered_strategies() == (*BUILT_IN, "pause-stop")
+    j = journal("pause-stop", requested=100.0, paused=100.5, stopped=102.0)
+    assert j.phase_plan == PauseStop.phases
+    assert j.remaining == ("repartitioned", "restarted", "resumed", "restored", "done")
+    j.phases.update(repartitioned=104.0, restarted=107.0, resumed=107.5, restored=109.0, done=109.5)
+    assert list(j.phase_durations()) == list(PauseStop.phases)  # in the strategy's order
+    assert j.phase_durations() == {"requested": 0.0, "paused": 0.5, "stopped": 1.5, "repartitioned": 2.0,
+                                   "restarted": 3.0, "resumed": 0.5, "restored": 1.5, "done": 0.5}
+    assert phase_metrics(j)["rebalance_s"] == pytest.approx(1.5 + 2.0 + 3.0)
+    # Its choices are the defaults: a stop at a batch boundary, the exactly-once sink enforced.
+    assert found.stop_command("q", 30.0) == ("stop_query", {"query": "q", "hold": True, "timeout_s": 30.0})
+    assert found.enforce_exactly_once_sink() is True
+
+
+def test_a_runner_walks_a_registered_strategys_phases_in_order(registry):
+    @register_strategy
+    class PauseStop(MigrationStrategy):
+        name = "pause-stop"
+        phases = ("requested", "paused", "stopped", "repartitioned", "restarted", "resumed", "restored", "done")
+
+    written: list[tuple[str, str]] = []
+    zk = SimpleNamespace(set=lambda path, data: written.append((path, Journal.from_json(data).next)))
+    seen: list[tuple[str, float]] = []
+    runner = MigrationRunner(Config(), SimpleNamespace(name="a"), zk, redis_client=None, epoch=3,
+                             is_leader=lambda: True, on_phase=lambda j, phase, d: seen.append((phase, d)))
+    ran: list[str] = []
+    for step in ("_pause", "_drain", "_stop", "_capture", "_repartition", "_restart", "_resume", "_restored"):
+        setattr(runner, step, lambda j, step=step: ran.append(step))
+    j = journal("pause-stop", requested=100.0)
+    done = runner.run(j)
+    assert ran == ["_pause", "_stop", "_repartition", "_restart", "_resume", "_restored"]
+    assert [phase for phase, _ in seen] == list(PauseStop.phases[1:])
+    assert done.status == "done" and list(done.phases) == list(PauseStop.phases)
+    # The journal says which phase runs before its step runs.
+    nexts = [n for _, n in written]
+    assert [n for k, n in enumerate(nexts) if k == 0 or nexts[k - 1] != n] == list(PauseStop.phases[1:])
+
+
+def test_registering_another_class_under_a_taken_name_is_an_error(registry):
+    with pytest.raises(ValueError, match="'ccr' is already registered"):
+        @register_strategy
+        class Impostor(MigrationStrategy):
+            name = "ccr"
+            phases = ("requested", "stopped", "done")
+    assert type(get_strategy("ccr")).__name__ == "CaptureCheckpointResume"
+    # The same class again (a re-import) is no error.
+    assert register_strategy(type(get_strategy("dsm"))) is type(get_strategy("dsm"))
+
+
+@pytest.mark.parametrize("phases", [("paused", "done"), ("requested", "stopped"), ("requested", "teleported", "done"),
+                                    ("requested", "stopped", "stopped", "done"), ["requested", "done"]])
+def test_a_phase_table_the_runner_cannot_walk_is_refused(registry, phases):
+    with pytest.raises((ValueError, TypeError)):
+        register_strategy(type("Odd", (MigrationStrategy,), {"name": "odd", "phases": phases}))
+    assert "odd" not in registered_strategies()
+
+
+def test_dsm_aborts_and_does_not_enforce_the_exactly_once_sink():
+    dsm = get_strategy("dsm")
+    assert dsm.stop_command("q", 180.0) == ("abort_query", {"query": "q", "hold": True})
+    assert dsm.enforce_exactly_once_sink() is False
+
+
+@pytest.mark.parametrize("name", ["dcr", "ccr"])
+def test_dcr_and_ccr_stop_at_a_batch_boundary_and_enforce_the_exactly_once_sink(name):
+    strategy = get_strategy(name)
+    assert strategy.stop_command("q", 180.0) == ("stop_query", {"query": "q", "hold": True, "timeout_s": 180.0})
+    assert strategy.enforce_exactly_once_sink() is True
+
+
+class Probe:
+    """What the runner would answer: the query's status in the driver and its last progress."""
+
+    def __init__(self, status: dict[str, Any] | None, progress: dict[str, str] | None = None):
+        self.status, self.progress, self.calls = status, progress or {}, []
+
+    def query_status(self, query: str) -> dict[str, Any] | None:
+        self.calls.append("status")
+        return self.status
+
+    def query_progress(self, query: str) -> dict[str, str]:
+        self.calls.append("progress")
+        return self.progress
+
+
+def test_dcr_is_restored_when_the_new_run_left_initialisation_with_the_sources_paused():
+    dcr = get_strategy("dcr")
+    j = journal("dcr")
+    j.marks["run_id"] = "new"
+    waiting = Probe({"message": "Waiting for data to arrive"}, {"run_id": "old", "num_input_rows": "0"})
+    assert dcr.restored(waiting, j) and waiting.calls == ["status"]  # no batch with input needed
+    assert not dcr.restored(Probe({"message": "Initializing sources"}), j)
+    assert not dcr.restored(Probe(None), j)
+    assert "first_output_at" not in j.marks
+
+
+@pytest.mark.parametrize("name", ["dsm", "ccr"])
+def test_dsm_and_ccr_are_restored_at_the_new_runs_first_batch_with_input(name):
+    strategy = get_strategy(name)
+    j = journal(name)
+    j.marks["run_id"] = "new"
+    waiting = Probe({"message": "Waiting for data to arrive"}, {"run_id": "old", "num_input_rows": "7"})
+    assert not strategy.restored(waiting, j) and waiting.calls == ["progress"]
+    assert not strategy.restored(Probe({}, {"run_id": "new", "num_input_rows": "0"}), j)
+    assert strategy.restored(Probe({}, {"run_id": "new", "num_input_rows": "7", "published_at": "123.5"}), j)
+    assert j.marks["first_output_at"] == 123.5
+    # A whole-application restart: any run published since the restart.
+    k = journal(name)
+    k.marks["app_restarted_at"] = 120.0
+    assert not strategy.restored(Probe({}, {"run_id": "x", "num_input_rows": "7", "published_at": "119.0"}), k)
+    assert strategy.restored(Probe({}, {"run_id": "x", "num_input_rows": "7", "published_at": "121.0"}), k)
+    # Resumed without a run id (the agent's answer was lost): restored once the query runs.
+    lost = journal(name)
+    assert strategy.restored(Probe({"message": "Waiting for data to arrive"}), lost)
+    assert not strategy.restored(Probe(None), lost)
+
+
+def test_plug_in_strategies_load_once_from_their_entry_point_group(registry, monkeypatch):
+    class Plugged(MigrationStrategy):
+        name = "plugged"
+        phases = ("requested", "stopped", "repartitioned", "restarted", "restored", "done")
+
+    def broken() -> type:
+        raise ImportError("no module named mypkg")
+
+    asked: list[str] = []
+
+    def entry_points(group: str) -> list[SimpleNamespace]:
+        asked.append(group)
+        return [SimpleNamespace(name="broken", value="mypkg.broken", load=broken),
+                SimpleNamespace(name="plugged", value="mypkg.plugged:Plugged", load=lambda: Plugged)]
+
+    monkeypatch.setattr(STRATEGIES, "loaded", False)
+    monkeypatch.setattr(registry_module.importlib.metadata, "entry_points", entry_points)
+    assert type(get_strategy("plugged")) is Plugged  # a broken plug-in leaves the others usable
+    assert registered_strategies() == (*BUILT_IN, "plugged")
+    assert asked == ["sparkscale.migration_strategies"]  # once, on the first lookup
+
+
+@pytest.mark.parametrize(("name", "enforced"), [("dsm", False), ("dcr", True), ("ccr", True)])
+def test_the_runners_repartition_asks_the_strategy_about_the_exactly_once_sink(name, enforced):
+    runner = MigrationRunner(Config(), SimpleNamespace(name="a"), zk=None, redis_client=None, epoch=3,
+                             is_leader=lambda: True)
+    sent: list[tuple[str, dict[str, Any]]] = []
+    runner._command = lambda kind, args, timeout_s=None: sent.append((kind, args)) or "ok"
+    runner._repartition(journal(name))
+    assert sent == [("repartition", {"query": "q", "partitions": 8, "enforce_exactly_once_sink": enforced})]
