@@ -195,3 +195,17 @@ def test_a_pipeline_name_stands_for_a_default_app_of_that_name():
     assert cfg.with_app("wordcount") is cfg
     with pytest.raises(KeyError, match="no managed app named 'nope'"):
         cfg.with_app("nope")
+
+
+def test_policy_name_sections_and_registry_names_are_checked_together(tmp_path):
+    # Names are checked against the registries; each policy's section against its own model; one
+    # run reports every problem, with "did you mean" for a misspelt section.
+    text = ("policy:\n  name: ds3\n  ds2: {catch_up_s: -1}\n  dhalon: {}\napps:\n  - {name: a, pipeline: kafka}\n"
+            "migration: {strategy: xyz}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, text))
+    keys = {p.key: p.message for p in err.value.problems}
+    assert set(keys) == {"policy.name", "policy.ds2.catch_up_s", "policy.dhalon", "apps.0.pipeline",
+                         "migration.strategy"}
+    assert "'ds2'" in keys["policy.name"] and "'ccr'" in keys["migration.strategy"]
+    assert "did you mean 'policy.dhalion'" in keys["policy.dhalon"]

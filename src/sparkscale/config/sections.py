@@ -220,26 +220,33 @@ class PolicyConfig(_Section):
     def _registered(cls, value: str) -> str:
         return _one_of(value, sorted(POLICIES.names()))
 
-    @model_validator(mode="before")
+    @model_validator(mode="wrap")
     @classmethod
-    def _sections(cls, data: Any) -> Any:
-        """Each section validated by its policy's model; every registered policy's section present."""
+    def _sections(cls, data: Any, handler: Any) -> Any:
+        """Each section validated by its policy's model (every registered policy's section present),
+        and every problem of the fields and the sections reported together."""
         if not isinstance(data, dict):
-            return data
-        out = dict(data)
-        for name in POLICIES.names():
-            model = cls.section_model(name)
-            if model is not None and name not in out:
-                out[name] = model()
+            return handler(data)
+        out = {name: model() for name in POLICIES.names() if (model := cls.section_model(name)) is not None}
+        errors: list[Any] = []
         for key, value in data.items():
-            if key in cls.model_fields:
-                continue
-            model = cls.section_model(str(key))
-            if model is None:
-                raise ValidationError.from_exception_data(cls.__name__, [
-                    {"type": "extra_forbidden", "loc": (key,), "input": value}])
-            out[key] = value if isinstance(value, model) else _validated_section(str(key), model, value)
-        return out
+            model = None if key in cls.model_fields else cls.section_model(str(key))
+            if key in cls.model_fields or isinstance(value, model or ()):
+                out[key] = value
+            elif model is None:
+                errors.append({"type": "extra_forbidden", "loc": (key,), "input": value})
+            else:
+                try:
+                    out[key] = model.model_validate(value)
+                except ValidationError as exc:
+                    errors += _located(exc, (key,))
+        try:
+            validated = handler(out)
+        except ValidationError as exc:
+            errors = [*_located(exc, ()), *errors]
+        if errors:
+            raise ValidationError.from_exception_data(cls.__name__, errors)
+        return validated
 
     @staticmethod
     def section_model(name: str) -> type[BaseModel] | None:
@@ -276,19 +283,16 @@ def _one_of(value: str, known: typing.Iterable[str]) -> str:
     return value
 
 
-def _validated_section(key: str, model: type[BaseModel], value: Any) -> BaseModel:
-    """`value` validated by `model`, its errors located under `key` (pydantic drops the section
-    name from the location of a ValidationError raised inside a validator otherwise)."""
-    try:
-        return model.model_validate(value)
-    except ValidationError as exc:
-        errors: list[Any] = []
-        for err in exc.errors():
-            detail = {"type": err["type"], "loc": (key, *err["loc"]), "input": err.get("input")}
-            if "ctx" in err:
-                detail["ctx"] = err["ctx"]
-            errors.append(detail)
-        raise ValidationError.from_exception_data(exc.title, errors) from None
+def _located(exc: ValidationError, prefix: tuple[Any, ...]) -> list[Any]:
+    """The errors of `exc`, their locations under `prefix`, ready for `ValidationError.from_exception_data`
+    (pydantic otherwise drops a section's name from errors raised inside a validator)."""
+    out: list[Any] = []
+    for err in exc.errors():
+        detail = {"type": err["type"], "loc": (*prefix, *err["loc"]), "input": err.get("input")}
+        if "ctx" in err:
+            detail["ctx"] = err["ctx"]
+        out.append(detail)
+    return out
 
 
 class GuardsConfig(_Section):
