@@ -55,7 +55,3 @@ class MigrationActuator:
                  **{k: v for k, v in figures.items() if not isinstance(v, (dict, list))})
         return ActionResult(action, "done", detail, figures=figures)
 
-
-def current_partitions(ctx: ActuationContext, query: str) -> int:
-    """The query's state partitions now (as last repartitioned, else its progress, else the config)."""
-    return MigrationRunner(ctx.cfg, ctx.app, ctx.zk, ctx.redis, ctx.epoch, ctx.is_leader).current_partitions(query)

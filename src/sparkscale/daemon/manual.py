@@ -27,11 +27,11 @@ if TYPE_CHECKING:
     from sparkscale.daemon.action_log import ActionLog
 
 from sparkscale.actuators.base import ActionResult, ActuationContext, dispatch
-from sparkscale.actuators.parallelism import current_partitions
 from sparkscale.config import Config
 from sparkscale.pipeline.submit import ExecutorShape, restart
 from sparkscale.plan import Action, Plan
 from sparkscale.protocol.commands import wait_for_znode
+from sparkscale.protocol.streams import query_partitions
 from sparkscale.protocol.znodes import requests_path, results_path
 
 MANUAL_POLICY = "manual"
@@ -187,7 +187,7 @@ def run_migration(action_log: ActionLog, ctx: ActuationContext, query: str, to_p
     `executors`, log the results. `to_partitions` None keeps the partitions (a shape change only)."""
     from sparkscale.daemon.action_log import DecisionRecord
 
-    current = current_partitions(ctx, query)
+    current = query_partitions(ctx.redis, ctx.cfg.redis.key_prefix, ctx.app.name, query, ctx.app.shuffle_partitions)
     to_partitions = current if to_partitions is None else to_partitions
     strategy = ctx.strategy or ctx.cfg.migration.strategy
     action = Action.set_parallelism(query, max(current, 1), to_partitions, reason)

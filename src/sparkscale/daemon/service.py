@@ -37,7 +37,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from kazoo.client import KazooState
 
 from sparkscale.actuators.base import ActionResult, ActuationContext, dispatch
-from sparkscale.actuators.migration import JournalStore, MigrationRunner
+from sparkscale.actuators.migration import JournalStore
 from sparkscale.config import AppConfig, Config, ConfigError, load_config
 from sparkscale.daemon import manual
 from sparkscale.daemon import status as app_status
@@ -60,6 +60,7 @@ from sparkscale.policies.history import DecisionHistory
 from sparkscale.policies.outcomes import expectation_for
 from sparkscale.policies.planner import decide
 from sparkscale.protocol.commands import send_command
+from sparkscale.protocol.streams import query_partitions
 from sparkscale.redisconn import connect
 from sparkscale.snapshot import Snapshot
 
@@ -294,8 +295,8 @@ class Daemon:
 
         # Monitor -> snapshot -> planner (policy -> guards -> blocklist -> Spark mapping) -> plan.
         journal = JournalStore(self.zk, self.cfg.zookeeper.root, app.name).read() if self.zk.connected else None
-        partitions = MigrationRunner(self.cfg, app, self.zk, self.redis, 0, lambda: False).current_partitions(
-            snapshot.query)
+        partitions = query_partitions(self.redis, self.cfg.redis.key_prefix, app.name, snapshot.query,
+                                      app.shuffle_partitions)
         history = replace(st.history, blocklist=blocklist, last_action_at=st.last_action_at or 0.0,
                           migration_running=journal is not None and journal.status == "running",
                           last_migration_end=journal.phases.get("done") if journal else None,

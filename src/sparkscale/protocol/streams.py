@@ -16,7 +16,7 @@ from typing import Any
 import redis
 import structlog
 
-from sparkscale.protocol.keys import input_stream_key, partitions_key, source_status_key
+from sparkscale.protocol.keys import input_stream_key, partitions_key, progress_key, source_status_key
 
 log = structlog.get_logger(__name__)
 
@@ -145,3 +145,13 @@ def stored_partitions(client: redis.Redis, key_prefix: str, app: str, query: str
         log.warning("agent.bad_partitions_key", app=app, query=query, value=value)
         return None
     return count if count >= 1 else None
+
+
+def query_partitions(client: redis.Redis, key_prefix: str, app: str, query: str, configured: int) -> int:
+    """A query's state partitions now: as last repartitioned, else as its progress reports them, else
+    the `configured` count it starts with."""
+    stored = stored_partitions(client, key_prefix, app, query)
+    if stored is not None:
+        return stored
+    progress = client.hget(progress_key(key_prefix, app, query), "state_partitions")
+    return int(progress) if progress else configured

@@ -22,7 +22,7 @@ from sparkscale.config import AppConfig, Config
 from sparkscale.pipeline.submit import ExecutorShape, running, store_shape
 from sparkscale.protocol.commands import AckTimeout, send_command, wait_ack
 from sparkscale.protocol.keys import datastore_key, input_stream_key, paused_key, progress_key
-from sparkscale.protocol.streams import StreamOffsets, read_source_status, stored_partitions, stream_heads
+from sparkscale.protocol.streams import StreamOffsets, query_partitions, read_source_status, stream_heads
 
 log = structlog.get_logger(__name__)
 
@@ -114,11 +114,7 @@ class MigrationRunner:
 
     def current_partitions(self, query: str) -> int:
         """The query's state partitions: as last repartitioned, else its progress, else the config."""
-        stored = stored_partitions(self.redis, self.prefix, self.app.name, query)
-        if stored is not None:
-            return stored
-        progress = self.redis.hget(progress_key(self.prefix, self.app.name, query), "state_partitions")
-        return int(progress) if progress else self.app.shuffle_partitions
+        return query_partitions(self.redis, self.prefix, self.app.name, query, self.app.shuffle_partitions)
 
     # -- steps ------------------------------------------------------------------------------------
 
