@@ -50,13 +50,14 @@ class Registry(Generic[T]):
         self.loaded = False
         self._lock = threading.RLock()
 
-    def register(self, name: str, item: T) -> T:
-        """Make `item` known as `name`; the same item again is harmless, another one is a ValueError."""
+    def register(self, name: str, item: T, replace: bool = False) -> T:
+        """Make `item` known as `name`; the same item again is harmless, another one is a ValueError
+        unless `replace`."""
         if not isinstance(name, str) or not name:
             raise TypeError(f"a {self.kind} needs a non-empty name, got {name!r}")
         with self._lock:
             current = self.items.get(name)
-            if current is not None and not same_definition(current, item):
+            if current is not None and not replace and not same_definition(current, item):
                 raise ValueError(f"a {self.kind} named {name!r} is already registered ({describe(current)}); "
                                  f"{describe(item)} cannot take it")
             self.items[name] = item

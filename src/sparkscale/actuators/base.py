@@ -30,7 +30,6 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-ENTRY_POINT_GROUP = ACTUATORS.group
 Status = Literal["done", "failed", "skipped"]
 
 
@@ -84,10 +83,9 @@ class ActuationContext:
     @property
     def rest(self) -> SparkRestClient:
         """The app's driver REST API (Spark's)."""
-        from sparkscale.monitors.spark_rest import SparkRestClient
-        from sparkscale.pipeline.submit import driver_ui_port
+        from sparkscale.monitors.spark_rest import driver_rest
 
-        return SparkRestClient.for_port(driver_ui_port(self.cfg, self.app), timeout_s=self.cfg.spark.rest_timeout_s)
+        return driver_rest(self.cfg, self.app)
 
 
 @runtime_checkable
@@ -133,11 +131,6 @@ def actuator_for(action_type: str) -> Actuator:
         known = ", ".join(sorted(ACTUATORS.names())) or "none"
         raise KeyError(f"no actuator for action type {action_type!r} (registered: {known})") from None
     return cls()
-
-
-def registered_actuators() -> dict[str, str]:
-    """Action type -> the actuator class carrying it out."""
-    return {t: ACTUATORS.get(t).__qualname__ for t in sorted(ACTUATORS.names())}
 
 
 def execute(action: Action, ctx: ActuationContext) -> ActionResult:

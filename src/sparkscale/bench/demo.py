@@ -26,11 +26,11 @@ from sparkscale.bench.timeline import Recorder
 from sparkscale.config import Config
 from sparkscale.daemon.action_log import ActionLog
 from sparkscale.localenv import LocalEnvironment
-from sparkscale.monitors.spark_rest import SparkRestClient, SparkRestError
+from sparkscale.monitors.spark_rest import SparkRestError, driver_rest
 from sparkscale.pipeline.check import unprocessed_records, verify_app
 from sparkscale.pipeline.loadgen import run_loadgen
 from sparkscale.pipeline.profiles import parse_profile
-from sparkscale.pipeline.submit import driver_ui_port, running, stop, submit
+from sparkscale.pipeline.submit import running, stop, submit
 from sparkscale.redisconn import connect
 
 log = structlog.get_logger(__name__)
@@ -163,7 +163,7 @@ def _wait_settled(cfg: Config, app_name: str, limit_s: float) -> None:
     trims them (ControlAgent.start); load that meets the app mid-trim (JVMs starting on every core)
     would make the first step a start-up test. Waits for the initial count, then returns either way."""
     app = cfg.app(app_name)
-    rest = SparkRestClient.for_port(driver_ui_port(cfg, app), timeout_s=2, retries=0)
+    rest = driver_rest(cfg, app, timeout_s=2, retries=0)
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
         try:

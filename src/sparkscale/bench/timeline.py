@@ -16,8 +16,7 @@ import redis
 import structlog
 
 from sparkscale.config import AppConfig, Config
-from sparkscale.monitors.spark_rest import SparkRestClient, SparkRestError
-from sparkscale.pipeline.submit import driver_ui_port
+from sparkscale.monitors.spark_rest import SparkRestClient, SparkRestError, driver_rest
 from sparkscale.pipeline.workloads import workload
 from sparkscale.protocol.keys import input_stream_key, progress_key
 from sparkscale.protocol.streams import StreamOffsets, read_source_status, stream_heads
@@ -124,7 +123,7 @@ class Recorder:
 
     def _run(self) -> None:
         client = connect(self.cfg.redis)
-        rest = SparkRestClient.for_port(driver_ui_port(self.cfg, self.app), timeout_s=2, retries=0)
+        rest = driver_rest(self.cfg, self.app, timeout_s=2, retries=0)
         next_at = time.monotonic()
         while not self._stop.is_set():
             try:

@@ -79,7 +79,7 @@ def status(cfg: Config, as_json: bool) -> None:
 def actions(cfg: Config, app_name: str | None, since: str, show_all: bool, limit: int, as_json: bool,
             as_history: bool) -> None:
     """The action log: when, what, why, expected against actual outcome."""
-    from sparkscale.daemon.action_log import ActionLog, BlocklistStore, past_decisions
+    from sparkscale.daemon.action_log import ActionLog, BlocklistStore, executed, past_decisions
     from sparkscale.daemon.operator_view import actions_table, parse_since
     from sparkscale.policies.history import DecisionHistory
     from sparkscale.redisconn import connect
@@ -99,8 +99,10 @@ def actions(cfg: Config, app_name: str | None, since: str, show_all: bool, limit
         click.echo(f"Redis at {cfg.redis.host}:{cfg.redis.port} is unreachable: {exc}", err=True)
         sys.exit(1)
     if as_history:
-        acted = [d.done_at for d in logged if d.done_at and any(r.status == "done" for r in d.results or ())]
-        history = DecisionHistory(past_decisions(logged), last_action_at=max(acted, default=0.0),
+        acted = executed(logged)
+        # As the daemon hands it to the planner: when it last acted, 0.0 for never.
+        last_action_at = (acted[-1].done_at if acted else None) or 0.0
+        history = DecisionHistory(past_decisions(logged), last_action_at=last_action_at,
                                   blocklist=BlocklistStore(connect(cfg.redis), cfg.redis.key_prefix).blocklist(
                                       time.time(), app_name))
         click.echo(json.dumps(history.to_dict(), indent=2))

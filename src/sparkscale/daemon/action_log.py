@@ -122,6 +122,11 @@ class LoggedDecision:
                 "outcome": self.outcome.to_dict() if self.outcome else None}
 
 
+def executed(logged: Iterable[LoggedDecision]) -> list[LoggedDecision]:
+    """The decisions with at least one action done, in log order (the last is the last action)."""
+    return [d for d in logged if d.results and any(r.status == "done" for r in d.results)]
+
+
 def past_decisions(logged: Iterable[LoggedDecision]) -> tuple[PastDecision, ...]:
     """Logged decisions as the planner's decision history (with their observations), oldest first."""
     ordered = sorted(logged, key=lambda d: d.decision.decided_at)

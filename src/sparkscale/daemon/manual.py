@@ -18,16 +18,14 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
-if TYPE_CHECKING:
-    from sparkscale.daemon.action_log import ActionLog
-
 from sparkscale.actuators.base import ActionResult, ActuationContext, dispatch
 from sparkscale.config import Config
+from sparkscale.daemon.action_log import ActionLog, DecisionRecord
 from sparkscale.pipeline.submit import ExecutorShape, restart
 from sparkscale.plan import Action, Plan
 from sparkscale.protocol.commands import wait_for_znode
@@ -37,8 +35,6 @@ from sparkscale.protocol.znodes import requests_path, results_path
 MANUAL_POLICY = "manual"
 
 REQUEST_PREFIX = "req-"
-
-
 
 
 @dataclass(frozen=True)
@@ -162,8 +158,6 @@ def carry_out(action_log: ActionLog, ctx: ActuationContext, to: int, by: str, cu
               snapshot_id: str, at: float) -> tuple[str | None, ActionResult]:
     """A manual scale: checked against the app's range, then logged, carried out and its result
     logged through `dispatch` (what the daemon and the CLI without a leader share)."""
-    from sparkscale.daemon.action_log import DecisionRecord
-
     app = ctx.app
     reason = f"manual request by {by}"
     action = Action.scale_executors(current, to, reason)
@@ -185,8 +179,6 @@ def run_migration(action_log: ActionLog, ctx: ActuationContext, query: str, to_p
     """A manual (or resumed, with `ctx.resume`) migration through `dispatch`: log the decision,
     migrate with `ctx.strategy` (and `ctx.shape`), then, if it was done, set the executors to
     `executors`, log the results. `to_partitions` None keeps the partitions (a shape change only)."""
-    from sparkscale.daemon.action_log import DecisionRecord
-
     current = query_partitions(ctx.redis, ctx.cfg.redis.key_prefix, ctx.app.name, query, ctx.app.shuffle_partitions)
     to_partitions = current if to_partitions is None else to_partitions
     strategy = ctx.strategy or ctx.cfg.migration.strategy

@@ -45,6 +45,7 @@ from sparkscale.daemon.action_log import (
     ActionLog,
     BlocklistStore,
     DecisionRecord,
+    executed,
     past_decisions,
     snapshot_id,
 )
@@ -370,7 +371,7 @@ class Daemon:
         now = time.time()
         logged = self.action_log.read(app.name, since=now - HISTORY_S)
         st.history = DecisionHistory(past_decisions(logged))
-        acted = [d for d in logged if d.results and any(r.status == "done" for r in d.results)]
+        acted = executed(logged)
         st.last_action_at = acted[-1].done_at if acted else None
         windows_s = self.cfg.outcomes.evaluation_windows * self.cfg.loop.window_s
         st.pending = [

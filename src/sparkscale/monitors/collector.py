@@ -22,8 +22,7 @@ from sparkscale.monitors.snapshot_builder import (
     finished_batches,
     window_batches,
 )
-from sparkscale.monitors.spark_rest import RestStage, SparkRestClient, SparkRestError
-from sparkscale.pipeline.submit import driver_ui_port
+from sparkscale.monitors.spark_rest import RestStage, SparkRestError, driver_rest
 from sparkscale.pipeline.workloads import workload
 from sparkscale.protocol.keys import input_stream_key, progress_history_key
 from sparkscale.protocol.streams import live_backlog
@@ -69,7 +68,7 @@ def collect_snapshot(cfg: Config, app_name: str, options: CollectOptions | None 
     app = cfg.app(app_name)
     query = workload(app.pipeline).query
     window_s = opts.window_s or cfg.loop.window_s
-    rest = SparkRestClient.for_port(driver_ui_port(cfg, app), timeout_s=cfg.spark.rest_timeout_s)
+    rest = driver_rest(cfg, app)
     try:
         spark_app = rest.application(app.name)
     except SparkRestError as exc:

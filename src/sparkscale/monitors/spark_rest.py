@@ -21,6 +21,8 @@ from typing import Any
 
 import structlog
 
+from sparkscale.config import AppConfig, Config
+
 log = structlog.get_logger(__name__)
 
 DEFAULT_RETRIES = 3
@@ -276,3 +278,12 @@ class SparkRestClient:
                 return []
             raise
         return parse_stage_attempts(data)
+
+
+def driver_rest(cfg: Config, app: AppConfig, **kwargs: Any) -> SparkRestClient:
+    """The REST API of `app`'s driver (the one place that says where a driver's UI is: today the
+    head node, on the app's configured UI port), with the config's timeout unless given."""
+    from sparkscale.pipeline.submit import driver_ui_port
+
+    kwargs.setdefault("timeout_s", cfg.spark.rest_timeout_s)
+    return SparkRestClient.for_port(driver_ui_port(cfg, app), **kwargs)

@@ -25,7 +25,6 @@ from sparkscale.snapshot import Snapshot
 if TYPE_CHECKING:
     from sparkscale.config import AppConfig, PolicyConfig
 
-ENTRY_POINT_GROUP = POLICIES.group
 
 
 @runtime_checkable
@@ -58,11 +57,7 @@ def register_policy(cls: P | None = None, *, replace: bool = False) -> P | Calla
             raise TypeError(f"{klass.__qualname__} has no `name` (a non-empty str class attribute)")
         if not callable(getattr(klass, "decide", None)):
             raise TypeError(f"{klass.__qualname__} has no `decide` method")
-        if replace:
-            POLICIES.items[name] = klass
-        else:
-            POLICIES.register(name, klass)
-        return klass
+        return POLICIES.register(name, klass, replace=replace)
 
     return add(cls) if cls is not None else add
 

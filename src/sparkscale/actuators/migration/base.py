@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-ENTRY_POINT_GROUP = STRATEGIES.group
 # The phases the runner has a step for, in no particular order: a phase table is made of these.
 PHASE_STEPS: frozenset[str] = frozenset({"requested", "paused", "drained", "stopped", "captured", "repartitioned",
                                          "restarted", "resumed", "restored", "done"})

@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     # validates an app's `pipeline`.
     from sparkscale.config import AppConfig, Config
 
-ENTRY_POINT_GROUP = WORKLOADS.group
 
 
 @dataclass(frozen=True)
