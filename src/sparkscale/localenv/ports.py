@@ -6,14 +6,38 @@ ports, ~/.sparkscale) and can run side by side.
 
 from __future__ import annotations
 
+import random
 import socket
 from pathlib import Path
 
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+LISTEN_FLOOR = 20000  # below the kernel's ephemeral range, above the usual service ports
+OFFSETS = 16  # room for the ports counted on from one (worker N, app N), kept below the range too
+
 
 def free_port() -> int:
+    """A port free for a listener, below the kernel's ephemeral range where one can be found: a port
+    the OS hands out for outgoing connections could be taken by one (Spark opens many) between this
+    check and the listener's start, and a driver started on a taken UI port fails."""
+    ceiling = _ephemeral_low()
+    for _ in range(200):
+        port = random.randrange(LISTEN_FLOOR, ceiling - OFFSETS) if ceiling > LISTEN_FLOOR + 1000 else 0
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return sock.getsockname()[1]
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def port_free(port: int) -> bool:
