@@ -1,3 +1,16 @@
 """sparkscale: an autoscaling control loop (MAPE) for stateful Spark Structured Streaming pipelines."""
 
+from __future__ import annotations
+
+from typing import Any
+
 __version__ = "0.1.0"
+
+
+def attach(spark: Any, app: str, config: str | None = None, overrides: list[str] | None = None) -> Any:
+    """Put this driver under sparkscale's management as app `app` (one line, before starting any
+    query): `sparkscale.attach(spark, app="clicks")`. Returns the control agent. Imports PySpark only
+    when called, so the head side never does."""
+    from sparkscale.agent.attach import attach as _attach
+
+    return _attach(spark, app, config, overrides)

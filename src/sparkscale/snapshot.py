@@ -92,6 +92,8 @@ class OperatorFigures:
     """One operator (a stage of the query): its partitions and its instances' figures.
 
     `arrival_rate` (records/s from outside) and `backlog` (records waiting) describe sources only.
+    A source whose backlog is unknown has `backlog` None, written as `"backlog_known": false` (a
+    missing `backlog` has always meant 0, and a null one is refused).
     """
 
     id: str
@@ -112,6 +114,8 @@ class OperatorFigures:
             out["arrival_rate"] = self.arrival_rate
         if self.backlog is not None:
             out["backlog"] = self.backlog
+        elif self.source:
+            out["backlog_known"] = False
         out["instances"] = [inst.to_dict() for inst in self.instances]
         out.update(_thawed(self.extra))
         return out
@@ -283,7 +287,7 @@ def _find_cycle(downstream: Mapping[str, list[str]], indegree: Mapping[str, int]
 _TOP_KEYS = {"version", "app", "query", "taken_at", "window_s", "trigger_interval_s", "batch_duration_s",
              "executors", "operators", "edges", "extensions"}
 _EXECUTOR_KEYS = {"id", "host", "cores"}
-_OPERATOR_KEYS = {"id", "source", "parallelism", "arrival_rate", "backlog", "instances"}
+_OPERATOR_KEYS = {"id", "source", "parallelism", "arrival_rate", "backlog", "backlog_known", "instances"}
 _INSTANCE_KEYS = {"records_in", "records_out", "useful_time_s", "executor"}
 
 _MISSING = object()
@@ -412,6 +416,10 @@ def _parse_operator(value: Any, path: str) -> OperatorFigures:
     if source:
         arrival = _number(_get(obj, "arrival_rate", path), _join(path, "arrival_rate"), 0)
         backlog: float | None = _number(obj.get("backlog", 0), _join(path, "backlog"), 0)
+        if not _bool(obj.get("backlog_known", True), _join(path, "backlog_known")):
+            if "backlog" in obj:
+                raise SnapshotError(_join(path, "backlog"), "given while backlog_known is false")
+            backlog = None
     else:
         arrival = _optional_number(obj.get("arrival_rate"), _join(path, "arrival_rate"), 0)
         backlog = _optional_number(obj.get("backlog"), _join(path, "backlog"), 0)

@@ -235,22 +235,27 @@ def test_report(agent, zk, embedded_env, spark):
     assert sum(e["active"] for e in ack.detail["executors"]) == 3
 
 
-def test_stop_query_refuses_when_no_boundary_comes(agent, zk, embedded_env, queries):
-    # The rate source ignores the pause key and always has data: no clean boundary, so no stop.
+def test_a_query_that_never_idles_is_stopped_inside_a_batch_and_says_so(agent, zk, embedded_env, queries, rds):
+    # The rate source cannot be paused and its batches outlast the 1 s trigger: no idle trigger
+    # comes, so the stop lands inside a batch, which a restart recomputes (DSM); the ack says so.
     ack = command(embedded_env, zk, "stop_query", {"query": "ticks", "timeout_s": 2})
-    assert not ack.ok and "did not reach a batch boundary within 2 s" in ack.detail
-    assert queries["ticks"].isActive
+    assert ack.ok, ack.detail
+    assert ack.detail["pausable"] is False and ack.detail["inside_batch"] is True
+    assert "no idle trigger within 2 s: stopped inside a batch" in ack.detail["notes"]
+    assert not queries["ticks"].isActive
+    assert not rds.exists(f"{embedded_env.cfg.redis.key_prefix}{APP.name}:paused")  # nothing to pause
     assert command(embedded_env, zk, "resume_sources").ok
 
 
 def test_stop_query_at_a_batch_boundary(agent, zk, embedded_env, queries, rds):
     ack = command(embedded_env, zk, "stop_query", {"query": "files", "timeout_s": 60})
     assert ack.ok, ack.detail
-    assert ack.detail["notes"] == ["sources were not paused: paused them first"]
+    # A file source cannot be paused (no pause key taken); its query runs dry, so its trigger idles.
+    assert ack.detail["notes"] == [] and ack.detail["pausable"] is False and ack.detail["inside_batch"] is False
     # Both files read, one per batch (0 and 1); an idle progress event may carry the next id.
     assert ack.detail["last_batch_id"] >= 1
     assert not queries["files"].isActive
-    assert rds.exists(f"{embedded_env.cfg.redis.key_prefix}{APP.name}:paused")
+    assert not rds.exists(f"{embedded_env.cfg.redis.key_prefix}{APP.name}:paused")
 
 
 def test_restarted_agent_keeps_its_epoch_and_runs_nothing_twice(agent, zk, embedded_env, spark, rds):

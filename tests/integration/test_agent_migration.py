@@ -22,6 +22,7 @@ from sparkscale.pipeline.loadgen import run_loadgen
 from sparkscale.pipeline.submit import checkpoint_root, stop, submit
 from sparkscale.protocol.commands import Ack, send_command, wait_ack
 from sparkscale.protocol.keys import partitions_key
+from sparkscale.protocol.queries import read_queries
 from sparkscale.protocol.znodes import agent_path
 from sparkscale.redisconn import connect
 from tests.conftest import wait_until
@@ -121,6 +122,11 @@ def test_stop_repartition_restart_then_abort_repartition_restart(setup, record_p
         wait_until(lambda: int(progress(client, cfg).get("batch_id", -1)) >= 1, 120, "the first batches of counts")
         assert int(progress(client, cfg)["state_partitions"]) == 4
         driver_pid, znode = channel.driver()
+        # The agent lists the query with what a migration needs: where its checkpoint is, that the
+        # agent saw it started (so it can restart it) and that its sources honour the pause key.
+        info = read_queries(client, cfg.redis.key_prefix, APP)[QUERY]
+        assert (info.status, info.migratable, info.pausable, info.sources) == ("active", True, True, ("redis_streams",))
+        assert info.checkpoint == f"file:{checkpoint}"
 
         # -- 1. stop at a batch boundary, held for the migration ------------------------------------
         stopped = channel.ok("stop_query", query=QUERY, hold=True)
@@ -140,7 +146,8 @@ def test_stop_repartition_restart_then_abort_repartition_restart(setup, record_p
             "repartition", query=QUERY, partitions=8, enforce_exactly_once_sink="no")
         assert "no checkpoint of query 'ghost'" in channel.refused("repartition", query="ghost", partitions=8)
         assert "'hold' must be true or false" in channel.refused("abort_query", query=QUERY, hold=1)
-        assert "is not this app's query ('counts'" in channel.refused("start_query", query="ghost")
+        assert "query 'ghost' cannot be restarted: the agent did not see it started (seen: ['counts'])" in \
+            channel.refused("start_query", query="ghost")
 
         # -- 2. repartition 4 -> 8 offline, start again with 8 ---------------------------------------
         repartitioned = channel.ok("repartition", query=QUERY, partitions=8)

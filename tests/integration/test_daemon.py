@@ -28,10 +28,10 @@ from sparkscale.cli import main
 from sparkscale.config import Config, load_config
 from sparkscale.daemon.action_log import ActionLog
 from sparkscale.daemon.leader import current_leader
-from sparkscale.monitors.spark_rest import SparkRestClient, SparkRestError
+from sparkscale.monitors.spark_rest import SparkRestError, driver_rest
 from sparkscale.pipeline.check import drained, verify_app
 from sparkscale.pipeline.loadgen import run_loadgen
-from sparkscale.pipeline.submit import driver_ui_port, stop, submit
+from sparkscale.pipeline.submit import stop, submit
 from sparkscale.protocol.commands import send_command, wait_ack
 from sparkscale.redisconn import connect
 from tests.conftest import wait_until
@@ -98,7 +98,7 @@ def DaemonProcess(setup, name: str, extra: list[str] = (), max_cycles: int | Non
 
 
 def active_executors(cfg: Config, app: str) -> int | None:
-    rest = SparkRestClient.for_port(driver_ui_port(cfg, cfg.app(app)), timeout_s=5)
+    rest = driver_rest(cfg, cfg.app(app), timeout_s=5)
     try:
         return len(rest.executors(rest.application(app).id))
     except SparkRestError:
@@ -205,6 +205,8 @@ def test_a_partition_bound_stage_makes_the_daemon_migrate_its_query(setup):
 def test_dry_run_logs_plans_but_never_changes_executors(setup):
     cfg, path, overrides, _work = setup
     submit(cfg, "fo", path, overrides)
+    # Standalone launches up to cores.max at first and the agent trims to initial_executors.
+    wait_until(lambda: active_executors(cfg, "fo") == 1, 60, "fo to settle at its initial executor")
     daemon = DaemonProcess(setup, "dry", [*ALWAYS_ONE_MORE, "loop.dry_run=true", "loop.interval_s=2"], max_cycles=5)
     assert daemon.proc.wait(timeout=120) == 0
     cycles = daemon.events("cycle", app="fo")

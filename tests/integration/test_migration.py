@@ -137,13 +137,13 @@ def test_a_new_executor_shape_restarts_the_whole_app_without_loss(setup):
     outlives the restart (the next submit keeps it); nothing is lost or duplicated."""
     import threading
 
-    from sparkscale.monitors.spark_rest import SparkRestClient
-    from sparkscale.pipeline.submit import driver_ui_port, running, stored_shape
+    from sparkscale.monitors.spark_rest import driver_rest
+    from sparkscale.pipeline.submit import running, stored_shape
 
     cfg, path, overrides = setup
     app, query = "mwc", "counts"
     client = connect(cfg.redis)
-    rest = SparkRestClient.for_port(driver_ui_port(cfg, cfg.app(app)), timeout_s=5)
+    rest = driver_rest(cfg, cfg.app(app), timeout_s=5)
 
     def shape_in_spark() -> tuple[set[int], str | None]:
         app_id = rest.application(app).id

@@ -48,3 +48,61 @@ def test_spark_answers():
     assert not _is_already_partitioned(Exception("[STATE_REPARTITION_INVALID_CHECKPOINT.LAST_BATCH_FAILED] ..."))
     assert _state_partitions({"stateOperators": [{"numShufflePartitions": 8}, {"numShufflePartitions": 2}]}) == 8
     assert _state_partitions({"stateOperators": []}) is None and _state_partitions(None) is None
+
+
+def _commits(checkpoint, upto: int) -> None:
+    (checkpoint / "commits").mkdir(parents=True, exist_ok=True)
+    for b in range(upto + 1):
+        (checkpoint / "commits" / str(b)).write_text("v1\n{}")
+
+
+def test_a_file_sink_log_gets_the_batches_an_offline_repartition_added(tmp_path):
+    from sparkscale.agent.checkpoint import fill_file_sink_log
+
+    sink, checkpoint = tmp_path / "out", tmp_path / "cp"
+    log = sink / "_spark_metadata"
+    log.mkdir(parents=True)
+    (log / "6").write_text('v1\n{"path":"file:///out/a.parquet","action":"add"}')
+    _commits(checkpoint, 7)  # batch 7: the repartition's own
+    assert fill_file_sink_log(checkpoint, f"FileSink[file:{sink}]") == [7]
+    assert (log / "7").read_text() == "v1"
+    assert fill_file_sink_log(checkpoint, f"FileSink[file:{sink}]") == []  # idempotent
+    assert fill_file_sink_log(checkpoint, "ForeachBatchSink") == []  # not a file sink
+
+
+def test_a_filled_compaction_batch_holds_every_file_so_far(tmp_path):
+    from sparkscale.agent.checkpoint import fill_file_sink_log
+
+    sink, checkpoint = tmp_path / "out", tmp_path / "cp"
+    log = sink / "_spark_metadata"
+    log.mkdir(parents=True)
+    (log / "4.compact").write_text('v1\n{"path":"a"}\n{"path":"b"}')
+    for b, name in ((5, "c"), (6, "d"), (7, "e"), (8, "f")):
+        (log / str(b)).write_text(f'v1\n{{"path":"{name}"}}')
+    _commits(checkpoint, 9)
+    assert fill_file_sink_log(checkpoint, f"FileSink[{sink}]", compact_interval=5) == [9]
+    lines = (log / "9.compact").read_text().splitlines()
+    assert lines[0] == "v1" and [json.loads(x)["path"] for x in lines[1:]] == list("abcdef")
+
+
+def test_an_interrupted_batch_is_set_aside_unless_a_file_sink_logged_its_output(tmp_path):
+    import pytest
+
+    from sparkscale.agent.checkpoint import InterruptedOutput, discard_uncommitted
+
+    checkpoint, sink = tmp_path / "cp", tmp_path / "out"
+    _commits(checkpoint, 5)
+    offsets = checkpoint / "offsets"
+    offsets.mkdir()
+    for b in range(7):
+        (offsets / str(b)).write_text("v1")
+    (offsets / ".6.crc").write_text("crc")
+    (sink / "_spark_metadata").mkdir(parents=True)
+    (sink / "_spark_metadata" / "6").write_text("v1")
+    with pytest.raises(InterruptedOutput, match="batch 6 was interrupted after its file sink logged its output"):
+        discard_uncommitted(checkpoint, f"FileSink[file:{sink}]")
+    assert (offsets / "6").exists()
+    assert discard_uncommitted(checkpoint, "ForeachBatchSink") == [6]
+    assert not (offsets / "6").exists() and (offsets / ".6.discarded").exists()
+    assert (offsets / ".6.crc.discarded").exists() and not (offsets / ".6.crc").exists()
+    assert discard_uncommitted(checkpoint, None) == []

@@ -1,9 +1,11 @@
-"""The pure half of the monitor: Spark REST JSON (+ source and progress figures) -> Snapshot v1.
+"""The pure half of the monitor: Spark REST JSON (+ progress reports) -> Snapshot v1.
 
 `fixtures/rest/handmade/` is a small hand-written app (batches 5..9 of query `counts`, one with a
-SKIPPED stage, one with an extra stage, one still running); `fixtures/rest/wordcount/` was
-recorded from a real wordcount under 2000 lines/s (PySpark 4.3.0 standalone; its `meta.json` holds the
-source figures and the window the monitor saw then).
+SKIPPED stage, one with an extra stage, one still running; its progress reports carry the sources'
+positions and backlogs as the agent publishes them, and an idle sample); `fixtures/rest/wordcount/`
+was recorded from a real wordcount under 2000 lines/s (PySpark 4.3.0 standalone, by an agent whose
+reports had offsets but no positions or backlogs; its `meta.json` holds what the old monitor read
+from the input streams over the window then).
 """
 
 from __future__ import annotations
@@ -19,14 +21,9 @@ from click.testing import CliRunner
 from sparkscale.cli.offline import snapshot_command
 from sparkscale.config import AppConfig, PolicyConfig
 from sparkscale.localenv.ports import free_port
-from sparkscale.monitors.snapshot_builder import (
-    ProgressReport,
-    SnapshotInputs,
-    SourceFigures,
-    build_snapshot,
-    finished_batches,
-    window_batches,
-)
+from sparkscale.monitors.progress_reports import ProgressReport
+from sparkscale.monitors.snapshot_builder import SnapshotInputs, build_snapshot, finished_batches, window_batches
+from sparkscale.monitors.source_figures import partition_rows
 from sparkscale.monitors.spark_rest import (
     SparkRestClient,
     SparkRestError,
@@ -52,21 +49,21 @@ def load(directory: Path, name: str):
     return json.loads((directory / name).read_text())
 
 
-def rest_inputs(directory: Path, partitions: int):
+def rest_inputs(directory: Path):
     jobs = parse_jobs(load(directory, "jobs.json"))
     stages = {int(p.stem): parse_stage_attempts(json.loads(p.read_text()))
               for p in (directory / "stages").glob("*.json")}
-    progress = [ProgressReport.from_fields(f, partitions) for f in load(directory, "progress_history.json")]
+    progress = [ProgressReport.from_fields(f) for f in load(directory, "progress_history.json")]
     executors = parse_executors(load(directory, "executors.json"))
     return jobs, stages, progress, executors
 
 
 def handmade_snapshot(window_s: float = 30.0, taken_at: float = T0 + 40) -> Snapshot:
-    jobs, stages, progress, executors = rest_inputs(HANDMADE, 2)
+    jobs, stages, progress, executors = rest_inputs(HANDMADE)
     batches = finished_batches(jobs, "counts", [(r.run_id, r.batch_id) for r in progress])
     return build_snapshot(SnapshotInputs(
         app="wc", query="counts", taken_at=taken_at, window_s=window_s, executors=executors, batches=batches,
-        stages=stages, source=SourceFigures(2, (3000, 3000), (10, 20)), progress=progress, trigger_interval_s=1.0,
+        stages=stages, progress=progress, trigger_interval_s=1.0,
         host={"cpu_fraction": 0.5, "memory_fraction": 0.25}, app_figures={"cpu_fraction": 0.4},
     ))
 
@@ -108,19 +105,20 @@ def test_stage_tasks_carry_their_metrics():
 def test_progress_report_rows_by_partition_from_source_offsets():
     first = {"batch_id": "0", "run_id": "r", "num_input_rows": "483", "sources": json.dumps([{
         "start_offset": "None",  # what PySpark 4.3 reports for the first batch (recorded)
-        "end_offset": {"ids": {"0": "1-4", "1": "1-4"}, "counts": {"0": 242, "1": 241}}}])}
-    assert ProgressReport.from_fields(first, 2).rows_by_partition == (242, 241)
+        "end_offset": {"ids": {"0": "1-4", "1": "1-4"}, "counts": {"0": 242, "1": 241}}, "num_input_rows": 483}])}
+    (source,) = ProgressReport.from_fields(first).sources
+    assert partition_rows(source) == {"0": 242, "1": 241}
     later = {**first, "sources": json.dumps([{"start_offset": {"counts": {"0": 242, "1": 241}},
                                               "end_offset": {"counts": {"0": 300, "1": 241}}}])}
-    assert ProgressReport.from_fields(later, 2).rows_by_partition == (58, 0)
-    assert ProgressReport.from_fields({**first, "sources": "[{}]"}, 2).rows_by_partition is None
+    assert partition_rows(ProgressReport.from_fields(later).sources[0]) == {"0": 58, "1": 0}
+    assert partition_rows(ProgressReport.from_fields({**first, "sources": "[{}]"}).sources[0]) is None
 
 
 # -- batches and the window ------------------------------------------------------------------------
 
 
 def test_running_batch_is_not_finished_and_window_selects_by_completion():
-    jobs, _, progress, _ = rest_inputs(HANDMADE, 2)
+    jobs, _, progress, _ = rest_inputs(HANDMADE)
     batches = finished_batches(jobs, "counts", [(r.run_id, r.batch_id) for r in progress])
     assert [b.batch_id for b in batches] == [5, 6, 7, 8]
     assert [b.batch_id for b in window_batches(batches, T0 + 40, 30)] == [6, 7, 8]
@@ -129,7 +127,7 @@ def test_running_batch_is_not_finished_and_window_selects_by_completion():
 
 
 def test_latest_batch_without_progress_report_waits_for_the_next_one():
-    jobs, _, _, _ = rest_inputs(HANDMADE, 2)
+    jobs, _, _, _ = rest_inputs(HANDMADE)
     # Without progress reports, batch 8 may still get another job: only a later batch proves it ended.
     assert [b.batch_id for b in finished_batches(jobs, "counts")] == [5, 6, 7, 8]  # 9 has started
     no_nine = [j for j in jobs if j.job_id != 14]
@@ -168,8 +166,15 @@ def test_source_operator_figures():
     snap = handmade_snapshot()
     source = snap.operator("source")
     assert source.source and source.parallelism == 2
+    # The sources' positions: 10000 at 05:00:20, 13400 at the idle sample at 05:00:37.
     assert source.arrival_rate == pytest.approx(6000 / 30)
-    assert source.backlog == 30
+    assert source.backlog == 30  # the latest report's (the idle sample's)
+    assert snap.extensions["source"]["arrival_estimate"] == "position"
+    assert snap.extensions["source"]["backlog_known"] is True
+    assert snap.extensions["source"]["backlog_estimate"] == "source_metrics"
+    assert snap.extensions["source"]["sources"] == [{
+        "kind": "redis_streams", "description": "redis_streams", "backlog_records": 30,
+        "backlog_estimate": "source_metrics", "detail": "per stream: 0: 10, 1: 20"}]
     # Records read per partition in batches 6 and 7, from the progress reports' source offsets.
     assert [i.records_in for i in source.instances] == [100 + 90, 120 + 110]
     assert all(i.records_out == i.records_in and i.useful_time_s == 30 for i in source.instances)
@@ -177,11 +182,17 @@ def test_source_operator_figures():
 
 
 def test_source_falls_back_to_first_stage_tasks_without_progress():
-    jobs, stages, _, executors = rest_inputs(HANDMADE, 2)
+    jobs, stages, _, executors = rest_inputs(HANDMADE)
     snap = build_snapshot(SnapshotInputs(
         app="wc", query="counts", taken_at=T0 + 40, window_s=30, executors=executors,
-        batches=finished_batches(jobs, "counts"), stages=stages, source=SourceFigures(2, (0, 0), (0, 0))))
+        batches=finished_batches(jobs, "counts"), stages=stages))
     assert [i.records_in for i in snap.operator("source").instances] == [190, 230]
+    assert [i.extra["partition"] for i in snap.operator("source").instances] == [0, 1]
+    # No report at all: nothing tells the backlog, and the arrival rate is what was read.
+    assert snap.operator("source").backlog is None
+    assert snap.operator("source").arrival_rate == pytest.approx(420 / 30)
+    assert snap.extensions["source"]["backlog_known"] is False
+    assert "backlog unknown" in snap.extensions["source"]["note"]
     assert snap.extensions["monitor"]["source_records_from"] == {"progress": 0, "tasks": 2}
     assert snap.batch_duration_s == pytest.approx(0.85)  # median of 0.8 and 0.9 s from the job times
 
@@ -216,13 +227,11 @@ def test_snapshot_round_trips_and_ds2_plans_from_it(make):
 
 def recorded_snapshot() -> Snapshot:
     meta = load(RECORDED, "meta.json")
-    jobs, stages, progress, executors = rest_inputs(RECORDED, meta["partitions"])
+    jobs, stages, progress, executors = rest_inputs(RECORDED)
     return build_snapshot(SnapshotInputs(
         app=meta["app"], query=meta["query"], taken_at=meta["taken_at"], window_s=meta["window_s"],
         executors=executors, batches=finished_batches(jobs, meta["query"], [(r.run_id, r.batch_id) for r in progress]),
-        stages=stages, source=SourceFigures(meta["partitions"], tuple(meta["produced_records"]),
-                                            tuple(meta["backlog_by_partition"])),
-        progress=progress, trigger_interval_s=meta["trigger_interval_s"],
+        stages=stages, progress=progress, trigger_interval_s=meta["trigger_interval_s"],
     ))
 
 
@@ -239,7 +248,14 @@ def test_recorded_wordcount_snapshot():
     assert read == snap.extensions["progress"]["num_input_rows"] == sum(i.records_in for i in source.instances)
     assert sum(i.records_out for i in stage0.instances) > 0
     assert all(i.useful_time_s > 0 for i in stage0.instances)
-    assert source.arrival_rate == pytest.approx(sum(meta["produced_records"]) / meta["window_s"])
+    # Recorded before sources reported positions and backlogs: the arrival rate is the mean input
+    # rate of the window's reports (exactly), which agrees with what the load generator added then.
+    _, _, progress, _ = rest_inputs(RECORDED)
+    rates = [r.input_rows_per_s for r in progress if meta["taken_at"] - meta["window_s"] < r.at_s <= meta["taken_at"]]
+    assert snap.extensions["source"]["arrival_estimate"] == "input_rate"
+    assert source.arrival_rate == pytest.approx(sum(rates) / len(rates))
+    assert source.arrival_rate == pytest.approx(sum(meta["produced_records"]) / meta["window_s"], rel=0.01)
+    assert source.backlog is None and snap.extensions["source"]["backlog_known"] is False
     assert Snapshot.from_dict(snap.to_dict()) == snap
     plan = get_policy("ds2").decide(snap, DecisionHistory.empty(), PolicyConfig(), AppConfig(name=snap.app))
     assert set(plan.parallelism) == {"source", "stage0", "stage1"}
@@ -311,10 +327,12 @@ def test_snapshot_command_exit_codes(tmp_path):
     assert result.exit_code == 2 and "loop.window_s" in result.stderr
     result = CliRunner().invoke(snapshot_command, ["--app", "nosuchapp"])
     assert result.exit_code == 2 and "nosuchapp" in result.stderr
-    sets = ["--set", f"spark.driver_ui_port={free_port()}", "--set", "logging.stderr=false"]
+    # No agent registered a driver (here: not even Redis answers): not running, exit 1.
+    sets = ["--set", f"redis.port={free_port()}", "--set", "redis.socket_timeout_s=0.5",
+            "--set", "logging.stderr=false"]
     result = CliRunner().invoke(snapshot_command, ["--app", "wordcount", *sets])
     assert result.exit_code == 1
-    assert "app 'wordcount' is not running: its Spark REST API at http://127.0.0.1:" in result.stderr
+    assert "app 'wordcount' is not running: its Spark REST API at (driver of wordcount)" in result.stderr
 
 
 def test_plan_command_on_the_recorded_live_snapshot_explains_each_operator(tmp_path):

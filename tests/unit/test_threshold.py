@@ -131,9 +131,10 @@ def test_windows_of_another_query_do_not_count():
 def test_metrics_read_from_the_snapshot_and_its_extensions():
     snap = make(batch=0.4, trigger=2.0, backlog=250,
                 extensions={"host": {"cpu_fraction": 0.9, "memory_fraction": 0.3},
-                            "app": {"cpu_fraction": 0.6}})
-    assert metrics_of(snap, APP) == {"cpu": 0.6, "batch_ratio": 0.2, "backlog": 250, "memory": 0.3}
-    assert metrics_of(make(batch=None), APP) == {"cpu": None, "batch_ratio": None, "backlog": 0, "memory": None}
+                            "app": {"cpu_fraction": 0.6, "task_time_fraction": 0.7}})
+    assert metrics_of(snap, APP) == {"cpu": 0.6, "busy": 0.7, "batch_ratio": 0.2, "backlog": 250, "memory": 0.3}
+    assert metrics_of(make(batch=None), APP) == {"cpu": None, "busy": None, "batch_ratio": None, "backlog": 0,
+                                                 "memory": None}
 
 
 @pytest.mark.parametrize(("metric", "snap_kwargs", "op", "value"), [
@@ -164,7 +165,8 @@ def test_scale_up_wins_and_the_least_risky_step_down_is_taken():
 
 def test_observations_record_every_metric():
     obs = decide(make(batch=0.5, extensions=cpu(0.4))).observation
-    assert (obs.query, dict(obs.figures)) == ("q", {"cpu": 0.4, "batch_ratio": 0.5, "backlog": 0, "memory": None})
+    assert (obs.query, dict(obs.figures)) == ("q", {"cpu": 0.4, "busy": None, "batch_ratio": 0.5, "backlog": 0,
+                                                   "memory": None})
 
 
 def test_registered_as_threshold():

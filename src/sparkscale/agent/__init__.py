@@ -8,14 +8,16 @@ acks it; it also publishes every query's progress to Redis, since Spark's REST A
 
 Driver-side only (it imports PySpark); the daemon talks to it through `sparkscale.protocol` and
 never imports this package. `loop` follows the commands and fences old leaders off, `queries`,
-`executors` and `checkpoint` carry them out, `progress` publishes query progress.
+`executors` and `checkpoint` carry them out, `progress` and `sources` publish each query's progress
+and backlog, `hooks` keeps how the user's code started each query, `attach` starts it all, and
+`bootstrap` is the driver's main program that runs the user's script.
 """
 
 from sparkscale.agent.args import CommandRefused
 from sparkscale.agent.executors import ExecutorView, SparkExecutors
 from sparkscale.agent.loop import ControlAgent
 from sparkscale.agent.progress import ProgressPublisher, progress_fields
-from sparkscale.agent.queries import SHUFFLE_PARTITIONS_CONF, QueryStarter
+from sparkscale.agent.queries import SHUFFLE_PARTITIONS_CONF
 
 __all__ = [
     "SHUFFLE_PARTITIONS_CONF",
@@ -23,7 +25,6 @@ __all__ = [
     "ControlAgent",
     "ExecutorView",
     "ProgressPublisher",
-    "QueryStarter",
     "SparkExecutors",
     "progress_fields",
 ]

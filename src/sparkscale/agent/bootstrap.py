@@ -1,21 +1,64 @@
-"""The bootstrap of a managed pipeline's driver (the program `sparkscale pipeline submit` hands to
-spark-submit): builds the app's queries, starts the control agent beside them, and runs until the
-queries end (and none is held by the agent for a migration) or the process is told to stop."""
+"""The driver's main program under `sparkscale pipeline submit`: start the control agent, then run
+the app's script as `__main__`, untouched.
+
+spark-submit runs this file; it gets the managed session (the conf spark-submit passed), installs
+the query hooks and starts the agent (`attach`), then runs the operator's script with runpy, so the
+script's own `SparkSession.builder.getOrCreate()` returns that session and every query it starts
+is known to the agent. The shipped pipelines are scripts too (`pipeline/shipped_job.py`) and take
+exactly this path. Exit code: the script's (SystemExit), 1 if it raised, 2 for a bad config.
+"""
 
 from __future__ import annotations
 
 import argparse
+import runpy
 import signal
 import sys
-import threading
-from typing import Any
+import traceback
+from pathlib import Path
 
 import structlog
 
-from sparkscale.config import ConfigError, load_config
+from sparkscale.config import AppConfig, ConfigError, load_config
 from sparkscale.logsetup import configure_logging
 
 log = structlog.get_logger("sparkscale.agent.bootstrap")
+
+SHIPPED_JOB = Path(__file__).resolve().parent.parent / "pipeline" / "shipped_job.py"
+
+
+def app_script(app: AppConfig, config_path: str | None, overrides: list[str]) -> tuple[str, list[str]]:
+    """What the driver runs for `app`: its own script and args, or the shipped job for `pipeline`."""
+    if app.script is not None:
+        return app.script, list(app.args)
+    args = ["--app", app.name]
+    if config_path:
+        args += ["--config", config_path]
+    for item in overrides:
+        args += ["--set", item]
+    return str(SHIPPED_JOB), args
+
+
+def run_script(app: str, script: str, args: list[str]) -> int:
+    """Run `script` as `__main__` with `args` as its argv; its exit code, or 1 if it raised."""
+    saved = sys.argv
+    sys.argv = [script, *args]
+    script_dir = str(Path(script).parent)
+    sys.path.insert(0, script_dir)  # as `python script.py` would: its neighbours import
+    try:
+        runpy.run_path(script, run_name="__main__")
+        return 0
+    except SystemExit as exc:
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    except BaseException as exc:  # noqa: BLE001 - the user's error is reported, then the driver ends
+        log.error("driver.script_failed", app=app, script=script, error=f"{type(exc).__name__}: {exc}",
+                  traceback="".join(traceback.format_exception(exc)))
+        return 1
+    finally:
+        sys.argv = saved
+        if sys.path and sys.path[0] == script_dir:
+            sys.path.pop(0)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,61 +74,40 @@ def main(argv: list[str] | None = None) -> int:
         print(f"invalid config:\n{exc}", file=sys.stderr)
         return 2
     configure_logging(cfg.logging.model_copy(update={"stderr_format": "json", "file": None}))
+    script, script_args = app_script(app, args.config, args.overrides)
 
     from pyspark.sql import SparkSession
 
-    from sparkscale.agent import SHUFFLE_PARTITIONS_CONF, ControlAgent
-    from sparkscale.pipeline.submit import checkpoint_root, started_marker
-    from sparkscale.pipeline.workloads import PipelineContext, build_workload, workload
-    from sparkscale.protocol.streams import stored_partitions
+    from sparkscale.agent.attach import start_agent
+    from sparkscale.pipeline.submit import started_marker
 
     spark = SparkSession.builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
-    # Under Spark's dynamic allocation Spark owns the executor target: the agent must not set it.
-    initial = None if app.dynamic_allocation.enabled else app.initial_executors
-    agent = ControlAgent(spark, cfg, app, initial_executors=initial)
-    # A migration changed the query's state partitions: its checkpoint has the new count, and the
-    # workload (dag's repartitions between stages) must use it too, also after a driver restart.
-    migrated = stored_partitions(agent.redis, cfg.redis.key_prefix, app.name, workload(app.pipeline).query)
-    if migrated is not None and migrated != app.shuffle_partitions:
-        log.info("driver.migrated_partitions", app=app.name, configured=app.shuffle_partitions, partitions=migrated)
-        app = app.model_copy(update={"shuffle_partitions": migrated})
-    spark.conf.set(SHUFFLE_PARTITIONS_CONF, str(app.shuffle_partitions))
-    root = checkpoint_root(cfg, app)
+    marker = started_marker(cfg, app.name)
 
-    def start_queries(partitions: int) -> list[Any]:
-        with_partitions = app.model_copy(update={"shuffle_partitions": partitions})
-        return build_workload(PipelineContext(spark=spark, cfg=cfg, app=with_partitions, checkpoint_root=root))
+    def on_first_query() -> None:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(spark.sparkContext.applicationId)
 
-    agent.query_starter = start_queries  # start_query (after a migration) builds the queries again
-    agent.start()
-    stopping = threading.Event()
+    agent = start_agent(spark, cfg, app, on_first_query=on_first_query)
 
     def _on_signal(signum: int, _frame: object) -> None:
         log.info("driver.signal", app=app.name, signal=signal.Signals(signum).name)
-        stopping.set()
+        agent.hooks.shutdown()
         for query in spark.streams.active:
             query.stop()
 
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
-
-    queries = start_queries(app.shuffle_partitions)
-    log.info("driver.queries_started", app=app.name, queries=[q.name for q in queries],
+    log.info("driver.script_starting", app=app.name, script=script, args=script_args,
              app_id=spark.sparkContext.applicationId)
-    marker = started_marker(cfg, app.name)
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    marker.write_text(spark.sparkContext.applicationId)
-    code = 0
+    code = 1
     try:
-        # Runs until every query stopped (by the agent, a signal, or a failure) and none is held
-        # by the agent: a held query is being migrated and will be started again.
-        while (spark.streams.active or agent.held) and not stopping.is_set():
-            spark.streams.awaitAnyTermination(timeout=5)
-            spark.streams.resetTerminated()
-    except Exception as exc:  # noqa: BLE001 - a failed query ends the driver with its reason logged
-        log.error("driver.query_failed", app=app.name, error=str(exc))
-        code = 1
+        code = run_script(app.name, script, script_args)
+        # A script that returned while a migration holds its query (it did not wait on it) keeps
+        # the driver up until the query runs again and ends.
+        while agent.held and not agent.hooks.stopping.is_set():
+            agent.hooks.stopping.wait(1.0)
     finally:
         marker.unlink(missing_ok=True)
         agent.stop()

@@ -9,17 +9,56 @@ offline state repartition (`spark._streamingCheckpointManager.repartition`).
 from __future__ import annotations
 
 import json
+import os
+import re
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from py4j.protocol import Py4JError
 
 # Spark's error condition when the checkpoint already has the requested state partitions.
 ALREADY_PARTITIONED = "STATE_REPARTITION_INVALID_CHECKPOINT.SHUFFLE_PARTITIONS_ALREADY_MATCH"
+# How a file sink describes itself in a query's progress (`sink.description`).
+_FILE_SINK = re.compile(r"^FileSink\[(?P<path>.+)\]$")
 
 
-def repartition_state(spark: Any, checkpoint: Path, partitions: int, enforce_exactly_once_sink: bool) -> dict[str, Any]:
+class InterruptedOutput(Exception):
+    """An interrupted batch already wrote its output to a file sink: it must be finished, not re-planned."""
+
+
+def discard_uncommitted(checkpoint: Path, sink_description: str | None) -> list[int]:
+    """Set aside the offsets of batches planned but not committed (a stop inside a batch); the ids.
+
+    Spark 4.3.0's offline repartition past such a batch leaves a checkpoint a file source cannot
+    restart from (FileStreamSource.getBatch's offset assertion fails). Without their offsets the
+    repartition starts from the last committed batch, and the restarted query plans the interrupted
+    input again (a file source re-reads the files its log holds for it; a source with offsets reads
+    from the committed end): the batch is recomputed, as DSM does. Refused (InterruptedOutput) when
+    a file sink already logged that batch's output. Set aside as `.<id>.discarded`, not deleted."""
+    offsets, commits = _log_batches(checkpoint, "offsets"), _log_batches(checkpoint, "commits")
+    last_commit = commits[-1] if commits else -1
+    pending = [b for b in offsets if b > last_commit]
+    if not pending:
+        return []
+    match = _FILE_SINK.match(sink_description or "")
+    if match is not None:
+        log_dir = Path(urlparse(match.group("path")).path) / "_spark_metadata"
+        written = [b for b in pending if (log_dir / str(b)).exists() or (log_dir / f"{b}.compact").exists()]
+        if written:
+            raise InterruptedOutput(f"batch {written[0]} was interrupted after its file sink logged its output")
+    for batch in pending:
+        directory = checkpoint / "offsets"
+        os.replace(directory / str(batch), directory / f".{batch}.discarded")
+        crc = directory / f".{batch}.crc"  # the local file system's checksum of the entry
+        if crc.exists():
+            os.replace(crc, directory / f".{batch}.crc.discarded")
+    return pending
+
+
+def repartition_state(spark: Any, checkpoint: Path, partitions: int, enforce_exactly_once_sink: bool,
+                      sink_description: str | None = None) -> dict[str, Any]:
     """Rewrite the checkpoint's state into `partitions` state partitions (Spark's offline state
     repartition: a new batch that reads no input, picked up by the next start).
 
@@ -34,6 +73,7 @@ def repartition_state(spark: Any, checkpoint: Path, partitions: int, enforce_exa
         # are missing, so the restarted query fails (checked on 4.3.0). Without the call the
         # restart simply runs the abandoned batch again.
         return {"repartitioned": False, "already": partitions, "uncommitted_batches": pending}
+    discarded = discard_uncommitted(checkpoint, sink_description)
     started = time.monotonic()
     try:
         spark._streamingCheckpointManager.repartition(str(checkpoint), partitions, enforce_exactly_once_sink)
@@ -42,7 +82,10 @@ def repartition_state(spark: Any, checkpoint: Path, partitions: int, enforce_exa
             raise
         return {"repartitioned": False, "already": partitions}
     duration_s = round(time.monotonic() - started, 3)
-    return {"repartitioned": True, "partitions": partitions, "duration_s": duration_s}
+    outcome: dict[str, Any] = {"repartitioned": True, "partitions": partitions, "duration_s": duration_s}
+    if discarded:
+        outcome["recomputed_batches"] = discarded
+    return outcome
 
 
 def _state_partitions(progress: dict[str, Any] | None) -> int | None:
@@ -89,3 +132,56 @@ def _uncommitted_at(checkpoint: Path, partitions: int) -> int:
     if any(_batch_partitions(checkpoint, batch) != partitions for batch in (commits[-1], offsets[-1])):
         return 0
     return offsets[-1] - commits[-1]
+
+
+def uncommitted_batches(checkpoint: Path) -> int:
+    """Batches whose offsets are logged but whose commit is not: a stop that landed inside a batch."""
+    offsets, commits = _log_batches(checkpoint, "offsets"), _log_batches(checkpoint, "commits")
+    if not offsets:
+        return 0
+    return offsets[-1] - (commits[-1] if commits else -1)
+
+
+
+def fill_file_sink_log(checkpoint: Path, sink_description: str | None, compact_interval: int = 10) -> list[int]:
+    """Give a file sink's log the batches an offline repartition added; the ids written.
+
+    Spark 4.3.0's offline state repartition commits a batch of its own in the query's logs but not
+    in a file sink's `_spark_metadata` log, whose next compaction batch then fails with
+    BATCH_METADATA_NOT_FOUND (seen on 4.3.0). Those batches wrote no files: each gets the entry
+    FileStreamSink itself writes for a batch without output (the version line alone)."""
+    match = _FILE_SINK.match(sink_description or "")
+    if match is None:
+        return []
+    log_dir = Path(urlparse(match.group("path")).path) / "_spark_metadata"
+    if not log_dir.is_dir():
+        return []
+    logged = {int(name.removesuffix(".compact")) for name in os.listdir(log_dir)
+              if name.removesuffix(".compact").isdigit()}
+    commits = _log_batches(checkpoint, "commits")
+    if not logged or not commits:
+        return []
+    written = []
+    for batch in range(max(logged) + 1, commits[-1] + 1):
+        if (batch + 1) % compact_interval == 0:
+            # A compaction batch: its entry holds every file so far (the last compaction and after).
+            entry, text = log_dir / f"{batch}.compact", "\n".join(["v1", *_sink_entries(log_dir, batch)])
+        else:
+            entry, text = log_dir / str(batch), "v1"
+        tmp = log_dir / f".{batch}.sparkscale.tmp"
+        tmp.write_text(text)
+        os.replace(tmp, entry)
+        written.append(batch)
+    return written
+
+
+def _sink_entries(log_dir: Path, before: int) -> list[str]:
+    """The file entries (JSON lines) a sink log holds for batches before `before`."""
+    batches = sorted((int(n.removesuffix(".compact")), n) for n in os.listdir(log_dir)
+                     if n.removesuffix(".compact").isdigit() and int(n.removesuffix(".compact")) < before)
+    last_compact = max((b for b, n in batches if n.endswith(".compact")), default=-1)
+    lines: list[str] = []
+    for batch, name in batches:
+        if batch >= last_compact:
+            lines += (log_dir / name).read_text().splitlines()[1:]
+    return [line for line in lines if line.strip()]

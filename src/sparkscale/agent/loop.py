@@ -15,7 +15,6 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import redis
@@ -28,11 +27,12 @@ from pyspark.sql import SparkSession
 
 from sparkscale.agent.args import CommandRefused, int_arg
 from sparkscale.agent.executors import SparkExecutors
+from sparkscale.agent.hooks import HOOKS, QueryHooks
 from sparkscale.agent.progress import ProgressPublisher
-from sparkscale.agent.queries import STOP_QUERY_DEFAULT_TIMEOUT_S, QueryControl, QueryStarter
+from sparkscale.agent.queries import STOP_QUERY_DEFAULT_TIMEOUT_S, QueryControl
 from sparkscale.config import AppConfig, Config
-from sparkscale.pipeline.submit import checkpoint_root
 from sparkscale.protocol.commands import Ack, Command, CommandFormatError, command_seq
+from sparkscale.protocol.keys import driver_key
 from sparkscale.protocol.znodes import acks_path, agent_epoch_path, agent_path, commands_path
 from sparkscale.redisconn import connect
 
@@ -49,9 +49,9 @@ class ControlAgent:
     Commands run on one worker thread, one at a time, in sequence order; the same thread keeps the
     executor count at the last target, because standalone mode has no scale-in of its own.
 
-    For stateful migrations (stop, repartition the state, restart) the driver registers
-    `query_starter` (builds the app's queries with n shuffle partitions); `held` names the queries
-    stopped for a migration, which keep the driver alive while none of its queries runs.
+    For stateful migrations (stop, repartition the state, restart) `hooks` (agent.hooks, installed
+    before the user's code ran) knows how each query was started; `held` names the queries stopped
+    for a migration, which the user's waits and the driver wait through.
     """
 
     def __init__(
@@ -62,8 +62,10 @@ class ControlAgent:
         initial_executors: int | None = None,
         zk_client: KazooClient | None = None,
         redis_client: redis.Redis | None = None,
+        hooks: QueryHooks | None = None,
     ):
         self.spark = spark
+        self.hooks = hooks or HOOKS
         self.cfg = cfg
         self.app = app
         self.initial_executors = initial_executors
@@ -79,7 +81,7 @@ class ControlAgent:
         self.highest_epoch = 0
         self.last_seq = -1
         self.target_executors: int | None = None
-        self.queries = QueryControl(spark, cfg, app, self.redis, checkpoint_root(cfg, app))
+        self.queries = QueryControl(spark, cfg, app, self.redis, self.hooks)
         self._listener: ProgressPublisher | None = None
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -100,20 +102,8 @@ class ControlAgent:
     # -- what the driver sees of the queries ------------------------------------------------------
 
     @property
-    def query_starter(self) -> QueryStarter | None:
-        return self.queries.starter
-
-    @query_starter.setter
-    def query_starter(self, starter: QueryStarter | None) -> None:
-        self.queries.starter = starter
-
-    @property
     def held(self) -> set[str]:
-        return self.queries.held
-
-    @property
-    def checkpoint_root(self) -> Path:
-        return self.queries.checkpoint_root
+        return self.hooks.held
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -126,7 +116,8 @@ class ControlAgent:
         self.highest_epoch = self._load_epoch()
         self._register()
         self.zk.add_listener(self._on_zk_state)
-        self._listener = ProgressPublisher(self.redis, self.cfg.redis.key_prefix, self.app.name)
+        self._listener = ProgressPublisher(self.redis, self.cfg.redis.key_prefix, self.app.name,
+                                           spark=self.spark, hooks=self.hooks)
         self.spark.streams.addListener(self._listener)
         if self.initial_executors is not None:
             # Standalone mode launches as many executors as spark.cores.max allows at first;
@@ -150,6 +141,8 @@ class ControlAgent:
         if self._thread is not None:
             self._thread.join(timeout=STOP_QUERY_DEFAULT_TIMEOUT_S)
         if self._listener is not None:
+            if self._listener._on_recorded in self.hooks.on_record:
+                self.hooks.on_record.remove(self._listener._on_recorded)
             try:
                 self.spark.streams.removeListener(self._listener)
             except Py4JError as exc:  # the session may already be stopped
@@ -159,6 +152,10 @@ class ControlAgent:
         try:
             self.zk.delete(self._agent)
         except (NoNodeError, KazooException):
+            pass
+        try:
+            self.redis.delete(driver_key(self.cfg.redis.key_prefix, self.app.name))
+        except redis.RedisError:
             pass
         if self._own_zk:
             self.zk.stop()
@@ -175,11 +172,13 @@ class ControlAgent:
                 "app": self.app.name,
                 "app_id": sc.applicationId,
                 "driver_host": sc.getConf().get("spark.driver.host", ""),
-                "ui_url": sc.uiWebUrl,
+                "ui_url": sc.uiWebUrl,  # the driver's REST API: the daemon reads it from here
                 "pid": os.getpid(),
                 "started_at": time.time(),
             }
         ).encode()
+        # Also in Redis, where the monitor already reads every cycle (no ZooKeeper round per cycle).
+        self.redis.set(driver_key(self.cfg.redis.key_prefix, self.app.name), data)
         deadline = time.monotonic() + self.cfg.zookeeper.session_timeout_s * 2
         while True:
             try:

@@ -1,22 +1,27 @@
-"""Every query's progress, published to Redis as Spark reports it.
+"""Every query's progress, and the app's list of queries, published to Redis as Spark reports them.
 
 Spark's REST API serves no Structured Streaming progress, and the daemon's monitors need it (batch
-durations, input and processing rates, state sizes and partitions): the agent registers a
-`StreamingQueryListener` in the driver and writes each progress event under the query's progress
-keys (`protocol.keys.progress_key` and its `:history` stream).
+durations, input and processing rates, state sizes and partitions, each source's backlog): the
+agent registers a `StreamingQueryListener` in the driver and writes each progress event under the
+query's progress keys (`protocol.keys.progress_key` and its `:history` stream), and each query's
+`QueryInfo` (checkpoint, whether it can be migrated) under `protocol.queries.queries_key`.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from typing import Any
 
 import redis
 import structlog
 from pyspark.sql.streaming import StreamingQueryListener
 
+from sparkscale.agent.hooks import QueryHooks
+from sparkscale.agent.sources import SourceReporter, as_json
 from sparkscale.protocol.keys import progress_key
+from sparkscale.protocol.queries import QueryInfo, queries_key
 
 log = structlog.get_logger(__name__)
 
@@ -24,24 +29,103 @@ HISTORY_MAXLEN = 1000
 
 
 class ProgressPublisher(StreamingQueryListener):
-    """Publishes each query progress event to `P{app}:progress:{query}` and its `:history` stream."""
+    """Publishes each query's progress to `P{app}:progress:{query}` and its `:history` stream, and
+    the query's `QueryInfo` to `P{app}:queries`."""
 
-    def __init__(self, client: redis.Redis, key_prefix: str, app: str):
+    def __init__(self, client: redis.Redis, key_prefix: str, app: str, spark: Any = None,
+                 hooks: QueryHooks | None = None):
         super().__init__()
         self._client = client
         self._prefix, self._app = key_prefix, app
+        self._spark = spark
+        self._hooks = hooks
+        self._reporters: dict[str, SourceReporter] = {}
+        self._infos: dict[str, QueryInfo] = {}
+        if hooks is not None:
+            hooks.on_record.append(self._on_recorded)
+
+    def _on_recorded(self, name: str) -> None:
+        """The hooks saw `name` started (after Spark's start event, whose info said not restartable)."""
+        try:
+            info = self._infos.get(name)
+            if info is not None and not info.restartable:
+                self.publish_info(replace(info, restartable=True, updated_at=time.time()))
+        except Exception as exc:  # noqa: BLE001 - never break the user's start
+            log.warning("agent.query_info_failed", error=str(exc))
+
+    # -- query list -------------------------------------------------------------------------------
+
+    def query_info(self, query_id: str, name: str | None, run_id: str, status: str,
+                   error: str | None = None) -> QueryInfo:
+        label = name or query_id
+        checkpoint, temporary = self._checkpoint(query_id)
+        previous = self._infos.get(label)
+        if checkpoint is None and previous is not None:
+            checkpoint, temporary = previous.checkpoint, previous.temporary_checkpoint
+        info = QueryInfo(
+            name=label, id=query_id, run_id=run_id, status=status, checkpoint=checkpoint,
+            temporary_checkpoint=temporary,
+            restartable=self._hooks is not None and label in self._hooks.started,
+            pausable=previous.pausable if previous else False, sources=previous.sources if previous else (),
+            state_partitions=previous.state_partitions if previous else None, updated_at=time.time(), error=error,
+        )
+        return info
+
+    def publish_info(self, info: QueryInfo) -> None:
+        self._infos[info.name] = info
+        self._client.hset(queries_key(self._prefix, self._app), info.name, info.to_json())
+
+    def _checkpoint(self, query_id: str) -> tuple[str | None, bool]:
+        if self._spark is None:
+            return None, False
+        try:
+            query = self._spark.streams.get(query_id)
+            if query is None:
+                return None, False
+            root = str(query._jsq.streamingQuery().resolvedCheckpointRoot())
+        except Exception:  # noqa: BLE001 - a query gone or another wrapper: unknown, not fatal
+            return None, False
+        # Spark makes one up under java.io.tmpdir as temporary-<uuid> (deleted on stop) when neither
+        # the writer nor spark.sql.streaming.checkpointLocation names one.
+        return root, root.rstrip("/").rsplit("/", 1)[-1].startswith("temporary-")
+
+    def held(self, name: str) -> bool:
+        return self._hooks is not None and name in self._hooks.held
+
+    # -- listener ---------------------------------------------------------------------------------
 
     def onQueryStarted(self, event: Any) -> None:
         log.info("agent.query_started", query=event.name, query_id=str(event.id))
+        try:
+            self.publish_info(self.query_info(str(event.id), event.name, str(event.runId), "active"))
+        except Exception as exc:  # noqa: BLE001 - a listener that raises is dropped by Spark
+            log.warning("agent.query_info_failed", error=str(exc))
 
     def onQueryProgress(self, event: Any) -> None:
         try:
-            fields = progress_fields(event.progress)
-            key = progress_key(self._prefix, self._app, str(fields["query"]))
+            progress = event.progress
+            label = progress.name or str(progress.id)
+            info = self._infos.get(label) or self.query_info(str(progress.id), progress.name,
+                                                            str(progress.runId), "active")
+            reporter = self._reporters.get(label)
+            if reporter is None or reporter.checkpoint != info.checkpoint:
+                reporter = self._reporters[label] = SourceReporter(info.checkpoint)
+            reports = reporter.reports(progress)
+            fields = progress_fields(progress, [r.to_dict() for r in reports])
+            key = progress_key(self._prefix, self._app, label)
             pipe = self._client.pipeline(transaction=False)
             pipe.hset(key, mapping=fields)
             pipe.xadd(f"{key}:history", fields, maxlen=HISTORY_MAXLEN, approximate=True)
             pipe.execute()
+            pausable = bool(reports) and all(r.kind == "redis_streams" for r in reports)
+            partitions = fields.get("state_partitions")
+            restartable = self._hooks is not None and label in self._hooks.started
+            if (info.pausable, info.sources, info.state_partitions, info.run_id, info.restartable) != (
+                    pausable, tuple(r.kind for r in reports), partitions, str(progress.runId), restartable):
+                info = replace(info, pausable=pausable, sources=tuple(r.kind for r in reports),
+                               state_partitions=partitions, run_id=str(progress.runId), updated_at=time.time(),
+                               restartable=restartable, status="active")
+                self.publish_info(info)
         except Exception as exc:  # noqa: BLE001 - a listener that raises is dropped by Spark
             log.warning("agent.progress_publish_failed", error=str(exc))
 
@@ -50,11 +134,33 @@ class ProgressPublisher(StreamingQueryListener):
 
     def onQueryTerminated(self, event: Any) -> None:
         log.info("agent.query_terminated", query_id=str(event.id), exception=event.exception)
+        try:
+            label = next((n for n, i in self._infos.items() if i.id == str(event.id)), str(event.id))
+            info = self._infos.get(label)
+            status = "held" if self.held(label) else "terminated"
+            name = info.name if info else None
+            updated = self.query_info(str(event.id), name, str(event.runId), status, event.exception)
+            if info is not None:
+                updated = replace(info, status=status, error=event.exception, updated_at=time.time())
+            self.publish_info(updated)
+        except Exception as exc:  # noqa: BLE001 - a listener that raises is dropped by Spark
+            log.warning("agent.query_info_failed", error=str(exc))
 
 
-def progress_fields(progress: Any) -> dict[str, str | int | float]:
+def progress_fields(progress: Any, sources: list[dict[str, Any]] | None = None) -> dict[str, str | int | float]:
     """Flat Redis fields from a StreamingQueryProgress; missing figures are left out."""
     state_ops = list(progress.stateOperators or [])
+    if sources is None:
+        sources = [
+            {
+                "description": s.description,
+                "start_offset": as_json(s.startOffset),
+                "end_offset": as_json(s.endOffset),
+                "latest_offset": as_json(s.latestOffset),
+                "num_input_rows": s.numInputRows,
+            }
+            for s in progress.sources or []
+        ]
     fields: dict[str, Any] = {
         "query": progress.name or str(progress.id),
         "query_id": str(progress.id),
@@ -66,18 +172,7 @@ def progress_fields(progress: Any) -> dict[str, str | int | float]:
         "batch_duration_ms": (progress.durationMs or {}).get("triggerExecution"),
         "timestamp": progress.timestamp,
         "published_at": time.time(),
-        "sources": json.dumps(
-            [
-                {
-                    "description": s.description,
-                    "start_offset": _offset(s.startOffset),
-                    "end_offset": _offset(s.endOffset),
-                    "latest_offset": _offset(s.latestOffset),
-                    "num_input_rows": s.numInputRows,
-                }
-                for s in progress.sources or []
-            ]
-        ),
+        "sources": json.dumps(sources),
     }
     if state_ops:
         fields["state_rows_total"] = sum(int(op.numRowsTotal) for op in state_ops)
@@ -96,13 +191,3 @@ def progress_fields(progress: Any) -> dict[str, str | int | float]:
             ]
         )
     return {k: v for k, v in fields.items() if v is not None}
-
-
-def _offset(value: Any) -> Any:
-    """Source offsets arrive as JSON text; store them as JSON values, not strings of JSON."""
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value

@@ -9,49 +9,59 @@ none of its queries runs. `report` is the driver's whole view, for the daemon an
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import redis
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from sparkscale.agent.args import CommandRefused, bool_arg, float_arg, int_arg
-from sparkscale.agent.checkpoint import _state_partitions, repartition_state
+from sparkscale.agent.checkpoint import (
+    InterruptedOutput,
+    _state_partitions,
+    fill_file_sink_log,
+    repartition_state,
+    uncommitted_batches,
+)
 from sparkscale.agent.executors import SparkExecutors
+from sparkscale.agent.hooks import QueryHooks
+from sparkscale.agent.sources import source_kind
 from sparkscale.config import AppConfig, Config
-from sparkscale.pipeline.workloads import workload
 from sparkscale.protocol.commands import Command
 from sparkscale.protocol.keys import partitions_key, paused_key
+from sparkscale.protocol.queries import read_queries
 from sparkscale.protocol.streams import stored_partitions
 
 STOP_QUERY_DEFAULT_TIMEOUT_S = 60.0
+IDLE_TRIGGER_WAIT_S = 10.0  # how long a query whose sources cannot pause is watched for an idle trigger
 STOP_QUERY_POLL_S = 0.1
 SHUFFLE_PARTITIONS_CONF = "spark.sql.shuffle.partitions"
 MAX_PARTITIONS = 4096  # as AppConfig.shuffle_partitions
 
-QueryStarter = Callable[[int], list[StreamingQuery]]
-
-
 class QueryControl:
     """The command handlers for the app's sources and queries (run on the agent's worker thread).
 
-    The driver registers `starter` (builds the app's queries with n shuffle partitions) for
-    `start_query`; without one, queries can be stopped but not started again.
+    `hooks` knows how each query was started (the user's writer), so `start_query` starts it again
+    exactly so; a query started before the agent was installed can be stopped but not restarted.
     """
 
     def __init__(self, spark: SparkSession, cfg: Config, app: AppConfig, redis_client: redis.Redis,
-                 checkpoint_root: Path):
+                 hooks: QueryHooks):
         self.spark = spark
         self.cfg = cfg
         self.app = app
         self.redis = redis_client
-        self.checkpoint_root = checkpoint_root
+        self.hooks = hooks
         self.pause_key = paused_key(cfg.redis.key_prefix, app.name)
-        self.starter: QueryStarter | None = None
-        self.held: set[str] = set()
+        self.checkpoints: dict[str, str] = {}  # query -> checkpoint root, seen while it ran
+        self.sinks: dict[str, str] = {}  # query -> its sink's description, seen while it ran
+
+    @property
+    def held(self) -> set[str]:
+        return self.hooks.held
 
     # -- sources ----------------------------------------------------------------------------------
 
@@ -95,53 +105,99 @@ class QueryControl:
 
     # -- commands ---------------------------------------------------------------------------------
 
-    def stop_query(self, command: Command) -> dict[str, Any]:
-        """Stop a query between two batches: sources paused, no batch running, nothing admitted.
+    def checkpoint_of(self, name: str, query: StreamingQuery | None = None) -> Path | None:
+        """The query's own checkpoint root (the user's checkpointLocation or the session default)."""
+        if query is not None:
+            last = query.lastProgress
+            if last and last.get("sink"):
+                self.sinks[name] = str(last["sink"].get("description", ""))
+            try:
+                self.checkpoints[name] = str(query._jsq.streamingQuery().resolvedCheckpointRoot())
+            except Exception:  # noqa: BLE001 - another wrapper (Spark Connect): fall back to what was published
+                pass
+        if name not in self.checkpoints:
+            info = read_queries(self.redis, self.cfg.redis.key_prefix, self.app.name).get(name)
+            if info is not None and info.checkpoint:
+                self.checkpoints[name] = info.checkpoint
+        root = self.checkpoints.get(name)
+        return None if root is None else Path(urlparse(root).path)
 
-        With `hold` the query is stopped for a migration: the driver keeps running without it, and
-        a re-sent stop of the held query (after a daemon crash) is answered, not refused.
+    def pausable(self, query: StreamingQuery) -> bool:
+        """Every source of the query honours the app's pause key (the Redis streams source)."""
+        last = query.lastProgress
+        sources = (last or {}).get("sources") or []
+        return bool(sources) and all(
+            source_kind(str(src.get("description", "")), src.get("endOffset")) == "redis_streams" for src in sources)
+
+    def stop_query(self, command: Command) -> dict[str, Any]:
+        """Stop a query between two batches.
+
+        A pausable query (its sources honour the pause key) is paused first and stopped once no batch
+        runs and nothing is admitted. Any other query is stopped as soon as its trigger is idle (no
+        batch running: between two processing-time triggers); if none comes within `idle_wait_s` it
+        is stopped anyway, and the answer says the stop landed inside a batch (`inside_batch`), which
+        the repartition sets aside and the restart recomputes (DSM). With `hold` the query is stopped
+        for a migration: the driver and the user's waits keep going without it, and a re-sent stop
+        is answered, not refused.
         """
         name = self._query_arg(command)
         timeout_s = float_arg(command.args, "timeout_s", STOP_QUERY_DEFAULT_TIMEOUT_S)
+        idle_wait_s = float_arg(command.args, "idle_wait_s", IDLE_TRIGGER_WAIT_S)
         hold = bool_arg(command.args, "hold", False)
         query = self._query_to_stop(name)
         if query is None:
             return {"query": name, "stopped": False, "already_stopped": True}
+        held_as = query.name or name
+        checkpoint = self.checkpoint_of(held_as, query)
+        pausable = self.pausable(query)
         notes = []
-        if not self.paused():
+        if pausable and not self.paused():
             # Without the pause a source keeps admitting new offsets and the boundary never comes.
             self.redis.set(self.pause_key, str(time.time()))
             notes.append("sources were not paused: paused them first")
-        held_as = query.name or name
         was_held = held_as in self.held
         if hold:
-            self.held.add(held_as)  # before the stop: the driver must never see "nothing runs, nothing held"
+            self.hooks.hold(held_as)  # before the stop: the driver must never see "nothing runs, nothing held"
         started = time.monotonic()
+        at_boundary = True
         try:
             while True:
                 status = query.status
                 if not query.isActive:
                     raise CommandRefused(f"query {name!r} terminated by itself: {query.exception()}")
-                if not status["isTriggerActive"] and not status["isDataAvailable"]:
+                if not status["isTriggerActive"] and (not pausable or not status["isDataAvailable"]):
                     break
-                if time.monotonic() - started > timeout_s:
+                waited_s = time.monotonic() - started
+                if pausable and waited_s > timeout_s:
                     raise CommandRefused(
                         f"query {name!r} did not reach a batch boundary within {timeout_s:g} s "
-                        f"(status: {status['message']!r}); it is still running, sources stay paused"
-                    )
+                        f"(status: {status['message']!r}); it is still running, sources stay paused")
+                if not pausable and waited_s > min(idle_wait_s, timeout_s):
+                    # A query that falls behind starts its next batch as the last one ends: no idle
+                    # trigger comes. Stopped in its batch, which the restart recomputes (DSM).
+                    at_boundary = False
+                    notes.append(f"no idle trigger within {min(idle_wait_s, timeout_s):g} s: stopped inside a batch")
+                    break
                 time.sleep(STOP_QUERY_POLL_S)
         except CommandRefused:
             if hold and not was_held:
-                self.held.discard(held_as)
+                self.hooks.release(held_as)
             raise
         last = query.lastProgress
         query.stop()
+        pending = uncommitted_batches(checkpoint) if checkpoint is not None else 0
+        if pending:
+            # A trigger started between the look and the stop: its offsets are logged, its commit is not.
+            notes.append(f"the stop landed inside a batch ({pending} uncommitted): it is recomputed on restart (DSM)")
         return {
             "query": name,
             "stopped": True,
             "held": held_as in self.held,
             "last_batch_id": last["batchId"] if last else None,
             "waited_s": round(time.monotonic() - started, 3),
+            "pausable": pausable,
+            "inside_batch": bool(pending) or not at_boundary,
+            "checkpoint": None if checkpoint is None else str(checkpoint),
             "notes": notes,
         }
 
@@ -156,8 +212,9 @@ class QueryControl:
         batch_was_running = bool(query.status["isTriggerActive"])
         last = query.lastProgress
         held_as = query.name or name
+        self.checkpoint_of(held_as, query)
         if hold:
-            self.held.add(held_as)
+            self.hooks.hold(held_as)
         started = time.monotonic()
         query.stop()
         return {
@@ -179,40 +236,42 @@ class QueryControl:
         enforce = bool_arg(command.args, "enforce_exactly_once_sink", True)
         if self.find_query(name) is not None:
             raise CommandRefused(f"query {name!r} is active: stop it (stop_query or abort_query) before repartition")
-        checkpoint = self.checkpoint_root / name
-        if not (checkpoint / "offsets").is_dir():
-            raise CommandRefused(f"no checkpoint of query {name!r} at {checkpoint}")
-        outcome = repartition_state(self.spark, checkpoint, partitions, enforce)
-        # Also when it already had them: start_query and the driver's restart read the count here.
+        checkpoint = self.checkpoint_of(name)
+        if checkpoint is None or not (checkpoint / "offsets").is_dir():
+            raise CommandRefused(f"no checkpoint of query {name!r} (looked at {checkpoint})")
+        try:
+            outcome = repartition_state(self.spark, checkpoint, partitions, enforce, self.sinks.get(name))
+        except InterruptedOutput as exc:
+            raise CommandRefused(f"query {name!r}: {exc}; start it on its current partitions to finish it") from None
+        if outcome.get("repartitioned"):
+            interval = int(self.spark.conf.get("spark.sql.streaming.fileSink.log.compactInterval", "10"))
+            filled = fill_file_sink_log(checkpoint, self.sinks.get(name), interval)
+            if filled:
+                outcome["file_sink_log_filled"] = filled
+        # Also when it already had them: the planner and the report read the count here.
         self.redis.set(partitions_key(self.cfg.redis.key_prefix, self.app.name, name), str(partitions))
         return {"query": name, **outcome}
 
     def start_query(self, command: Command) -> dict[str, Any]:
-        """(Re)start the app's query with `partitions` shuffle partitions; it picks up its checkpoint."""
+        """Start a stopped query again exactly as the user's code started it (the same writer): it
+        resumes from its checkpoint, keeps its id and runs on the checkpoint's state partitions."""
         name = self._query_arg(command)
         if "partitions" in command.args:
             partitions = int_arg(command.args, "partitions")
             if not 1 <= partitions <= MAX_PARTITIONS:
                 raise CommandRefused(f"'partitions' must be in [1, {MAX_PARTITIONS}] (got {partitions})")
         else:
-            # The last migration's count: the checkpoint has it, and the workload must agree.
+            # What the restarted run takes from its checkpoint: the last migration's count, if any.
             stored = stored_partitions(self.redis, self.cfg.redis.key_prefix, self.app.name, name)
             partitions = stored or self.session_partitions()
         if self.find_query(name) is not None:
+            self.hooks.release(name)
             return {"query": name, "started": False, "already_running": True}
-        if self.starter is None:
-            raise CommandRefused("this agent has no query starter (it does not run in a sparkscale driver)")
-        own = workload(self.app.pipeline).query
-        if name != own:
-            raise CommandRefused(f"{name!r} is not this app's query ({own!r}, pipeline {self.app.pipeline})")
-        # Read by the planner for a query's first batch only (afterwards the checkpoint's count wins),
-        # but also what the workload's explicit repartitions and the report use.
-        self.spark.conf.set(SHUFFLE_PARTITIONS_CONF, str(partitions))
-        started = self.starter(partitions)
-        query = next((q for q in started if q.name == name), None)
-        if query is None:
-            raise CommandRefused(f"the starter started {[q.name for q in started]}, not {name!r}")
-        self.held.discard(name)
+        if name not in self.hooks.started:
+            raise CommandRefused(
+                f"query {name!r} cannot be restarted: the agent did not see it started "
+                f"(seen: {sorted(self.hooks.started)}); was it started before the agent was attached?")
+        query = self.hooks.restart(name)
         return {
             "query": name,
             "started": True,

@@ -1,4 +1,4 @@
-"""`sparkscale bench scaling|migration`, `report DIR` and `demo`.
+"""`sparkscale bench scaling|migration|userjob`, `report DIR` and `demo`.
 
 The benchmarks bring up their own embedded environments on free ports in temp dirs; they read no
 config file (the user's environment is left alone). The demo drives one app under a steps load
@@ -109,6 +109,40 @@ def bench_migration(workload: str, strategies: str, repeat: int, rate: int, stab
                          rate=rate, stable_window_s=stable_window_s)
     run_migration_bench(spec, Path(out_dir), _command_line())
     click.echo(render(Path(out_dir)))
+
+
+@bench.command("userjob")
+@click.option("--script", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="The clickstream fixture (default: tests/fixtures/clickstream.py of this checkout).")
+@click.option("--strategies", default=None, help="Comma-separated (default: every registered strategy; those "
+              "refused for a file source are asked once per query and reported as refused).")
+@click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Migrations of each query per strategy (4 -> 8 -> 4 ... state partitions).")
+@click.option("--cycles", type=click.IntRange(min=2), default=20, show_default=True,
+              help="Timed monitor + decide cycles per app.")
+@click.option("--rate", type=click.IntRange(min=1), default=40, show_default=True, help="Clicks landed per second.")
+@click.option("--out", default="docs/results/userjob", show_default=True,
+              help="Writes OUT.md (the page) and OUT.json (every figure).")
+def bench_userjob(script: str | None, strategies: str | None, repeat: int, cycles: int, rate: int, out: str) -> None:
+    """An operator's own script (the clickstream fixture, 2 queries) in one run: the daemon's monitor +
+    decide time for its 2 queries against wordcount's 1, then each strategy's migration phases
+    (median over the migrations), then the output verified. Exit 1 when it was lost, duplicated or
+    not verified."""
+    from sparkscale.actuators.migration import registered_strategies
+    from sparkscale.bench.userjob import DEFAULT_SCRIPT, UserJobSpec, run_userjob_bench, save
+
+    script = script or str(DEFAULT_SCRIPT)
+    if not Path(script).is_file():
+        raise click.BadParameter(f"{script} does not exist: give the clickstream fixture", param_hint="--script")
+    known = registered_strategies()
+    _logging()
+    spec = UserJobSpec(script=str(Path(script).resolve()), repeat=repeat, cycles=cycles, rate=rate,
+                       strategies=_names(strategies, known, "strategy") if strategies else known)
+    results = run_userjob_bench(spec, out, _command_line())
+    click.echo(save(results, out))
+    if results.check is None or not results.check.ok:
+        click.echo(results.check.line() if results.check else "THE OUTPUT WAS NOT VERIFIED", err=True)
+        sys.exit(1)
 
 
 @click.command("demo")

@@ -73,7 +73,7 @@ def _print_status(statuses: list[Any]) -> None:
                 s.name,
                 "running" if s.running else "stopped",
                 str(s.pid) if s.running else "-",
-                ",".join(map(str, s.ports)) or "-",
+                ",".join(f"{s.host}:{port}" for port in s.ports) or "-",
                 "yes" if s.answers else "no",
             )
         )

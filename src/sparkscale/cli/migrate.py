@@ -49,12 +49,21 @@ def migrate_command(cfg: Config, app_name: str, query: str | None, partitions: i
     from sparkscale.daemon.leader import LeaderElection, current_leader
     from sparkscale.pipeline.submit import ExecutorShape, with_stored_shape
     from sparkscale.pipeline.workloads import workload
+    from sparkscale.protocol.queries import read_queries
     from sparkscale.protocol.znodes import journal_path
     from sparkscale.redisconn import connect
 
     cfg = require_app(cfg, app_name)
     app = with_stored_shape(cfg.app(app_name), connect(cfg.redis), cfg.redis.key_prefix)
-    query = query or workload(app.pipeline).query
+    if query is None:
+        known = sorted(read_queries(connect(cfg.redis), cfg.redis.key_prefix, app_name))
+        if app.pipeline is not None:
+            query = workload(app.pipeline).query
+        elif len(known) == 1:
+            query = known[0]
+        else:
+            click.echo(f"give --query: {app_name} runs {', '.join(known) or 'no query yet'}", err=True)
+            sys.exit(EXIT_CONFIG)
     strategy = strategy or cfg.migration.strategy
     shape = None
     if executor_cores is not None or executor_memory_mb is not None:

@@ -1,5 +1,6 @@
-"""Commands that change nothing: `plan` (a policy's plan for a snapshot file), `snapshot` (one live
-snapshot of a running app, as JSON) and `simulate` (the real policies against a simulated dataflow)."""
+"""Commands that change nothing: `plan` (a policy's plan for a snapshot file), `snapshot` (live
+snapshots of a running app's queries, as JSON) and `simulate` (the real policies against a simulated
+dataflow)."""
 
 from __future__ import annotations
 
@@ -14,13 +15,13 @@ from sparkscale.bench.simulate import GRAPH_FORMS, SimSpec, parse_graph, render,
 from sparkscale.cli.common import load_or_exit
 from sparkscale.config import AppConfig
 from sparkscale.logsetup import configure_logging
-from sparkscale.monitors.collector import AppNotRunningError, CollectOptions, collect_snapshot
+from sparkscale.monitors.collector import AppNotRunningError, CollectOptions, NoQueriesYet, collect_snapshots
 from sparkscale.monitors.spark_rest import SparkRestError
 from sparkscale.pipeline.profiles import parse_profile
 from sparkscale.policies.base import registered_policies
 from sparkscale.policies.history import DecisionHistory
-from sparkscale.policies.planner import decide
-from sparkscale.snapshot import SnapshotError, load_snapshot
+from sparkscale.policies.planner import decide_app
+from sparkscale.snapshot import Snapshot, SnapshotError
 
 EXIT_INVALID = 2  # a bad config, snapshot, app or argument (as common.EXIT_CONFIG)
 EXIT_FAILED = 1
@@ -49,13 +50,15 @@ def _registered_policy(_ctx: click.Context, _param: click.Parameter, value: str 
 @click.option("--json", "as_json", is_flag=True, help="Print DESIGN.md's plan JSON instead of a table.")
 def plan_command(snapshot_path: str, config_path: str | None, policy: str | None, history_path: str | None,
                  overrides: tuple[str, ...], as_json: bool) -> None:
-    """Print the plan a policy makes for the snapshot file SNAPSHOT (nothing is changed)."""
+    """Print the plan a policy makes for the snapshot file SNAPSHOT (nothing is changed): one
+    snapshot (of a query, or an app's merged one), or a JSON list of an app's query snapshots."""
     cfg = load_or_exit(config_path, overrides)
     try:
-        snapshot = load_snapshot(snapshot_path)
+        snapshots = load_snapshots(snapshot_path)
     except SnapshotError as exc:
         click.echo(f"invalid snapshot: {exc}", err=True)
         sys.exit(EXIT_INVALID)
+    snapshot = snapshots[0]
 
     history = DecisionHistory.empty()
     if history_path is not None:
@@ -65,14 +68,48 @@ def plan_command(snapshot_path: str, config_path: str | None, policy: str | None
             click.echo(f"invalid history {history_path}: {exc}", err=True)
             sys.exit(EXIT_INVALID)
     app = next((a for a in cfg.apps if a.name == snapshot.app), None) or AppConfig(name=snapshot.app)
-    plan = decide(snapshot, history, cfg, app, policy=policy)
+    try:
+        plan = decide_app(snapshots, history, cfg, app, policy=policy)
+    except ValueError as exc:  # snapshots that cannot be merged (several apps, a query twice)
+        click.echo(f"invalid snapshot: {snapshot_path}: {exc}", err=True)
+        sys.exit(EXIT_INVALID)
     click.echo(json.dumps(plan.to_dict(), indent=2) if as_json else plan.to_table())
 
 
-# Exit 2 for a bad config or an unknown app, 1 when the app does not run (its REST API does not
-# answer) or a service fails.
+def load_snapshots(path: str) -> list[Snapshot]:
+    """A snapshot file: one snapshot, or a JSON list of snapshots (an app's queries); errors name the
+    file and the field (`[1].operators[0].id` in a list)."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise SnapshotError("", f"cannot read file: {exc.strerror}", source=path) from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SnapshotError("", f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}",
+                            source=path) from None
+    if not isinstance(data, list):
+        try:
+            return [Snapshot.from_dict(data)]
+        except SnapshotError as exc:
+            raise SnapshotError(exc.path, exc.problem, source=path) from None
+    if not data:
+        raise SnapshotError("", "an empty list: expected a snapshot or a list of snapshots", source=path)
+    out = []
+    for n, item in enumerate(data):
+        try:
+            out.append(Snapshot.from_dict(item))
+        except SnapshotError as exc:
+            raise SnapshotError(f"[{n}]" + (f".{exc.path}" if exc.path else ""), exc.problem, source=path) from None
+    return out
+
+
+# Exit 2 for a bad config, an unknown app or query, 1 when the app does not run (its REST API does
+# not answer), has no query yet, or a service fails.
 @click.command("snapshot")
 @click.option("--app", "app_name", required=True, help="The managed app (or a pipeline name) to look at.")
+@click.option("--query", "query", default=None,
+              help="One query of the app (its name, or its id when unnamed); default: every running query.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), envvar="SPARKSCALE_CONFIG",
               default=None, help="YAML config file (default: built-in defaults; env SPARKSCALE_CONFIG).")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a dotted config key.")
@@ -80,9 +117,10 @@ def plan_command(snapshot_path: str, config_path: str | None, policy: str | None
               help="Write the snapshot JSON to this file instead of stdout.")
 @click.option("--window-s", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Observation window (default: loop.window_s).")
-def snapshot_command(app_name: str, config_path: str | None, overrides: tuple[str, ...], out_path: str | None,
-                     window_s: float | None) -> None:
-    """Print (or write to --out) one live Snapshot v1 of APP's query over the last window."""
+def snapshot_command(app_name: str, query: str | None, config_path: str | None, overrides: tuple[str, ...],
+                     out_path: str | None, window_s: float | None) -> None:
+    """Print (or write to --out) live Snapshot v1 JSON of APP's queries over the last window: one
+    object with --query or when the app has one query, else a list with one snapshot per query."""
     cfg = load_or_exit(config_path, overrides)
     configure_logging(cfg.logging)
     try:
@@ -91,20 +129,28 @@ def snapshot_command(app_name: str, config_path: str | None, overrides: tuple[st
         click.echo(f"invalid --app: {exc.args[0]}", err=True)
         sys.exit(EXIT_INVALID)
     try:
-        snapshot = collect_snapshot(cfg, app_name, CollectOptions(window_s=window_s))
+        snapshots = collect_snapshots(cfg, app_name, query, CollectOptions(window_s=window_s))
     except AppNotRunningError as exc:
         click.echo(str(exc), err=True)
         sys.exit(EXIT_FAILED)
+    except NoQueriesYet as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(EXIT_INVALID if query is not None and exc.known else EXIT_FAILED)
     except SparkRestError as exc:
         click.echo(f"cannot read {app_name!r} from Spark: {exc}", err=True)
         sys.exit(EXIT_FAILED)
     except redis.RedisError as exc:
         click.echo(f"cannot read {app_name!r} from Redis at {cfg.redis.host}:{cfg.redis.port}: {exc}", err=True)
         sys.exit(EXIT_FAILED)
-    text = snapshot.to_json(indent=2)
+    if len(snapshots) == 1:
+        text = snapshots[0].to_json(indent=2)
+    else:
+        text = json.dumps([s.to_dict() for s in snapshots], indent=2)
     if out_path:
         Path(out_path).write_text(text + "\n")
-        click.echo(f"snapshot of {app_name}/{snapshot.query} written to {out_path}", err=True)
+        what = (f"snapshot of {app_name}/{snapshots[0].query}" if len(snapshots) == 1
+                else f"snapshots of {app_name}'s queries {', '.join(s.query for s in snapshots)}")
+        click.echo(f"{what} written to {out_path}", err=True)
     else:
         click.echo(text)
 

@@ -7,6 +7,8 @@ registries (sparkscale.registry), and each policy's own section against the mode
 
 from __future__ import annotations
 
+import ipaddress
+import os
 import re
 import typing
 from pathlib import Path
@@ -32,7 +34,13 @@ class SparkConfig(_Section):
 
     master_url: str = "spark://127.0.0.1:7077"
     master_web_url: str = "http://127.0.0.1:8080"
-    driver_ui_port: int = Field(4040, ge=1, le=65535)
+    # A driver's UI (and REST API) port: 0 = any free port (the agent publishes the URL it got),
+    # else the first app's port, the next app's one above, and so on in config order.
+    driver_ui_port: int = Field(0, ge=0, le=65535)
+    # spark.driver.host: the address executors and the daemon reach a driver at (default: Spark's
+    # choice, the host's address); driver_bind_address: spark.driver.bindAddress (default: all).
+    driver_host: str | None = None
+    driver_bind_address: str | None = None
     rest_timeout_s: float = Field(5.0, gt=0)
     home: str | None = None
 
@@ -73,12 +81,39 @@ class ClusterConfig(_Section):
     worker_cores: int = Field(8, ge=1, le=256)
     worker_memory_mb: int = Field(8192, ge=512)
     worker_web_port: int = Field(8081, ge=1, le=65535)
+    # The address worker i binds and advertises (and its executors with it): worker_hosts[i-1].
+    # Empty: every worker on 127.0.0.1. Distinct loopback addresses (127.0.0.0/8 on Linux) make the
+    # executors of one machine look like those of several hosts, so nothing can assume one host.
+    worker_hosts: list[str] = Field(default_factory=list)
     java: str = "java"
     start_timeout_s: float = Field(120.0, gt=0)
+
+    @field_validator("worker_hosts")
+    @classmethod
+    def _ipv4_literals(cls, value: list[str]) -> list[str]:
+        for i, host in enumerate(value):
+            try:
+                ipaddress.IPv4Address(host)
+            except ValueError:
+                raise ValueError(f"worker_hosts[{i}] = {host!r} is not an IPv4 address such as 127.0.0.2") from None
+        return value
+
+    @model_validator(mode="after")
+    def _one_host_per_worker(self) -> ClusterConfig:
+        if self.worker_hosts and len(self.worker_hosts) != self.workers:
+            raise ValueError(
+                f"worker_hosts lists {len(self.worker_hosts)} address(es) but workers is {self.workers}: "
+                "give one address per worker, or none (every worker on 127.0.0.1)"
+            )
+        return self
 
     @property
     def run_path(self) -> Path:
         return Path(self.run_dir).expanduser()
+
+    def worker_host(self, number: int) -> str:
+        """The address of worker `number` (1-based, as the services are named)."""
+        return self.worker_hosts[number - 1] if self.worker_hosts else "127.0.0.1"
 
 
 class RedisConfig(_Section):
@@ -155,7 +190,13 @@ class AppConfig(_Section):
     """One managed application: which pipeline it runs, how it reads and writes, its executor range."""
 
     name: str
-    pipeline: str = "wordcount"  # a registered workload (sparkscale.pipeline.workloads)
+    # What the driver runs: the operator's own PySpark script (run as __main__ with `args`), or
+    # `pipeline`, a shipped workload (sparkscale.pipeline.workloads); wordcount when neither is given.
+    script: str | None = None
+    args: list[str] = Field(default_factory=list)
+    spark_conf: dict[str, str] = Field(default_factory=dict)  # as spark-submit --conf, over ours
+    py_files: list[str] = Field(default_factory=list)  # as spark-submit --py-files
+    pipeline: str | None = None
     min_executors: int = Field(1, ge=0)
     max_executors: int = Field(8, ge=1)
     initial_executors: int = Field(1, ge=0)
@@ -171,8 +212,32 @@ class AppConfig(_Section):
 
     @field_validator("pipeline")
     @classmethod
-    def _pipeline(cls, value: str) -> str:
-        return _one_of(value, sorted(WORKLOADS.names()))
+    def _pipeline(cls, value: str | None) -> str | None:
+        return None if value is None else _one_of(value, sorted(WORKLOADS.names()))
+
+    @field_validator("script")
+    @classmethod
+    def _script(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        path = Path(value).expanduser()
+        if not path.is_file():
+            raise ValueError(f"{value} does not exist or is not a file")
+        if not os.access(path, os.R_OK):
+            raise ValueError(f"{value} is not readable")
+        return str(path.resolve())
+
+    @field_validator("py_files")
+    @classmethod
+    def _py_files(cls, value: list[str]) -> list[str]:
+        missing = [f for f in value if not Path(f).expanduser().exists()]
+        if missing:
+            raise ValueError(f"{', '.join(missing)} does not exist")
+        return [str(Path(f).expanduser().resolve()) for f in value]
+
+    @property
+    def runs_script(self) -> bool:
+        return self.script is not None
 
     @field_validator("name")
     @classmethod
@@ -183,6 +248,10 @@ class AppConfig(_Section):
 
     @model_validator(mode="after")
     def _range(self) -> AppConfig:
+        if self.script is not None and self.pipeline is not None:
+            raise ValueError("give either script (your own job) or pipeline (a shipped one), not both")
+        if self.script is None and self.pipeline is None:
+            object.__setattr__(self, "pipeline", "wordcount")
         if self.min_executors > self.max_executors:
             raise ValueError(
                 f"min_executors ({self.min_executors}) is above max_executors ({self.max_executors})"
@@ -335,6 +404,9 @@ class MigrationConfig(_Section):
     strategy: str = "ccr"
     # Each phase (drain, stop at a boundary, repartition, restart, first batch) must end within this.
     phase_timeout_s: float = Field(180.0, gt=0)
+    # A query whose sources cannot be paused is stopped at an idle trigger if one comes within this;
+    # else inside its batch, which the restart recomputes (as DSM).
+    idle_trigger_wait_s: float = Field(10.0, gt=0)
     # Captured input records kept in the Redis DataStore this long after a CCR migration.
     datastore_ttl_s: float = Field(86400.0, gt=0)
     # Rate stabilisation: output within this fraction of the input rate ...

@@ -65,8 +65,10 @@ def status_table(lines: Sequence[AppLine], now: float) -> str:
             parallelism,
             "-" if v is None or not v.last_decision else f"{v.last_decision} ({age(v.last_decision_at, now)})",
         ])
-    return "\n".join(table_lines(["APP", "LEADER", "LAST CYCLE", "EXECUTORS", "PARALLELISM", "LAST DECISION"],
-                                 rows))
+    table = table_lines(["APP", "LEADER", "LAST CYCLE", "EXECUTORS", "PARALLELISM", "LAST DECISION"], rows)
+    # Each query's own figures under the table: arrival and its estimate, backlog (or unknown), partitions.
+    queries = [f"  {line.app}/{q.summary()}" for line in lines if line.view for q in line.view.queries]
+    return "\n".join([*table, *(["", "queries:", *queries] if queries else [])])
 
 
 def decision_row(d: LoggedDecision) -> list[str]:

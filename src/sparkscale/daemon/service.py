@@ -4,18 +4,18 @@ A cycle for one app (the daemon owns time; each stage below is a module of its o
 
 1. leadership: try the app's ZooKeeper lock (leader.py); a new leader reloads the app's recent
    decisions from the action log and fences older leaders with a `report` command at its epoch;
-2. monitor: `collect_snapshot` (Spark REST, Redis, psutil); an app that is not running is
-   reported, not scaled; an unreachable service means back-off and no action;
+2. monitor: `collect_snapshots`, one per query (Spark REST, Redis, psutil); an app not running, or
+   with no query yet, is reported, not scaled; an unreachable service: back-off and no action;
 3. manual requests (leader): carry out `sparkscale scale-executors` requests (manual.py);
 4. evaluate: judge earlier executed actions whose time has come (evaluator.py), blocking those
    that fell short (the blocklist, in Redis);
-5. plan: `planner.decide` (the configured policy, the guards, the blocklist, the Spark mapping),
+5. plan: `planner.decide_app` over all the app's queries (policy, guards, blocklist, Spark mapping),
    with the app's typed decision history (past decisions, blocklist, last action, migration state);
 6. execute (leader, not dry-run): `actuators.base.dispatch` logs the decision first, carries out
    each action through its registered actuator, and logs the results.
 
-Every cycle logs one `cycle` event: snapshot id, role, the plan's actions, the mode and what was
-done. Standbys run 1, 2, 5 and log, but never write commands or the action log.
+Every cycle logs one `cycle` event: snapshot id, role, each query's figures, the plan's actions,
+the mode and what was done. Standbys run 1, 2, 5 and log, but never write commands or the action log.
 
 A slow or failing cycle never piles up: one run per app at a time, missed runs coalesce.
 """
@@ -54,16 +54,17 @@ from sparkscale.daemon.leader import LeaderElection, default_identity, zk_client
 from sparkscale.daemon.manual import app_restarter
 from sparkscale.daemon.metrics import DaemonMetrics
 from sparkscale.daemon.notify import Notifier
-from sparkscale.monitors.collector import AppNotRunningError, collect_snapshot
+from sparkscale.monitors.collector import AppNotRunningError, NoQueriesYet, collect_snapshots
 from sparkscale.monitors.spark_rest import SparkRestError
 from sparkscale.pipeline.submit import with_stored_shape
 from sparkscale.policies.history import DecisionHistory
 from sparkscale.policies.outcomes import expectation_for
-from sparkscale.policies.planner import decide
+from sparkscale.policies.planner import decide_app
 from sparkscale.protocol.commands import send_command
 from sparkscale.protocol.streams import query_partitions
 from sparkscale.redisconn import connect
 from sparkscale.snapshot import Snapshot
+from sparkscale.snapshot_merge import merge_snapshots, query_names
 
 log = structlog.get_logger(__name__)
 
@@ -276,14 +277,17 @@ class Daemon:
         role = "leader" if leader else "standby"
 
         try:
-            snapshot = collect_snapshot(self.cfg, app.name)
-        except AppNotRunningError as exc:
-            # An app that disappears is reported, not scaled.
-            log.warning("cycle.app_absent", app=app.name, role=role, reason=str(exc), action="none")
-            self._publish(app, st, election, role, "absent", detail=str(exc))
+            snapshots = collect_snapshots(self.cfg, app.name)
+        except (AppNotRunningError, NoQueriesYet) as exc:
+            # An app that disappears, or whose agent lists no query yet (starting), is reported, not scaled.
+            result = "absent" if isinstance(exc, AppNotRunningError) else "no_queries"
+            log.warning("cycle.app_absent" if result == "absent" else "cycle.no_queries", app=app.name, role=role,
+                        reason=str(exc), action="none")
+            self._publish(app, st, election, role, result, detail=str(exc))
             st.failures = 0
-            return "absent"
+            return result
         st.failures = 0
+        snapshot = merge_snapshots(snapshots)  # the app's: every query's operators, the executors once
         now = snapshot.taken_at
         self.metrics.set_executors(app.name, len(snapshot.executors))
         self.metrics.set_parallelism(app.name, {op.id: op.parallelism for op in snapshot.operators})
@@ -296,13 +300,14 @@ class Daemon:
 
         # Monitor -> snapshot -> planner (policy -> guards -> blocklist -> Spark mapping) -> plan.
         journal = JournalStore(self.zk, self.cfg.zookeeper.root, app.name).read() if self.zk.connected else None
-        partitions = query_partitions(self.redis, self.cfg.redis.key_prefix, app.name, snapshot.query,
-                                      app.shuffle_partitions)
+        partitions = {s.query: query_partitions(self.redis, self.cfg.redis.key_prefix, app.name, s.query,
+                                                app.shuffle_partitions) for s in snapshots}
+        queries = tuple(app_status.query_view(s, partitions[s.query]) for s in snapshots)
         history = replace(st.history, blocklist=blocklist, last_action_at=st.last_action_at or 0.0,
                           migration_running=journal is not None and journal.status == "running",
                           last_migration_end=journal.phases.get("done") if journal else None,
-                          partitions={snapshot.query: partitions})
-        guarded = decide(snapshot, history, self.cfg, app, now)
+                          partitions=partitions)
+        guarded = decide_app(snapshots, history, self.cfg, app, now)
         st.history = st.history.with_decision(max(now, st.history.last_decided_at), guarded).trimmed(now - HISTORY_S)
         self.metrics.count_decision(app.name, guarded.policy, bool(guarded.changes))
         expected = expectation_for(guarded, snapshot, app)
@@ -352,6 +357,7 @@ class Daemon:
         log.info(
             "cycle", app=app.name, role=role, epoch=election.epoch, snapshot_id=snap_id, policy=guarded.policy,
             diagnosis=diagnosis, executors=len(snapshot.executors), mode=mode, decision_id=decision_id,
+            queries=[q.to_dict() for q in queries],
             actions=[a.summary() for a in guarded.actions],
             reasons=[a.reason for a in guarded.actions],
             results=[{"action": r.action.summary(), "status": r.status, "detail": r.detail, "confirm_s": r.confirm_s}
@@ -360,7 +366,7 @@ class Daemon:
             duration_s=round(time.monotonic() - started, 4),
         )
         self._publish(app, st, election, role, "ok", executors=len(snapshot.executors),
-                      parallelism={op.id: op.parallelism for op in snapshot.operators})
+                      parallelism={op.id: op.parallelism for op in snapshot.operators}, queries=queries)
         return "ok"
 
     # -- stages -----------------------------------------------------------------------------------
@@ -446,9 +452,14 @@ class Daemon:
                         True, json.dumps({"detail": f"completed by resuming migration {done.id}",
                                           "figures": done.marks.get("metrics")}), None, self.identity))
                     continue
+                names = query_names(snapshot)
+                if request.query is None and len(names) > 1:  # which one to migrate is the operator's call
+                    manual.answer(self.zk, root, app.name, request.name, manual.ManualResult(
+                        False, f"the app runs queries {', '.join(names)}: name one", None, self.identity))
+                    continue
                 ctx = self._context(app, election, strategy=request.strategy, shape=request.executor_shape)
                 decision_id, result = manual.run_migration(
-                    self.action_log, ctx, request.query or snapshot.query, request.to,
+                    self.action_log, ctx, request.query or names[0], request.to,
                     f"manual request by {request.by}", executors=request.executors)
                 answer = manual.ManualResult(result.status == "done", json.dumps(
                     {"detail": result.detail, "figures": result.figures}), decision_id, self.identity)
@@ -464,13 +475,14 @@ class Daemon:
             manual.answer(self.zk, root, app.name, request.name, answer)
 
     def _publish(self, app: AppConfig, st: _AppState, election: LeaderElection, role: str, result: str,
-                 executors: int | None = None, parallelism: dict[str, int] | None = None, detail: str = "") -> None:
+                 executors: int | None = None, parallelism: dict[str, int] | None = None, detail: str = "",
+                 queries: tuple[app_status.QueryView, ...] = ()) -> None:
         try:
             app_status.publish(self.redis, self.cfg.redis.key_prefix, app.name, app_status.AppStatus(
                 daemon=self.identity, role=role, epoch=election.epoch if role == "leader" else None,
                 cycle_at=time.time(), result=result, executors=executors, parallelism=parallelism or {},
                 last_decision=st.last_decision, last_decision_at=st.last_decision_at, last_action=st.last_action,
-                last_action_at=st.last_action_at, detail=detail))
+                last_action_at=st.last_action_at, detail=detail, queries=queries))
         except redis.RedisError as exc:
             log.warning("status.publish_failed", app=app.name, error=str(exc))
 

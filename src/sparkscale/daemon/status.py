@@ -1,8 +1,9 @@
 """What each daemon last saw of each app, for `sparkscale status` (a Redis hash per app).
 
 `<prefix><app>:status`, one field per daemon identity, the value JSON: role (leader / standby),
-epoch, when the cycle ran, its result, the executors and parallelism seen, and the last decision.
-Entries of daemons that stopped stay, with their age, until the same identity writes again.
+epoch, when the cycle ran, its result, the executors and parallelism seen (over all the app's
+queries), each query's own figures (`queries`), and the last decision. Entries of daemons that
+stopped stay, with their age, until the same identity writes again.
 """
 
 from __future__ import annotations
@@ -15,6 +16,34 @@ from typing import Any
 import redis
 
 from sparkscale.protocol.keys import status_key
+from sparkscale.snapshot import Snapshot
+
+
+@dataclass(frozen=True)
+class QueryView:
+    """One query of the app as the last cycle saw it (backlog None: its sources cannot tell)."""
+
+    query: str
+    arrival_rate: float | None
+    arrival_estimate: str
+    backlog_records: float | None
+    backlog_estimate: str
+    partitions: int | None  # state/shuffle partitions now
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> QueryView:
+        return cls(**{k: data.get(k) for k in cls.__dataclass_fields__})
+
+    def summary(self) -> str:
+        """One line: `counts: 2000 rec/s (position), backlog 12 (source_metrics), 4 partitions`."""
+        rate = "-" if self.arrival_rate is None else f"{self.arrival_rate:.4g} rec/s"
+        backlog = ("backlog unknown" if self.backlog_records is None
+                   else f"backlog {self.backlog_records:g} ({self.backlog_estimate})")
+        parts = "" if self.partitions is None else f", {self.partitions} partitions"
+        return f"{self.query}: {rate} ({self.arrival_estimate}), {backlog}{parts}"
 
 
 @dataclass(frozen=True)
@@ -31,13 +60,34 @@ class AppStatus:
     last_action: str | None = None
     last_action_at: float | None = None
     detail: str = ""
+    queries: tuple[QueryView, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        out["queries"] = [q.to_dict() for q in self.queries]
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AppStatus:
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        known["queries"] = tuple(QueryView.from_dict(q) for q in data.get("queries") or () if isinstance(q, dict))
+        return cls(**known)
+
+
+def query_view(snapshot: Snapshot, partitions: int | None) -> QueryView:
+    """The figures of one query's (unmerged) snapshot that `status` and the cycle log show."""
+    sources = [op for op in snapshot.operators if op.source]
+    estimates = snapshot.extensions.get("source")
+    estimates = estimates if isinstance(estimates, dict) else {}
+    backlog_known = bool(sources) and all(op.backlog is not None for op in sources)
+    return QueryView(
+        query=snapshot.query,
+        arrival_rate=round(sum(op.arrival_rate or 0.0 for op in sources), 3) if sources else None,
+        arrival_estimate=str(estimates.get("arrival_estimate", "unknown")),
+        backlog_records=sum(op.backlog or 0.0 for op in sources) if backlog_known else None,
+        backlog_estimate=str(estimates.get("backlog_estimate", "unknown")) if backlog_known else "unknown",
+        partitions=partitions,
+    )
 
 
 def publish(client: redis.Redis, prefix: str, app: str, status: AppStatus) -> None:

@@ -1,5 +1,9 @@
 """The embedded local environment: Spark standalone master and workers, Redis, ZooKeeper on loopback.
 
+Each worker binds and advertises its own address (`cluster.worker_hosts`, default 127.0.0.1 for
+all): its RPC, web UI and, through `--hostname` and the inherited SPARK_LOCAL_IP, the executors it
+launches, so one machine can look like several hosts to Spark and to the monitor.
+
 `up` starts what is not already running and waits until each service answers; `down` stops exactly
 the processes that `up` recorded (pid and start time, so a recycled pid is never killed), with the
 processes they started themselves (a worker's executors), and nothing else.
@@ -24,7 +28,7 @@ import redis
 import structlog
 
 from sparkscale.config import Config
-from sparkscale.localenv.preflight import ZOOKEEPER_CLASSPATH, Tools, check_tools
+from sparkscale.localenv.preflight import ZOOKEEPER_CLASSPATH, Tools, check_addresses, check_tools
 from sparkscale.processes import live_process, stop_trees, tail
 
 log = structlog.get_logger(__name__)
@@ -47,6 +51,7 @@ class ServiceSpec:
     ports: list[int]
     answers: Callable[[], bool]
     files: dict[Path, str] = field(default_factory=dict)
+    host: str = LOOPBACK  # the address its ports are bound on
 
     @property
     def log_path(self) -> Path:
@@ -72,6 +77,7 @@ class ServiceStatus:
     running: bool
     answers: bool
     log: str | None
+    host: str = LOOPBACK
 
 
 class LocalEnvironment:
@@ -87,6 +93,7 @@ class LocalEnvironment:
     def up(self) -> list[ServiceStatus]:
         """Start whatever is not running, then wait until every service answers. Idempotent."""
         tools = check_tools(self.cfg.cluster.java, self.cfg.spark.home)
+        check_addresses(self.cfg.cluster.worker_host(i) for i in range(1, self.cfg.cluster.workers + 1))
         self.run_dir.mkdir(parents=True, exist_ok=True)
         specs = self.specs(tools)
         deadline = time.monotonic() + self.cfg.cluster.start_timeout_s
@@ -114,19 +121,19 @@ class LocalEnvironment:
 
     def status(self) -> list[ServiceStatus]:
         records = self._read_state()
-        answers = {spec.name: spec.answers for spec in self.specs(None)}
         result = []
-        for name in answers:
-            record = records.get(name)
+        for spec in self.specs(None):
+            record = records.get(spec.name)
             running = record is not None and _live_process(record) is not None
             result.append(
                 ServiceStatus(
-                    name=name,
+                    name=spec.name,
                     pid=record.pid if record else None,
                     ports=record.ports if record else [],
                     running=running,
-                    answers=running and _safe(answers[name]),
+                    answers=running and _safe(spec.answers),
                     log=record.log if record else None,
+                    host=spec.host,
                 )
             )
         return result
@@ -192,24 +199,29 @@ class LocalEnvironment:
             ),
         ]
         for i in range(1, cfg.cluster.workers + 1):
+            # Distinct ports even on distinct addresses: one port plan for both layouts.
             web_port = cfg.cluster.worker_web_port + i - 1
+            host = cfg.cluster.worker_host(i)
             workdir = self.run_dir / "spark" / f"worker-{i}"
             specs.append(
                 ServiceSpec(
                     name=f"spark-worker-{i}",
                     argv=[
                         spark_class, "org.apache.spark.deploy.worker.Worker",
-                        "--host", LOOPBACK,
+                        # Spark passes this to the executors it launches as --hostname (their bind
+                        # and advertised address); SPARK_LOCAL_IP below binds its web UI there.
+                        "--host", host,
                         "--cores", str(cfg.cluster.worker_cores),
                         "--memory", f"{cfg.cluster.worker_memory_mb}M",
                         "--webui-port", str(web_port),
                         "--work-dir", str(workdir / "work"),
                         cfg.spark.master_url,
                     ],
-                    env=spark_env,
+                    env={**spark_env, "SPARK_LOCAL_IP": host},
                     workdir=workdir,
                     ports=[web_port],
-                    answers=lambda port=web_port: _worker_alive(cfg.spark.master_web_url, port),
+                    answers=lambda host=host, port=web_port: _worker_alive(cfg.spark.master_web_url, host, port),
+                    host=host,
                 )
             )
         return specs
@@ -256,9 +268,9 @@ class LocalEnvironment:
             log.info("cluster.already_running", service=spec.name, pid=record.pid)
             return
         for port in spec.ports:
-            if _port_open(port):
+            if _port_open(spec.host, port):
                 raise EnvironmentStartError(
-                    f"{spec.name}: port {LOOPBACK}:{port} is already in use by a process this environment "
+                    f"{spec.name}: port {spec.host}:{port} is already in use by a process this environment "
                     f"did not start; stop it or choose other ports in the config"
                 )
         spec.workdir.mkdir(parents=True, exist_ok=True)
@@ -329,10 +341,10 @@ def _safe(check: Callable[[], bool]) -> bool:
         return False
 
 
-def _port_open(port: int) -> bool:
+def _port_open(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.settimeout(0.5)
-        return sock.connect_ex((LOOPBACK, port)) == 0
+        return sock.connect_ex((host, port)) == 0
 
 
 def _zookeeper_ruok(port: int) -> bool:
@@ -354,8 +366,11 @@ def _master_json(web_url: str) -> dict:
         return json.load(resp)
 
 
-def _worker_alive(web_url: str, worker_web_port: int) -> bool:
+def _worker_alive(web_url: str, host: str, worker_web_port: int) -> bool:
+    """The master lists an ALIVE worker registered from `host` (its --host) with this web UI port."""
     workers = _master_json(web_url).get("workers", [])
     return any(
-        w.get("state") == "ALIVE" and str(w.get("webuiaddress", "")).endswith(f":{worker_web_port}") for w in workers
+        w.get("state") == "ALIVE" and w.get("host") == host
+        and str(w.get("webuiaddress", "")).endswith(f":{worker_web_port}")
+        for w in workers
     )

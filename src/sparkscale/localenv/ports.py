@@ -50,9 +50,6 @@ def isolated_overrides(run_dir: Path) -> list[str]:
     worker_web = free_port()
     while not port_free(worker_web + 1):  # worker N uses worker_web_port + N - 1
         worker_web = free_port()
-    driver_ui = free_port()
-    while not all(port_free(driver_ui + i) for i in range(1, 4)):  # app N uses driver_ui_port + N
-        driver_ui = free_port()
     return [
         f"cluster.run_dir={run_dir}",
         f"spark.master_url=spark://127.0.0.1:{free_port()}",
@@ -60,5 +57,7 @@ def isolated_overrides(run_dir: Path) -> list[str]:
         f"cluster.worker_web_port={worker_web}",
         f"redis.port={free_port()}",
         f"zookeeper.hosts=127.0.0.1:{free_port()}",
-        f"spark.driver_ui_port={driver_ui}",
+        # Drivers take any free UI port and their agents publish it; they listen on loopback here.
+        "spark.driver_host=127.0.0.1",
+        "spark.driver_bind_address=127.0.0.1",
     ]

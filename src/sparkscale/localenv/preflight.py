@@ -9,7 +9,9 @@ from __future__ import annotations
 import importlib.util
 import re
 import shutil
+import socket
 import subprocess
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,3 +90,20 @@ def java_major_version(java_path: str) -> int:
     major = int(match.group(1))
     # Java 8 and older report "1.8.0_x".
     return int(match.group(2) or 0) if major == 1 else major
+
+
+def check_addresses(hosts: Iterable[str]) -> None:
+    """Each address can be bound here (`cluster.worker_hosts`): a worker on an address the machine
+    lacks would die with a bind error deep in its log."""
+    problems = []
+    for host in sorted(set(hosts)):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, 0))
+            except OSError as exc:
+                problems.append(
+                    f"cannot bind {host} ({exc.strerror}): this machine lacks that address; on Linux all of "
+                    "127.0.0.0/8 is loopback, elsewhere add it (macOS: sudo ifconfig lo0 alias " + host + ")"
+                )
+    if problems:
+        raise PreflightError("\n".join(problems))

@@ -1,7 +1,17 @@
-"""One live snapshot of an app's query: the I/O (Spark REST, Redis, psutil), then the pure builder.
+"""Live snapshots of an app's queries: the I/O (Spark REST, Redis, psutil), then the pure builder.
 
-The daemon calls `collect_snapshot` once per loop and app; `AppNotRunningError` means the driver's
-REST API did not answer, which the daemon treats as "take no action".
+An app is any PySpark script with any number of queries on any sources. The agent lists the app's
+queries (`protocol.queries.read_queries`) and publishes each query's progress reports, with what
+its sources say about backlog and position; the monitor builds one snapshot per query that has not
+terminated, from one REST round for the app (application, executors, jobs, then the stages of the
+window's batches) and one sample of the daemon's host. The executors' CPU and memory come from
+Spark's metrics over the tasks of every query's window (`executor_figures.py`), so every query's
+snapshot carries the same app-wide executor figures. `collect_snapshot` merges them into the app's
+snapshot.
+
+The daemon calls `collect_snapshots` once per loop and app. `AppNotRunningError` means the driver's
+REST API did not answer, `NoQueriesYet` that the agent has listed no query yet: either way the
+daemon takes no action this cycle.
 """
 
 from __future__ import annotations
@@ -13,32 +23,25 @@ import redis
 import structlog
 
 from sparkscale.config import Config
+from sparkscale.monitors.executor_figures import app_extension, window_work
 from sparkscale.monitors.host import sample_host
+from sparkscale.monitors.progress_reports import ProgressReport
 from sparkscale.monitors.snapshot_builder import (
-    ProgressReport,
+    Batch,
     SnapshotInputs,
-    SourceFigures,
     build_snapshot,
     finished_batches,
     window_batches,
 )
 from sparkscale.monitors.spark_rest import RestStage, SparkRestError, driver_rest
-from sparkscale.pipeline.workloads import workload
-from sparkscale.protocol.keys import input_stream_key, progress_history_key
-from sparkscale.protocol.streams import live_backlog
+from sparkscale.protocol.keys import progress_history_key
+from sparkscale.protocol.queries import QueryInfo, read_queries
 from sparkscale.redisconn import connect
 from sparkscale.snapshot import Snapshot
+from sparkscale.snapshot_merge import merge_snapshots
 
 log = structlog.get_logger(__name__)
 
-# Counts stream entries in an id range server side, a page at a time, so that only a number and
-# the last id cross the wire (not the payloads), and no single call blocks Redis for long.
-_COUNT_LUA = """
-local r = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[2], 'COUNT', tonumber(ARGV[3]))
-if #r == 0 then return {0, false} end
-return {#r, r[#r][1]}
-"""
-_COUNT_PAGE = 10000
 HOST_SAMPLE_S = 0.5
 
 
@@ -51,6 +54,21 @@ class AppNotRunningError(Exception):
         super().__init__(f"app {app!r} is not running: its Spark REST API at {url} did not answer ({cause})")
 
 
+class NoQueriesYet(Exception):
+    """The driver answers but its agent has listed no (live) query yet: nothing to observe."""
+
+    def __init__(self, app: str, query: str | None = None, known: tuple[str, ...] = ()):
+        self.app = app
+        self.query = query
+        self.known = known
+        if query is None:
+            text = f"app {app!r} runs but its agent has published no running query yet"
+        else:
+            listed = ", ".join(known) or "none yet"
+            text = f"app {app!r} has no query {query!r} (its agent lists: {listed})"
+        super().__init__(text)
+
+
 @dataclass(frozen=True)
 class CollectOptions:
     window_s: float | None = None  # default: loop.window_s
@@ -58,18 +76,24 @@ class CollectOptions:
 
 
 def collect_snapshot(cfg: Config, app_name: str, options: CollectOptions | None = None) -> Snapshot:
-    """A Snapshot v1 of the app's main query over the last `loop.window_s` seconds.
+    """The app's snapshot: its queries' snapshots merged (`snapshot_merge`; one query: its own)."""
+    return merge_snapshots(collect_snapshots(cfg, app_name, options=options))
 
-    Raises AppNotRunningError when the driver does not answer, KeyError for an unknown app, and
-    SparkRestError / redis errors when a service answers wrongly.
+
+def collect_snapshots(cfg: Config, app_name: str, query: str | None = None,
+                      options: CollectOptions | None = None) -> list[Snapshot]:
+    """One Snapshot v1 per live query of the app (or of `query` only) over the last window, by name.
+
+    Raises AppNotRunningError when the driver does not answer, NoQueriesYet when the agent lists no
+    live query (or not `query`), KeyError for an unknown app, and SparkRestError / redis errors when
+    a service answers wrongly.
     """
     opts = options or CollectOptions()
     cfg = cfg.with_app(app_name)
     app = cfg.app(app_name)
-    query = workload(app.pipeline).query
     window_s = opts.window_s or cfg.loop.window_s
-    rest = driver_rest(cfg, app)
     try:
+        rest = driver_rest(cfg, app)  # unreachable too when the agent has not told where the driver is
         spark_app = rest.application(app.name)
     except SparkRestError as exc:
         if exc.unreachable:
@@ -82,39 +106,71 @@ def collect_snapshot(cfg: Config, app_name: str, options: CollectOptions | None 
     client = connect(cfg.redis)
     try:
         prefix = cfg.redis.key_prefix
-        progress = read_progress(client, prefix, app.name, query, app.source_partitions,
-                                 since_s=taken_at - window_s - 10 * app.trigger_interval_s - 10)
-        produced = produced_records(client, [input_stream_key(prefix, app.name, p)
-                                             for p in range(app.source_partitions)], taken_at - window_s, taken_at)
-        backlog = live_backlog(client, prefix, app.name, query, app.source_partitions)
+        listed = read_queries(client, prefix, app.name)
+        queries = observed_queries(listed, query)
+        if not queries:
+            raise NoQueriesYet(app.name, query, tuple(sorted(listed)))
+        progress = {
+            q.name: read_progress(client, prefix, app.name, q.name, since_s=taken_at - window_s - 10 * (
+                q.trigger_interval_s or app.trigger_interval_s) - 10)
+            for q in queries
+        }
     finally:
         client.close()
 
-    batches = finished_batches(jobs, query, [(r.run_id, r.batch_id) for r in progress])
-    stages: dict[int, list[RestStage]] = {}
-    for batch in window_batches(batches, taken_at, window_s):
-        for stage_id in batch.stage_ids:
-            if stage_id not in stages:
-                stages[stage_id] = rest.stage_attempts(spark_app.id, stage_id)
+    host = sample_host(opts.host_sample_s)
+    stages: dict[int, list[RestStage]] = {}  # stage ids are the app's: shared by its queries
+    batches_of: dict[str, list[Batch]] = {}
+    fetched_of: dict[str, int] = {}
+    for info in queries:  # every query's stages first: the executors' figures cover all of them
+        reports = progress[info.name]
+        batches_of[info.name] = finished_batches(jobs, info.name, [(r.run_id, r.batch_id) for r in reports],
+                                                 query_id=info.id)
+        fetched = 0
+        for batch in window_batches(batches_of[info.name], taken_at, window_s):
+            for stage_id in batch.stage_ids:
+                if stage_id not in stages:
+                    stages[stage_id] = rest.stage_attempts(spark_app.id, stage_id)
+                    fetched += 1
+        fetched_of[info.name] = fetched
+    work = window_work(stages, taken_at, window_s)
+    app_figures = app_extension(executors, work, taken_at, window_s)
+    snapshots = []
+    for info in queries:
+        snapshot = build_snapshot(SnapshotInputs(
+            app=app.name, query=info.name, taken_at=taken_at, window_s=window_s, executors=executors,
+            batches=batches_of[info.name], stages=stages, progress=progress[info.name],
+            trigger_interval_s=info.trigger_interval_s or app.trigger_interval_s, host=host.host_extension(),
+            app_figures=app_figures, executor_work=work,
+            extra_extensions={"spark": {"app_id": spark_app.id, "rest_requests": 3 + fetched_of[info.name],
+                                        "collect_s": round(time.time() - taken_at, 3)},
+                              "query": {"id": info.id, "status": info.status, "sources": list(info.sources),
+                                        "state_partitions": info.state_partitions}},
+        ))
+        source = snapshot.operators[0]
+        log.info("monitor.snapshot", app=app.name, query=info.name, app_id=spark_app.id,
+                 batches=len(snapshot.extensions["monitor"]["batches"]), operators=len(snapshot.operators),
+                 arrival_rate=round(source.arrival_rate or 0.0, 1),
+                 arrival_estimate=snapshot.extensions["source"]["arrival_estimate"],
+                 backlog=source.backlog if source.backlog is not None else "unknown",
+                 backlog_estimate=snapshot.extensions["source"]["backlog_estimate"],
+                 executor_hosts=app_figures["hosts"], cpu_fraction=app_figures["cpu_fraction"])
+        snapshots.append(snapshot)
+    return snapshots
 
-    host = sample_host(spark_app.id, opts.host_sample_s)
-    snapshot = build_snapshot(SnapshotInputs(
-        app=app.name, query=query, taken_at=taken_at, window_s=window_s, executors=executors, batches=batches,
-        stages=stages, source=SourceFigures(app.source_partitions, tuple(produced), tuple(backlog)),
-        progress=progress, trigger_interval_s=app.trigger_interval_s, host=host.host_extension(),
-        app_figures=host.app_extension(sum(e.cores for e in executors)),
-        extra_extensions={"spark": {"app_id": spark_app.id, "rest_requests": 3 + len(stages),
-                                    "collect_s": round(time.time() - taken_at, 3)}},
-    ))
-    log.info("monitor.snapshot", app=app.name, query=query, app_id=spark_app.id,
-             batches=len(snapshot.extensions["monitor"]["batches"]), operators=len(snapshot.operators),
-             arrival_rate=round(snapshot.operators[0].arrival_rate or 0.0, 1), backlog=snapshot.operators[0].backlog)
-    return snapshot
+
+def observed_queries(listed: dict[str, QueryInfo], query: str | None = None) -> list[QueryInfo]:
+    """The queries to observe, by name: every one that has not terminated, or `query` alone (in any
+    state, if the agent lists it)."""
+    if query is not None:
+        return [listed[query]] if query in listed else []
+    return [listed[name] for name in sorted(listed) if listed[name].status != "terminated"]
 
 
-def read_progress(client: redis.Redis, prefix: str, app: str, query: str, partitions: int,
-                  since_s: float) -> list[ProgressReport]:
-    """The query's progress reports published since `since_s` (the agent's `:history` stream)."""
+def read_progress(client: redis.Redis, prefix: str, app: str, query: str, partitions: int | None = None,
+                  since_s: float = 0.0) -> list[ProgressReport]:
+    """The query's progress reports published since `since_s` (the agent's `:history` stream).
+    `partitions` is ignored (older callers passed the app's input partitions)."""
     key = progress_history_key(prefix, app, query)
     entries = client.xrange(key, min=f"{max(int(since_s * 1000), 0)}-0", max="+")
     reports: list[ProgressReport] = []
@@ -124,20 +180,3 @@ def read_progress(client: redis.Redis, prefix: str, app: str, query: str, partit
         except (KeyError, ValueError) as exc:
             log.warning("monitor.bad_progress_entry", key=key, error=str(exc))
     return reports
-
-
-def produced_records(client: redis.Redis, keys: list[str], start_s: float, end_s: float) -> list[int]:
-    """Entries added to each stream with ids (XADD `*`: the Redis clock, ms) in [start_s, end_s]."""
-    script = client.register_script(_COUNT_LUA)
-    end = str(int(end_s * 1000))  # a bare ms id is the whole millisecond, every sequence number
-    counts: list[int] = []
-    for key in keys:
-        total, cursor = 0, f"{int(start_s * 1000)}-0"
-        while True:
-            n, last = script(keys=[key], args=[cursor, end, _COUNT_PAGE])
-            total += int(n)
-            if int(n) < _COUNT_PAGE or not last:
-                break
-            cursor = f"({last.decode() if isinstance(last, bytes) else last}"
-        counts.append(total)
-    return counts

@@ -38,6 +38,11 @@ def measure_after(cfg: Config, app: AppConfig, redis_client: redis.Redis, journa
     """
     mcfg = cfg.migration
     prefix = cfg.redis.key_prefix
+    if journal.marks.get("input_at_request") is None and app.runs_script:
+        # Records-ever-arrived is known per source of the query, not app-wide: not measured here.
+        return {"catch_up_s": None, "recovery_s": None, "stabilization_s": None,
+                "replayed_records": journal.marks.get("replayed_records"),
+                "not_measured": "catch-up, recovery and stabilisation need app-wide input positions"}
     keys = [input_stream_key(prefix, app.name, i) for i in range(app.source_partitions)]
     at_request = int(journal.marks.get("input_at_request", 0))
     held_back = int(journal.marks.get("input_at_resume", journal.marks.get("input_at_pause", at_request)))

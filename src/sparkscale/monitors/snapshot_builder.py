@@ -1,4 +1,8 @@
-"""From what the monitors read (Spark REST, Redis, psutil) to a Snapshot v1 of one query. Pure: no I/O.
+"""From what the monitors read (Spark REST, progress reports, psutil) to a Snapshot v1 of one query. Pure.
+
+Executors. Each with its host (from Spark's `hostPort`), cores, and its CPU and memory from Spark's
+metrics (`executor_figures.py`), so they hold for executors on any host; `extensions["app"]` sums
+them for the app. psutil's figures describe the daemon's own host only (`extensions["host"]`).
 
 Operators. A micro-batch runs the query's stages one after another; the k-th COMPLETE stage of a
 batch (in stage id order: Spark numbers parent stages before their children, and later jobs after
@@ -13,94 +17,31 @@ output records written, useful time = executor run time less shuffle fetch wait 
 not spent waiting for input). A last stage that writes nothing Spark measures (a `foreachBatch`
 sink collects to the driver) passes its input on: records out = records in.
 
-The virtual source operator. The input streams are not a Spark stage, but DS2 needs a source with
-an arrival rate. `source` has one instance per input partition with records in = records out =
-the records the query read from that partition in the window, and useful time = the window: its
-true rate is then the rate observed, not a capacity (a Redis stream has no processing time to
-measure), and its selectivity is 1. `arrival_rate` is what producers added to the input streams
-per second over the window; `backlog` is what waits now.
+The virtual source operator (`source_figures.py`): one instance per source partition (else per
+source) with records in = records out = the rows read in the window and useful time = the window, so
+its true rate is the rate observed, not a capacity (a source has no processing time to measure), and
+its selectivity is 1. `arrival_rate` and `backlog` come from the sources' reports; which estimate
+each rests on (and "backlog unknown") is in `extensions["source"]`.
 """
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sparkscale.monitors.executor_figures import ExecutorWork, app_extension, executor_figures, window_work
+from sparkscale.monitors.progress_reports import ProgressReport
+from sparkscale.monitors.source_figures import SourceEstimate, WindowBatch, estimate_sources
 from sparkscale.monitors.spark_rest import RestExecutor, RestJob, RestStage, RestTask
-from sparkscale.snapshot import ExecutorFigures, InstanceFigures, OperatorFigures, Snapshot
+from sparkscale.snapshot import InstanceFigures, OperatorFigures, Snapshot
+
+__all__ = ["SOURCE_OPERATOR", "Batch", "ProgressReport", "SnapshotInputs", "build_snapshot", "completed_stages",
+           "finished_batches", "window_batches"]
 
 SOURCE_OPERATOR = "source"
-
-
-@dataclass(frozen=True)
-class SourceFigures:
-    """The input streams over the window: records produced, and records waiting now (per partition)."""
-
-    partitions: int
-    produced_records: tuple[int, ...]
-    backlog_by_partition: tuple[int, ...]
-    measured_s: float | None = None  # the span `produced_records` covers; the window if None
-
-
-@dataclass(frozen=True)
-class ProgressReport:
-    """One `lastProgress` of the query, as the control agent published it (docs/internals.md)."""
-
-    batch_id: int
-    run_id: str
-    num_input_rows: int
-    batch_duration_ms: float | None = None
-    input_rows_per_s: float | None = None
-    processed_rows_per_s: float | None = None
-    timestamp: str | None = None
-    rows_by_partition: tuple[int, ...] | None = None  # from the source's start/end offsets
-    state_rows_total: int | None = None
-    state_partitions: int | None = None
-
-    @classmethod
-    def from_fields(cls, fields: Mapping[str, Any], partitions: int) -> ProgressReport:
-        """From the progress hash or one `:history` entry (all values strings in Redis)."""
-
-        def num(name: str) -> float | None:
-            value = fields.get(name)
-            return None if value in (None, "") else float(value)
-
-        state_rows = num("state_rows_total")
-        state_parts = num("state_partitions")
-        return cls(
-            batch_id=int(fields["batch_id"]), run_id=str(fields.get("run_id", "")),
-            num_input_rows=int(float(fields.get("num_input_rows", 0))),
-            batch_duration_ms=num("batch_duration_ms"), input_rows_per_s=num("input_rows_per_s"),
-            processed_rows_per_s=num("processed_rows_per_s"), timestamp=fields.get("timestamp"),
-            rows_by_partition=_rows_by_partition(fields.get("sources"), partitions),
-            state_rows_total=None if state_rows is None else int(state_rows),
-            state_partitions=None if state_parts is None else int(state_parts),
-        )
-
-
-def _rows_by_partition(sources: Any, partitions: int) -> tuple[int, ...] | None:
-    """Records per input partition of a batch: end minus start position (`counts` of the offsets)."""
-    if not sources:
-        return None
-    try:
-        items = json.loads(sources) if isinstance(sources, str) else sources
-        rows = [0] * partitions
-        for src in items:
-            end_offset, start_offset = src.get("end_offset"), src.get("start_offset")
-            if not isinstance(end_offset, Mapping):
-                return None
-            end = end_offset.get("counts") or {}
-            # The query's first batch has no start offset; PySpark reports it as the text "None".
-            start = start_offset.get("counts") or {} if isinstance(start_offset, Mapping) else {}
-            for p in range(partitions):
-                rows[p] += int(end.get(str(p), 0)) - int(start.get(str(p), 0))
-    except (ValueError, TypeError, AttributeError):
-        return None
-    return tuple(max(r, 0) for r in rows)
 
 
 @dataclass(frozen=True)
@@ -120,16 +61,18 @@ class Batch:
 
 
 def finished_batches(
-    jobs: Sequence[RestJob], query: str, progress_batches: Sequence[tuple[str, int]] = ()
+    jobs: Sequence[RestJob], query: str, progress_batches: Sequence[tuple[str, int]] = (),
+    query_id: str | None = None,
 ) -> list[Batch]:
-    """The query's micro-batches whose every job succeeded, oldest first.
+    """The query's micro-batches whose every job succeeded, oldest first. A job belongs to the query
+    by its name, or by `query_id` (an unnamed query's jobs carry an empty name).
 
     A batch's next job may not be submitted yet when we look, so a batch counts as finished only if
     the query reported its progress, or a later batch of the same run has started.
     """
     grouped: dict[tuple[str, int], list[RestJob]] = defaultdict(list)
     for job in jobs:
-        if job.batch is not None and job.batch.query == query:
+        if job.batch is not None and (job.batch.query == query or (query_id and job.batch.query_id == query_id)):
             grouped[(job.batch.run_id, job.batch.batch_id)].append(job)
     latest_by_run: dict[str, int] = {}
     for run_id, batch_id in grouped:
@@ -179,11 +122,13 @@ class SnapshotInputs:
     executors: Sequence[RestExecutor]
     batches: Sequence[Batch]  # finished batches; the builder selects the window's
     stages: Mapping[int, Sequence[RestStage]]  # stage id -> attempts, for the window's batches
-    source: SourceFigures
-    progress: Sequence[ProgressReport] = ()
+    progress: Sequence[ProgressReport] = ()  # the query's reports over the window (and a little before)
     trigger_interval_s: float | None = None
-    host: Mapping[str, Any] | None = None  # extensions["host"]
-    app_figures: Mapping[str, Any] | None = None  # extensions["app"]
+    host: Mapping[str, Any] | None = None  # extensions["host"]: the daemon's host
+    app_figures: Mapping[str, Any] | None = None  # extensions["app"]; default: from the executors' figures
+    # Executor id -> its tasks' work in the window; default: from the tasks in `stages` (the collector
+    # passes every stage it fetched for the app, so the figures cover all its queries).
+    executor_work: Mapping[str, ExecutorWork] | None = None
     extra_extensions: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -203,7 +148,10 @@ def build_snapshot(inputs: SnapshotInputs) -> Snapshot:
 
     stage_ops = [_stage_operator(k, [stages_of[(b.run_id, b.batch_id)][k] for b in used], last=k == majority - 1)
                  for k in range(majority)]
-    source_op, source_from = _source_operator(inputs, used, progress, stages_of)
+    source = estimate_sources(
+        [_window_batch(progress.get((b.run_id, b.batch_id)), stages_of[(b.run_id, b.batch_id)]) for b in used],
+        inputs.progress, inputs.taken_at, inputs.window_s)
+    source_op = _source_operator(source, inputs.window_s)
     operators = [source_op, *stage_ops]
     ids = [op.id for op in operators]
 
@@ -214,20 +162,25 @@ def build_snapshot(inputs: SnapshotInputs) -> Snapshot:
             "batches_in_window": len(in_window),
             "stage_count": majority,
             "excluded_batches": excluded,
-            "source_records_from": source_from,  # batches counted each way
-            "produced_records": sum(inputs.source.produced_records),
+            "source_records_from": dict(source.records_from),  # batches counted each way
         },
         "progress": _progress_summary(used_progress),
+        "source": source.extension(),
     }
     if inputs.host is not None:
         extensions["host"] = dict(inputs.host)
-    if inputs.app_figures is not None:
-        extensions["app"] = dict(inputs.app_figures)
+    work = inputs.executor_work
+    if work is None:
+        work = window_work(inputs.stages, inputs.taken_at, inputs.window_s)
+    app_figures = inputs.app_figures
+    if app_figures is None:
+        app_figures = app_extension(inputs.executors, work, inputs.taken_at, inputs.window_s)
+    extensions["app"] = dict(app_figures)
     extensions.update(inputs.extra_extensions)
 
     return Snapshot(
         app=inputs.app, query=inputs.query, taken_at=inputs.taken_at, window_s=inputs.window_s,
-        executors=tuple(ExecutorFigures(e.id, e.host, max(e.cores, 1)) for e in inputs.executors),
+        executors=executor_figures(inputs.executors, work, inputs.taken_at, inputs.window_s),
         operators=tuple(operators), edges=tuple(zip(ids, ids[1:], strict=False)),
         trigger_interval_s=inputs.trigger_interval_s, batch_duration_s=_batch_duration_s(used, used_progress),
         extensions=extensions,
@@ -258,42 +211,39 @@ def _instance(stage: RestStage, task: RestTask) -> InstanceFigures:
     )
 
 
-def _source_operator(
-    inputs: SnapshotInputs, used: Sequence[Batch], progress: Mapping[tuple[str, int], ProgressReport],
-    stages_of: Mapping[tuple[str, int], Sequence[RestStage]],
-) -> tuple[OperatorFigures, dict[str, int]]:
-    """The virtual source: its true rate is its observed rate by construction (module docstring).
+def _window_batch(report: ProgressReport | None, stages: Sequence[RestStage]) -> WindowBatch:
+    """A used batch for the source figures: its report, else what its first stage's tasks read
+    (one input partition each)."""
+    if report is not None or not stages:
+        return WindowBatch(report)
+    return WindowBatch(None, tuple((t.index, t.input_records) for t in stages[0].tasks if t.status == "SUCCESS"))
 
-    Records read per partition come from the batch's progress report (end minus start offset of
-    each input stream), else from the first stage's tasks, which scan one input partition each."""
-    src = inputs.source
-    n = src.partitions
-    read = [0] * n
-    counted_from = {"progress": 0, "tasks": 0}
-    for b in used:
-        report = progress.get((b.run_id, b.batch_id))
-        if report is not None and report.rows_by_partition is not None:
-            counted_from["progress"] += 1
-            for p, rows in enumerate(report.rows_by_partition[:n]):
-                read[p] += rows
-            continue
-        counted_from["tasks"] += 1
-        for task in stages_of[(b.run_id, b.batch_id)][0].tasks:
-            if task.status == "SUCCESS" and task.index < n:
-                read[task.index] += task.input_records
-    measured_s = src.measured_s or inputs.window_s
-    instances = tuple(InstanceFigures(r, r, inputs.window_s, None, {"partition": p}) for p, r in enumerate(read))
-    op = OperatorFigures(
-        id=SOURCE_OPERATOR, source=True, parallelism=max(n, 1), instances=instances,
-        arrival_rate=sum(src.produced_records) / measured_s if measured_s > 0 else 0.0,
-        backlog=float(sum(src.backlog_by_partition)),
-        extra={"backlog_by_partition": list(src.backlog_by_partition)},
+
+def _source_operator(source: SourceEstimate, window_s: float) -> OperatorFigures:
+    """The virtual source: its true rate is its observed rate by construction (module docstring)."""
+    single = len({key.source for key, _rows in source.instances}) <= 1
+    instances = []
+    for key, rows in source.instances:
+        extra: dict[str, Any] = {} if single else {"source": key.source}
+        if key.partition is not None:
+            extra["partition"] = int(key.partition) if key.partition.isdigit() else key.partition
+        instances.append(InstanceFigures(rows, rows, window_s, None, extra))
+    return OperatorFigures(
+        id=SOURCE_OPERATOR, source=True, parallelism=max(len(instances), 1), instances=tuple(instances),
+        arrival_rate=source.arrival_rate, backlog=source.backlog_records,
+        extra={"arrival_estimate": source.arrival_estimate, "backlog_estimate": source.backlog_estimate},
     )
-    return op, counted_from
 
 
 def _progress_by_batch(reports: Sequence[ProgressReport]) -> dict[tuple[str, int], ProgressReport]:
-    return {(r.run_id, r.batch_id): r for r in reports}  # the later report of a batch wins
+    """The report of each batch: the one with the most input rows, the later one on a tie (an idle
+    sample may repeat the last batch's id with no rows)."""
+    out: dict[tuple[str, int], ProgressReport] = {}
+    for r in reports:
+        key = (r.run_id, r.batch_id)
+        if key not in out or r.num_input_rows >= out[key].num_input_rows:
+            out[key] = r
+    return out
 
 
 def _batch_duration_s(used: Sequence[Batch], reports: Sequence[ProgressReport]) -> float | None:

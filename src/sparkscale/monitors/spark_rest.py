@@ -51,6 +51,27 @@ class RestApplication:
 
 
 @dataclass(frozen=True)
+class RestExecutorMemory:
+    """An executor's memory as Spark reports it. Storage figures are current; the `peak_*` ones are
+    the highest the executor's heartbeats reported since it started (Spark keeps no current value).
+    Process-tree RSS is None unless `spark.executor.processTreeMetrics.enabled` (Spark reports 0)."""
+
+    storage_used_bytes: int  # memoryUsed: blocks held in storage memory
+    storage_total_bytes: int  # maxMemory: storage memory available (Spark's Executors page)
+    peak_jvm_heap_bytes: int | None = None
+    peak_jvm_offheap_bytes: int | None = None
+    peak_jvm_rss_bytes: int | None = None  # ProcessTreeJVMRSSMemory
+    peak_python_rss_bytes: int | None = None  # ProcessTreePythonRSSMemory: the Python workers
+    peak_other_rss_bytes: int | None = None  # ProcessTreeOtherRSSMemory
+
+    @property
+    def peak_rss_bytes(self) -> int | None:
+        """The executor's process tree (JVM, Python workers, others), each part at its own peak."""
+        parts = (self.peak_jvm_rss_bytes, self.peak_python_rss_bytes, self.peak_other_rss_bytes)
+        return None if self.peak_jvm_rss_bytes is None else sum(p or 0 for p in parts)
+
+
+@dataclass(frozen=True)
 class RestExecutor:
     """An executor the app holds (never the driver)."""
 
@@ -61,6 +82,10 @@ class RestExecutor:
     active_tasks: int
     max_memory_bytes: int
     added_at_s: float | None
+    host_port: str = ""
+    total_task_time_ms: float = 0.0  # totalDuration: run time of all its tasks since it started
+    total_gc_time_ms: float = 0.0  # totalGCTime
+    memory: RestExecutorMemory | None = None
 
 
 @dataclass(frozen=True)
@@ -96,6 +121,11 @@ class RestTask:
     fetch_wait_ms: float
     shuffle_write_records: int
     output_records: int
+    # CPU time of the task's thread in the executor JVM (executorCpuTime + executorDeserializeCpuTime);
+    # Python workers' CPU is not in it.
+    cpu_time_ns: float = 0.0
+    launched_at_s: float | None = None
+    duration_ms: float | None = None  # launch to finish (still growing while it runs)
 
 
 @dataclass(frozen=True)
@@ -150,13 +180,38 @@ def parse_executors(data: Any) -> list[RestExecutor]:
     for e in _items(data):
         if e.get("id") == "driver" or not e.get("isActive", True):
             continue
-        host = str(e.get("hostPort", "")).rsplit(":", 1)[0] or "unknown"
+        host_port = str(e.get("hostPort", ""))
         out.append(RestExecutor(
-            id=str(e["id"]), host=host, cores=int(e.get("totalCores", 0)), active=True,
+            id=str(e["id"]), host=host_of(host_port), cores=int(e.get("totalCores", 0)), active=True,
             active_tasks=int(e.get("activeTasks", 0)), max_memory_bytes=int(e.get("maxMemory", 0)),
-            added_at_s=parse_time_s(e.get("addTime")),
+            added_at_s=parse_time_s(e.get("addTime")), host_port=host_port,
+            total_task_time_ms=float(e.get("totalDuration", 0)), total_gc_time_ms=float(e.get("totalGCTime", 0)),
+            memory=_parse_memory(e),
         ))
     return out
+
+
+def host_of(host_port: str) -> str:
+    """The host of Spark's `hostPort` (`127.0.0.2:41235`, `[::1]:41235`); "unknown" if empty."""
+    host = host_port.rsplit(":", 1)[0] if ":" in host_port else host_port
+    return host.removeprefix("[").removesuffix("]") or "unknown"
+
+
+def _parse_memory(e: Mapping[str, Any]) -> RestExecutorMemory:
+    peak = e.get("peakMemoryMetrics") or {}  # absent until the executor's first heartbeat
+
+    def metric(name: str) -> int | None:
+        value = peak.get(name)
+        return int(value) if isinstance(value, (int, float)) else None
+
+    tree = {name: metric(f"ProcessTree{name}RSSMemory") for name in ("JVM", "Python", "Other")}
+    if not tree["JVM"]:  # 0: process-tree metrics are off (or not on procfs); the JVM has some RSS
+        tree = dict.fromkeys(tree)
+    return RestExecutorMemory(
+        storage_used_bytes=int(e.get("memoryUsed", 0)), storage_total_bytes=int(e.get("maxMemory", 0)),
+        peak_jvm_heap_bytes=metric("JVMHeapMemory"), peak_jvm_offheap_bytes=metric("JVMOffHeapMemory"),
+        peak_jvm_rss_bytes=tree["JVM"], peak_python_rss_bytes=tree["Python"], peak_other_rss_bytes=tree["Other"],
+    )
 
 
 def parse_jobs(data: Any) -> list[RestJob]:
@@ -198,6 +253,9 @@ def _parse_task(t: Mapping[str, Any]) -> RestTask:
         fetch_wait_ms=float(shuffle_read.get("fetchWaitTime", 0)),
         shuffle_write_records=int((m.get("shuffleWriteMetrics") or {}).get("recordsWritten", 0)),
         output_records=int((m.get("outputMetrics") or {}).get("recordsWritten", 0)),
+        cpu_time_ns=float(m.get("executorCpuTime", 0)) + float(m.get("executorDeserializeCpuTime", 0)),
+        launched_at_s=parse_time_s(t.get("launchTime")),
+        duration_ms=float(t["duration"]) if isinstance(t.get("duration"), (int, float)) else None,
     )
 
 
@@ -281,9 +339,30 @@ class SparkRestClient:
 
 
 def driver_rest(cfg: Config, app: AppConfig, **kwargs: Any) -> SparkRestClient:
-    """The REST API of `app`'s driver (the one place that says where a driver's UI is: today the
-    head node, on the app's configured UI port), with the config's timeout unless given."""
-    from sparkscale.pipeline.submit import driver_ui_port
+    """The REST API of `app`'s driver, at the URL its agent published on registration
+    (`protocol.keys.driver_key`), with the config's timeout unless given. The one place that says
+    where a driver's UI is. No registration yet: an unreachable-driver error, as for a dead one."""
+
+    from sparkscale.protocol.keys import driver_key
+    from sparkscale.redisconn import connect
 
     kwargs.setdefault("timeout_s", cfg.spark.rest_timeout_s)
-    return SparkRestClient.for_port(driver_ui_port(cfg, app), **kwargs)
+    import redis
+
+    client = connect(cfg.redis)
+    try:
+        raw = client.get(driver_key(cfg.redis.key_prefix, app.name))
+    except redis.RedisError as exc:
+        raise SparkRestError(f"(driver of {app.name})", f"its registration in Redis is unreadable: {exc}",
+                             unreachable=True) from None
+    finally:
+        client.close()
+    url = None
+    if raw:
+        try:
+            url = json.loads(raw).get("ui_url")
+        except (ValueError, AttributeError):
+            url = None
+    if not url:
+        raise SparkRestError(f"(driver of {app.name})", "its agent has not registered a REST URL", unreachable=True)
+    return SparkRestClient(f"{url.rstrip('/')}/api/v1", **kwargs)

@@ -91,7 +91,10 @@ def checkpoint_root(cfg: Config, app: AppConfig) -> Path:
 
 
 def driver_ui_port(cfg: Config, app: AppConfig) -> int:
-    """Each managed app gets its own UI (and REST API) port, in config order from `driver_ui_port`."""
+    """The app's UI (and REST API) port: 0 (any free one) unless `spark.driver_ui_port` fixes them,
+    in config order from it."""
+    if cfg.spark.driver_ui_port == 0:
+        return 0
     return cfg.spark.driver_ui_port + [a.name for a in cfg.apps].index(app.name)
 
 
@@ -110,17 +113,22 @@ def spark_conf(cfg: Config, app: AppConfig) -> dict[str, str]:
         "spark.storage.decommission.enabled": "true",
         "spark.storage.decommission.shuffleBlocks.enabled": "true",
         "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+        # The RSS of each executor's process tree (JVM, Python workers) in its REST figures, read
+        # by the monitor on whatever host the executor runs (monitors/executor_figures.py).
+        "spark.executor.processTreeMetrics.enabled": "true",
         **_dynamic_allocation_conf(app),
         # Only read at a query's first start; afterwards the checkpoint's value wins.
         "spark.sql.shuffle.partitions": str(app.shuffle_partitions),
         "spark.sql.adaptive.enabled": "false",
         # Event-time windows (taxi) and their printed bounds must not depend on the host's zone.
         "spark.sql.session.timeZone": "UTC",
+        # 0: any free port; the agent publishes the URL it got (protocol.keys.driver_key).
         "spark.ui.port": str(driver_ui_port(cfg, app)),
-        "spark.port.maxRetries": "0",  # a taken UI port is an error, not a silent move elsewhere
-        "spark.driver.host": "127.0.0.1",
+        **({"spark.driver.host": cfg.spark.driver_host} if cfg.spark.driver_host else {}),
+        **({"spark.driver.bindAddress": cfg.spark.driver_bind_address} if cfg.spark.driver_bind_address else {}),
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
+        **app.spark_conf,  # the operator's own settings win
     }
 
 
@@ -147,7 +155,10 @@ def submit_command(
     argv = [str(tools.spark_submit), "--master", cfg.spark.master_url, "--deploy-mode", "client"]
     for key, value in spark_conf(cfg, app).items():
         argv += ["--conf", f"{key}={value}"]
-    argv.append(str(Path(__file__).parent.parent / "agent" / "bootstrap.py"))  # the driver's main program
+    if app.py_files:
+        argv += ["--py-files", ",".join(app.py_files)]
+    # The driver's main program: starts the agent, then runs the app's script (or the shipped job).
+    argv.append(str(Path(__file__).parent.parent / "agent" / "bootstrap.py"))
     argv += ["--app", app.name]
     if config_path:
         argv += ["--config", str(Path(config_path).resolve())]
@@ -177,7 +188,7 @@ def submit(
     argv = submit_command(cfg, app, config_path, list(overrides or []), tools)
     env = {
         **os.environ,
-        "SPARK_LOCAL_IP": "127.0.0.1",
+        **({"SPARK_LOCAL_IP": cfg.spark.driver_bind_address} if cfg.spark.driver_bind_address else {}),
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
         "SPARK_HOME": str(tools.spark_home),

@@ -136,7 +136,7 @@ def detect_backpressure(snapshot: Snapshot, history: DecisionHistory, figures: L
     series = [(t, float(b)) for t, b in past if isinstance(b, (int, float))]
     trend: tuple[float, ...] = ()
     growth = 0.0
-    if len(series) == windows - 1 == len(past):
+    if len(series) == windows - 1 == len(past) and figures.backlog_known:
         series.append((snapshot.taken_at, figures.backlog))
         values = [b for _, b in series]
         # Grew: never fell, and ended higher than it started.
@@ -362,7 +362,8 @@ class DhalionPolicy:
 
         observation = Observation(
             query=snapshot.query, diagnosis=chosen, expected=expected,
-            figures={"executors": fig.executors, "backlog": fig.backlog, "batch_ratio": fig.batch_ratio,
+            figures={"executors": fig.executors, "backlog": fig.backlog if fig.backlog_known else None,
+                     "batch_ratio": fig.batch_ratio,
                      "arrival_rate": fig.arrival_rate, "processed_rate": fig.processed_rate,
                      "utilization": fig.utilization})
         return Plan(policy=self.name, app=snapshot.app, actions=tuple(actions), explanation=tuple(explanation),
@@ -382,6 +383,7 @@ def _describe_figures(fig: LoadFigures) -> str:
         return "unknown" if x is None else f"{x:.2f}{unit}"
 
     return (f"figures: {fig.executors} executors ({fig.cores} cores); batch ratio {show(fig.batch_ratio)}; "
-            f"backlog {fig.backlog:g} records; arrival {fig.arrival_rate:.2f} rec/s; processed "
+            f"{f'backlog {fig.backlog:g} records' if fig.backlog_known else 'backlog unknown'}; "
+            f"arrival {fig.arrival_rate:.2f} rec/s; processed "
             f"{show(fig.processed_rate, ' rec/s')}; utilisation {show(fig.utilization)} (load "
             f"{show(fig.load_utilization)}, the larger of it and the batch ratio)")

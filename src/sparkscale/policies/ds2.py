@@ -15,7 +15,9 @@ explanation too):
   With u = 1 this is the paper's formula.
 - Backlog: a source with `backlog` records waiting gets `backlog / catch_up_s` records/s added to
   its arrival rate, so the backlog drains within `catch_up_s` while new records keep arriving.
-  Once it is drained, the next decision sizes for the arrival rate alone (scale-down follows).
+  Once it is drained, the next decision sizes for the arrival rate alone (scale-down follows). A
+  source whose backlog is unknown (None) is sized from its arrival rate alone, and the
+  explanation says "backlog unknown".
 - Sources are not scaled (their parallelism is that of the input), and an operator without any
   measured instance keeps its parallelism (with a `warn` action).
 
@@ -333,8 +335,10 @@ def _explain(n: int, op: OperatorEstimate, u: float, catch_up_s: float, snapshot
              f"selectivity {_num(op.selectivity)}")
     if op.source:
         figures = snapshot.operator(op.id)
+        backlog = (f"backlog {_num(figures.backlog)} / {_num(catch_up_s)} s" if figures.backlog is not None
+                   else "0 (backlog unknown: no catch-up)")
         return (f"[{n}] {op.id} (source): {rates}; target input rate = arrival {_num(figures.arrival_rate or 0)} "
-                f"+ backlog {_num(figures.backlog or 0)} / {_num(catch_up_s)} s = {_num(op.target_input_rate)} rec/s; "
+                f"+ {backlog} = {_num(op.target_input_rate)} rec/s; "
                 f"optimal output {_num(op.optimal_output_rate)} rec/s; π = current parallelism "
                 f"{op.parallelism} (sources are not scaled)")
     if op.required is None:

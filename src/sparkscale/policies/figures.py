@@ -21,6 +21,7 @@ class LoadFigures:
     processed_rate: float | None  # records/s the sources took in over the window
     load_utilization: float | None  # max(arrival, processed) x core-s per source record / cores
     utilization: float | None  # max(load_utilization, batch_ratio)
+    backlog_known: bool = True  # False: a source cannot tell its backlog (`backlog` then counts it as 0)
 
 
 def load_figures(snapshot: Snapshot, app: AppConfig) -> LoadFigures:
@@ -40,4 +41,5 @@ def load_figures(snapshot: Snapshot, app: AppConfig) -> LoadFigures:
         load_u = max(arrival, processed or 0.0) * (useful_s / source_records) / snapshot.cores
     known = [u for u in (load_u, batch_ratio) if u is not None]
     return LoadFigures(len(snapshot.executors), snapshot.cores, batch_ratio, backlog, arrival, processed,
-                       load_u, max(known) if known else None)
+                       load_u, max(known) if known else None,
+                       backlog_known=all(op.backlog is not None for op in sources))

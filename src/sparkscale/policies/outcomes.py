@@ -15,8 +15,8 @@ Expectations:
 - a scale-down or a replacement: the app keeps up afterwards.
 
 An action that did not bring `fraction` of the expected change is still met when the app keeps up
-(its backlog did not grow): the symptom it was taken against is gone, so there is nothing to blame
-it for.
+(its backlog did not grow; with the backlog unknown, its batches fit their trigger interval): the
+symptom it was taken against is gone, so there is nothing to blame it for.
 """
 
 from __future__ import annotations
@@ -143,6 +143,9 @@ def keeps_up(snapshot: Snapshot, app: AppConfig, backlog_before: float) -> bool:
     of many stages can take longer than its trigger per batch and still take in all that arrives
     (Spark then runs the batches back to back)."""
     fig = load_figures(snapshot, app)
+    if not fig.backlog_known:
+        # No backlog to judge by (a source cannot tell): a batch that fits its trigger keeps up.
+        return fig.batch_ratio is None or fig.batch_ratio <= 1.0
     trigger_s = snapshot.trigger_interval_s or app.trigger_interval_s
     batch_s = max(trigger_s, snapshot.batch_duration_s or 0.0)
     usual_backlog = fig.arrival_rate * batch_s * 3 + 1
@@ -154,9 +157,10 @@ def judge(expected: Expectation, snapshot: Snapshot, app: AppConfig, fraction: f
     fig = load_figures(snapshot, app)
     ok_now = keeps_up(snapshot, app, expected.backlog_before)
     if expected.metric == KEEPS_UP:
+        backlog = (f"backlog {fig.backlog:g} (was {expected.backlog_before:g})" if fig.backlog_known
+                   else "backlog unknown")
         detail = "the app keeps up" if ok_now else (
-            f"the app does not keep up: backlog {fig.backlog:g} (was {expected.backlog_before:g}), batch ratio "
-            f"{_show(fig.batch_ratio)}")
+            f"the app does not keep up: {backlog}, batch ratio {_show(fig.batch_ratio)}")
         return Verdict(ok_now, fig.batch_ratio, ok_now, detail)
     observed = fig.processed_rate if expected.metric == "processed_rate" else fig.batch_ratio
     if observed is None:

@@ -1,11 +1,14 @@
 """The one decide path: policy -> guards -> blocklist -> Spark mapping.
 
-The daemon, `sparkscale plan` and `sparkscale simulate` all call `decide`, so what `plan` shows
-offline is what the daemon would do given the same snapshot and decision history. Pure: the caller
-brings the history (the daemon from Redis, `plan` from `--history FILE` or empty) and owns time.
+The daemon, `sparkscale plan` and `sparkscale simulate` all call `decide` (or `decide_app` with the
+snapshots of all the app's queries), so what `plan` shows offline is what the daemon would do given
+the same snapshots and decision history. Pure: the caller brings the history (the daemon from Redis,
+`plan` from `--history FILE` or empty) and owns time.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
 
 from sparkscale.config import AppConfig, Config
 from sparkscale.plan import Action, Plan
@@ -14,6 +17,14 @@ from sparkscale.policies.guards import GuardInput, apply_guards
 from sparkscale.policies.history import DecisionHistory
 from sparkscale.policies.outcomes import drop_blocked
 from sparkscale.snapshot import Snapshot
+from sparkscale.snapshot_merge import merge_snapshots, query_names, split_operator
+
+
+def decide_app(snapshots: Sequence[Snapshot], history: DecisionHistory, config: Config, app: AppConfig,
+               now: float | None = None, policy: str | None = None) -> Plan:
+    """The plan for an app over all its queries: one decision on their merged snapshot (the
+    executors are the app's, shared by every query), then one migration at most per query."""
+    return decide(merge_snapshots(snapshots), history, config, app, now, policy)
 
 
 def decide(snapshot: Snapshot, history: DecisionHistory, config: Config, app: AppConfig,
@@ -27,38 +38,51 @@ def decide(snapshot: Snapshot, history: DecisionHistory, config: Config, app: Ap
         last_migration_end=history.last_migration_end, last_action_at=history.last_action_at),
         config.guards, config.loop)
     allowed = drop_blocked(guarded, history.blocklist, now)
-    return map_to_spark(allowed, snapshot.query, history.partitions.get(snapshot.query, app.shuffle_partitions))
+    names = query_names(snapshot)
+    current = {q: history.partitions.get(q, app.shuffle_partitions) for q in names}
+    return map_to_spark(allowed, snapshot.query, current if len(names) > 1 else current[snapshot.query])
 
 
-def map_to_spark(plan: Plan, query: str, current_partitions: int) -> Plan:
-    """A plan's `set_parallelism` wishes on stages as one migration of the query.
+def map_to_spark(plan: Plan, query: str, current_partitions: int | Mapping[str, int]) -> Plan:
+    """A plan's `set_parallelism` wishes on stages as one migration per query.
 
     A policy names the operator (a stage of the snapshot) that is partition-bound, but a Spark
     query has one state/shuffle partition count for all its shuffled stages
     (`spark.sql.shuffle.partitions` at its first run, kept in the checkpoint): every such stage's
-    wish becomes one `set_parallelism` of the query, to the largest count asked for. A stage with
-    another count (the one reading the source has the source's partitions) cannot be changed by a
-    migration: its wish is dropped, and the explanation says why."""
+    wish becomes one `set_parallelism` of its query, to the largest count asked for, against that
+    query's partitions now. `current_partitions` is the count of `query`, or, for a merged
+    snapshot, each query's count by name (an operator's query is then its `"{query}/"` prefix).
+    A stage with another count (the one reading the source has the source's partitions) cannot be
+    changed by a migration: its wish is dropped, and the explanation says why."""
     asked = [a for a in plan.actions if a.type == "set_parallelism"]
     if not asked:
         return plan
-    wishes = [a for a in asked if a.to is not None and a.from_ == current_partitions and a.to != current_partitions]
-    notes = [f"spark mapping: dropped {a.summary()}: {a.operator} has {a.from_} partitions, not the query's "
-             f"{current_partitions} shuffle partitions (e.g. the source's): a migration cannot change them"
-             for a in asked if a not in wishes]
-    migration: Action | None = None
-    target: Action | None = None
-    if wishes:
-        target = max(wishes, key=lambda a: a.to or 0)
-        reasons = "; ".join(f"{a.operator}: {a.reason}" for a in wishes)
-        migration = Action("set_parallelism", operator=target.operator, from_=current_partitions,
-                           to=target.to or 1, reason=reasons, query=query)
-        notes.append(f"spark mapping: {', '.join(a.summary() for a in wishes)} -> one migration of query "
-                     f"{query} to {migration.to} partitions")
-    actions: list[Action] = []
-    for action in plan.actions:
-        if action.type != "set_parallelism":
-            actions.append(action)
-        elif migration is not None and action is target:
-            actions.append(migration)
+    partitions = dict(current_partitions) if isinstance(current_partitions, Mapping) else {query: current_partitions}
+    names = tuple(partitions)
+    by_query: dict[str, list[tuple[Action, str]]] = {}
+    notes: list[str] = []
+    for action in asked:
+        try:
+            owner, stage = split_operator(names, action.operator or "")
+        except KeyError as exc:
+            notes.append(f"spark mapping: dropped {action.summary()}: {exc.args[0]}")
+            continue
+        current = partitions[owner]
+        if action.to is not None and action.from_ == current and action.to != current:
+            by_query.setdefault(owner, []).append((action, stage))
+        else:
+            notes.append(f"spark mapping: dropped {action.summary()}: {action.operator} has {action.from_} "
+                         f"partitions, not the {current} shuffle partitions of query {owner} (e.g. the source's): "
+                         "a migration cannot change them")
+    migrations: dict[int, Action] = {}  # id of the wish that stands for its query -> the migration
+    for owner, wishes in by_query.items():
+        target, stage = max(wishes, key=lambda w: w[0].to or 0)
+        reasons = "; ".join(f"{s}: {a.reason}" for a, s in wishes)
+        migration = Action("set_parallelism", operator=stage, from_=partitions[owner], to=target.to or 1,
+                           reason=reasons, query=owner)
+        migrations[id(target)] = migration
+        notes.append(f"spark mapping: {', '.join(a.summary() for a, _s in wishes)} -> one migration of query "
+                     f"{owner} to {migration.to} partitions")
+    actions = [migrations[id(a)] if a.type == "set_parallelism" else a
+               for a in plan.actions if a.type != "set_parallelism" or id(a) in migrations]
     return plan.with_actions(actions, notes)

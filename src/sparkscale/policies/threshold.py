@@ -9,10 +9,16 @@ whose metric is unknown ends the run. Cooldowns are the guards' business, not th
 
 Metrics, and where they come from:
 
-- `cpu`: `snapshot.extensions["app"]["cpu_fraction"]` (CPU time of the app's executors over
-  cores x window, in [0, 1]) if given, else `extensions["host"]["cpu_fraction"]` (host CPU busy).
-- `memory`: `extensions["app"]["memory_fraction"]` (executor memory used / available) if given,
-  else `extensions["host"]["memory_fraction"]` (host memory used), in [0, 1].
+- `cpu`: `snapshot.extensions["app"]["cpu_fraction"]`: CPU time of the app's executors over
+  cores x window, in [0, 1], from Spark's task metrics, so executors on any host count. Spark
+  counts the task threads of the executor JVM only: time in PySpark's Python workers is not in it.
+- `busy`: `extensions["app"]["task_time_fraction"]`: the share of the executors' task slots in use
+  (task run time over cores x window), whatever the tasks spend it on (JVM, Python workers, I/O).
+- `memory`: `extensions["app"]["memory_fraction"]`: the executors' storage memory used / available,
+  as Spark reports it, in [0, 1].
+  A snapshot with no figure in `extensions["app"]` (older monitors; other tools) falls back to
+  `extensions["host"]`, the monitor's own host (psutil). A snapshot whose `app` section has the key
+  but no value (no executors) leaves the metric unknown: the daemon's host says nothing about them.
 - `batch_ratio`: batch_duration_s / trigger_interval_s (the app's trigger interval when the
   snapshot has none).
 - `backlog`: records waiting, summed over the source operators.
@@ -40,7 +46,7 @@ from sparkscale.snapshot import Snapshot
 class ThresholdRule(ConfigSection):
     """`metric op value` for `for_windows` windows -> change executors by `executors_delta`."""
 
-    metric: Literal["cpu", "batch_ratio", "backlog", "memory"]
+    metric: Literal["cpu", "busy", "batch_ratio", "backlog", "memory"]
     op: Literal[">", ">=", "<", "<="]
     value: float
     for_windows: int = Field(1, ge=1)
@@ -75,25 +81,30 @@ _OPS: Mapping[str, Callable[[float, float], bool]] = {
 
 
 def metrics_of(snapshot: Snapshot, app: AppConfig) -> dict[str, float | None]:
-    """The four rule metrics for one window (None where the snapshot does not tell)."""
+    """The rule metrics for one window (None where the snapshot does not tell)."""
     trigger = snapshot.trigger_interval_s or app.trigger_interval_s
     batch_ratio = snapshot.batch_duration_s / trigger if snapshot.batch_duration_s is not None else None
     sources = [op for op in snapshot.operators if op.source]
     return {
         "cpu": _extension_fraction(snapshot.extensions, "cpu_fraction"),
+        "busy": _extension_fraction(snapshot.extensions, "task_time_fraction"),
         "batch_ratio": batch_ratio,
-        "backlog": sum(op.backlog or 0.0 for op in sources) if sources else None,
+        # Unknown when a source cannot tell its backlog: a rule on it then does not fire.
+        "backlog": (sum(op.backlog or 0.0 for op in sources)
+                    if sources and all(op.backlog is not None for op in sources) else None),
         "memory": _extension_fraction(snapshot.extensions, "memory_fraction"),
     }
 
 
 def _extension_fraction(extensions: Mapping[str, Any], key: str) -> float | None:
+    """The app's figure (from Spark); the host's only for snapshots that have no app figure at all."""
     for scope in ("app", "host"):
         section = extensions.get(scope)
-        if isinstance(section, Mapping):
-            value = section.get(key)
+        if isinstance(section, Mapping) and key in section:
+            value = section[key]
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 return float(value)
+            return None
     return None
 
 

@@ -40,6 +40,12 @@ def loadgen_runs_key(prefix: str, app: str) -> str:
     return f"{prefix}{app}:loadgen:runs"
 
 
+def driver_key(prefix: str, app: str) -> str:
+    """Where the app's driver is (JSON: app_id, ui_url = its REST API, driver_host, pid), as its
+    agent registered it; the daemon reads the REST URL here (no port fixed in advance)."""
+    return f"{prefix}{app}:driver"
+
+
 # -- per query: what the agent publishes ------------------------------------------------------------
 
 

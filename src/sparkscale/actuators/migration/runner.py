@@ -22,6 +22,7 @@ from sparkscale.config import AppConfig, Config
 from sparkscale.pipeline.submit import ExecutorShape, running, store_shape
 from sparkscale.protocol.commands import AckTimeout, send_command, wait_ack
 from sparkscale.protocol.keys import datastore_key, input_stream_key, paused_key, progress_key
+from sparkscale.protocol.queries import read_queries
 from sparkscale.protocol.streams import StreamOffsets, query_partitions, read_source_status, stream_heads
 
 log = structlog.get_logger(__name__)
@@ -59,6 +60,9 @@ class MigrationRunner:
         current = self.store.read()
         if current is not None and current.status == "running":
             raise MigrationBusy(f"migration {current.id} of {self.app.name} is still running (phase {current.next})")
+        info = read_queries(self.redis, self.prefix, self.app.name).get(query)
+        if info is not None and not info.migratable:
+            raise MigrationError(f"{self.app.name}/{query} cannot be migrated: {info.why_not_migratable()}")
         from_partitions = self.current_partitions(query)
         if shape is not None and shape == ExecutorShape(self.app.executor_cores, self.app.executor_memory_mb):
             shape = None  # already this shape
@@ -124,7 +128,11 @@ class MigrationRunner:
 
     def _drain(self, journal: Journal) -> None:
         """Wait until the query has processed everything it admitted (no batch running, nothing
-        admitted left); for one query that is the end of its running batch."""
+        admitted left); for one query that is the end of its running batch. A query whose sources
+        cannot be paused never runs dry: its stop waits for the batch boundary instead."""
+        if not self.pausable(journal.query):
+            journal.marks["drain"] = "sources cannot be paused: the stop waits for an idle trigger"
+            return
         deadline = time.monotonic() + self.mcfg.phase_timeout_s
         while True:
             status = self.query_status(journal.query)
@@ -138,7 +146,13 @@ class MigrationRunner:
 
     def _stop(self, journal: Journal) -> None:
         kind, args = get_strategy(journal.strategy).stop_command(journal.query, self.mcfg.phase_timeout_s)
-        journal.marks["stop"] = self._command(kind, args)
+        if kind == "stop_query":
+            args = {**args, "idle_wait_s": self.mcfg.idle_trigger_wait_s}
+        # The agent answers once the query stopped: give it the stop's own time and the ack's.
+        journal.marks["stop"] = self._command(kind, args, timeout_s=self.mcfg.phase_timeout_s
+                                              + self.cfg.actuator.ack_timeout_s)
+        if not self.pausable(journal.query):
+            return
         # What the stopped run had admitted but not finished: recomputed after the restart (an
         # aborted run's abandoned batch); zero for a stop at a batch boundary.
         status = read_source_status(self.redis, self.prefix, self.app.name, journal.query)
@@ -148,7 +162,17 @@ class MigrationRunner:
         journal.marks["replayed_records"] = max(latest - processed, 0)
 
     def _capture(self, journal: Journal) -> None:
-        """The admitted-but-unprocessed and arrived-but-unadmitted input, into the DataStore."""
+        """The admitted-but-unprocessed and arrived-but-unadmitted input, into the DataStore (for
+        a source that cannot be paused: its last reported positions and backlog)."""
+        if not self.pausable(journal.query):
+            fields = self.query_progress(journal.query)
+            captured_any = {"sources": json.loads(fields.get("sources") or "[]"), "captured_at": time.time(),
+                            "batch_id": fields.get("batch_id")}
+            self.redis.set(datastore_key(self.prefix, self.app.name, journal.id), json.dumps(captured_any),
+                           ex=int(self.mcfg.datastore_ttl_s))
+            backlogs = [s.get("backlog_records") for s in captured_any["sources"]]
+            journal.marks["captured_records"] = None if None in backlogs else sum(backlogs)
+            return
         status = read_source_status(self.redis, self.prefix, self.app.name, journal.query)
         parts = self.app.source_partitions
         captured = {
@@ -231,6 +255,12 @@ class MigrationRunner:
                 return q.get("status") or {}
         return None
 
+    def pausable(self, query: str) -> bool:
+        """The query's sources honour the app's pause key (as its agent last reported); unknown
+        queries count as pausable, the behaviour before queries were reported."""
+        info = read_queries(self.redis, self.prefix, self.app.name).get(query)
+        return True if info is None else info.pausable
+
     def query_progress(self, query: str) -> dict[str, str]:
         return self.redis.hgetall(progress_key(self.prefix, self.app.name, query))
 
@@ -245,7 +275,9 @@ class MigrationRunner:
             raise MigrationError(f"{kind} refused: {ack.detail}")
         return ack.detail
 
-    def _input_position(self) -> int:
+    def _input_position(self) -> int | None:
+        if self.app.runs_script:
+            return None  # records ever arrived: known per source in the progress, not app-wide
         keys = [input_stream_key(self.prefix, self.app.name, i) for i in range(self.app.source_partitions)]
         return sum(h.entries_added for h in stream_heads(self.redis, keys))
 

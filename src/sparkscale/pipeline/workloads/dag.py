@@ -7,7 +7,7 @@ Five user tasks each, besides the source and the sink:
 Stateless tasks cost `cost_ms_per_record` each (a sleep, so no CPU: scaling past 2 physical cores is
 real) and emit `selectivity` records per record in; the stateful task counts records per key.
 A repartition between stateless tasks makes each one its own Spark stage, i.e. its own operator for
-DS2 (DESIGN.md: an operator is a stage), with `shuffle_partitions` instances.
+DS2 (DESIGN.md: an operator is a stage), with the query's shuffle partitions as instances.
 """
 
 from __future__ import annotations
@@ -55,7 +55,9 @@ def build(ctx: PipelineContext) -> list[Any]:
     from pyspark.sql import functions as F
 
     dag = ctx.app.dag
-    partitions = ctx.app.shuffle_partitions
+    # Hash-repartitioned without a count: each stage gets the query's shuffle partitions, which a
+    # restart takes from the checkpoint, so a migration changes them all (not only the state's).
+    uid = F.col("uid")
 
     def task(df: Any, number: int, selectivity: float | None = None) -> Any:
         sel = dag.selectivity if selectivity is None else selectivity
@@ -63,17 +65,17 @@ def build(ctx: PipelineContext) -> list[Any]:
 
     source = ctx.read_input(QUERY, ("value", "key")).select("uid", "key", "value")
     if dag.shape == "linear":
-        t1 = task(source, 1).repartition(partitions)
-        t2 = task(t1, 2).repartition(partitions)
-        t3 = task(t2, 3).repartition(partitions)
+        t1 = task(source, 1).repartition(uid)
+        t2 = task(t1, 2).repartition(uid)
+        t3 = task(t2, 3).repartition(uid)
         t4 = task(t3, 4)
         out = t4.groupBy("key").count()  # T5, stateful
     elif dag.shape == "diamond":
-        t1 = task(source, 1).repartition(partitions)
+        t1 = task(source, 1).repartition(uid)
         fanned = task(t1, 2).unionAll(task(t1, 3)).unionAll(task(t1, 4))
         out = fanned.groupBy("key").count()  # T5, stateful fan-in
     else:  # star
-        spokes_in = task(source, 1).unionAll(task(source, 2)).repartition(partitions)
+        spokes_in = task(source, 1).unionAll(task(source, 2)).repartition(uid)
         hub = spokes_in.groupBy("key").count()  # T3, the stateful hub
         as_rows = hub.select(F.col("key").alias("uid"), "key", F.col("count").cast("string").alias("value"))
         even = F.col("key").cast("int") % 2 == 0

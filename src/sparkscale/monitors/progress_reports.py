@@ -1,0 +1,84 @@
+"""A query's progress reports as the agent publishes them (`agent/progress.py`), typed. Pure: no I/O.
+
+The monitor reads a query's reports over the window from its `:history` stream; each carries the
+batch it describes, the query's rates, its state figures and one `SourceReport` per source (offsets,
+backlog and position, `protocol/queries.py`). The agent also publishes a report while a query is
+idle, so a quiet query still has samples of its sources' positions and backlog.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sparkscale.protocol.queries import SourceReport, source_reports
+
+
+@dataclass(frozen=True)
+class ProgressReport:
+    """One progress report of a query (one batch, or an idle sample)."""
+
+    batch_id: int
+    run_id: str
+    num_input_rows: int
+    batch_duration_ms: float | None = None
+    input_rows_per_s: float | None = None
+    processed_rows_per_s: float | None = None
+    timestamp: str | None = None  # the trigger's start, ISO 8601 (Spark's `timestamp`)
+    published_at_s: float | None = None  # when the agent wrote it
+    sources: tuple[SourceReport, ...] = ()
+    state_rows_total: int | None = None
+    state_partitions: int | None = None
+
+    @property
+    def at_s(self) -> float | None:
+        """When the report's source figures were taken: the trigger's start, where Spark asks the
+        sources for their latest offsets (else when the agent published it)."""
+        parsed = parse_progress_time(self.timestamp)
+        if parsed is not None:
+            return parsed
+        return self.published_at_s if self.published_at_s else None
+
+    @classmethod
+    def from_fields(cls, fields: Mapping[str, Any], partitions: int | None = None) -> ProgressReport:
+        """From the progress hash or one `:history` entry (all values strings in Redis).
+
+        `partitions` is ignored: older callers passed the app's input partitions, which the
+        sources' own offsets now tell."""
+        del partitions
+
+        def num(name: str) -> float | None:
+            value = fields.get(name)
+            return None if value in (None, "", "None") else float(value)
+
+        state_rows = num("state_rows_total")
+        state_parts = num("state_partitions")
+        try:
+            sources = tuple(source_reports(dict(fields)))
+        except (ValueError, TypeError):
+            sources = ()
+        return cls(
+            batch_id=int(fields["batch_id"]), run_id=str(fields.get("run_id", "")),
+            num_input_rows=int(float(fields.get("num_input_rows", 0) or 0)),
+            batch_duration_ms=num("batch_duration_ms"), input_rows_per_s=num("input_rows_per_s"),
+            processed_rows_per_s=num("processed_rows_per_s"), timestamp=fields.get("timestamp"),
+            published_at_s=num("published_at"), sources=sources,
+            state_rows_total=None if state_rows is None else int(state_rows),
+            state_partitions=None if state_parts is None else int(state_parts),
+        )
+
+
+def parse_progress_time(text: str | None) -> float | None:
+    """Spark's progress `timestamp` (`2026-11-22T05:10:48.319Z`; the REST API's `...GMT` too) as
+    epoch seconds; None when absent or unreadable."""
+    if not text:
+        return None
+    clean = text.strip().replace("GMT", "+00:00")
+    if clean.endswith("Z"):
+        clean = clean[:-1] + "+00:00"
+    try:
+        return datetime.fromisoformat(clean).timestamp()
+    except ValueError:
+        return None

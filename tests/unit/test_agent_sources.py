@@ -1,0 +1,91 @@
+"""Each source's backlog estimate, as the agent publishes it: offsets that count records (the Redis
+streams source, Kafka), the file source's listing against its checkpoint log, and no signal."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+from sparkscale.agent.sources import FileBacklog, SourceReporter, record_positions, source_kind
+
+
+def source(description: str, start=None, end=None, latest=None, rows: int = 0, metrics=None):
+    return SimpleNamespace(description=description, startOffset=json.dumps(start) if start is not None else None,
+                           endOffset=json.dumps(end) if end is not None else None,
+                           latestOffset=json.dumps(latest) if latest is not None else None,
+                           numInputRows=rows, inputRowsPerSecond=1.0, processedRowsPerSecond=2.0,
+                           metrics=metrics or {})
+
+
+def progress(batch_id: int, *sources):
+    return SimpleNamespace(batchId=batch_id, sources=list(sources))
+
+
+def test_record_positions_of_redis_and_kafka_offsets_and_nothing_else():
+    assert record_positions({"ids": {"0": "1-0", "1": "2-0"}, "counts": {"0": 5, "1": 7}}) == {"0": 5, "1": 7}
+    assert record_positions(json.dumps({"clicks": {"0": 10, "1": 3}})) == {"clicks/0": 10, "clicks/1": 3}
+    assert record_positions({"clicks": {"0": -1}}) is None  # Kafka's "latest" marker is no position
+    assert record_positions({"logOffset": 4}) is None  # the file source's offset
+    assert record_positions(None) is None
+
+
+def test_offsets_that_count_records_give_an_exact_backlog_and_position():
+    kafka = source("KafkaV2[Subscribe[clicks]]", start={"clicks": {"0": 0}}, end={"clicks": {"0": 40, "1": 10}},
+                   latest={"clicks": {"0": 100, "1": 15}}, rows=50, metrics={"maxOffsetsBehindLatest": "60"})
+    [report] = SourceReporter(None).reports(progress(3, kafka))
+    assert (report.kind, report.backlog_records, report.position_records) == ("kafka", 65, 115)
+    assert report.backlog_estimate == "source_offsets" and report.metrics == {"maxOffsetsBehindLatest": "60"}
+    redis_src = source("RedisStreams", end={"ids": {"0": "9-0"}, "counts": {"0": 9}},
+                       latest={"ids": {"0": "12-0"}, "counts": {"0": 12}})
+    [report] = SourceReporter(None).reports(progress(1, redis_src))
+    assert (report.kind, report.backlog_records, report.position_records) == ("redis_streams", 3, 12)
+
+
+def test_a_source_without_a_signal_says_backlog_unknown():
+    [report] = SourceReporter(None).reports(progress(0, source("RateStreamV2[rowsPerSecond=5]", end=7, latest=9)))
+    assert report.backlog_records is None and report.backlog_estimate == "unknown"
+    assert "reports no backlog" in report.backlog_detail and report.kind == "rate"
+
+
+def _log(directory: Path, name: str, batch: int, files: list[Path]) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    lines = ["v1"] + [json.dumps({"path": f"file://{f}", "timestamp": 0, "batchId": batch}) for f in files]
+    (directory / name).write_text("\n".join(lines) + "\n")
+
+
+def test_the_file_backlog_is_unlogged_files_times_rows_per_file(tmp_path):
+    data, checkpoint = tmp_path / "in", tmp_path / "cp"
+    data.mkdir()
+    files = [data / f"f{i}.json" for i in range(5)]
+    for f in files:
+        f.write_text("{}\n")
+    (data / ".f5.json.tmp").write_text("{}\n")  # a file still being written: Spark ignores it, so do we
+    (data / "_SUCCESS").write_text("")
+    _log(checkpoint / "sources" / "0", "0", 0, files[:2])
+    reporter = SourceReporter(f"file:{checkpoint}")
+    [report] = reporter.reports(progress(0, source(f"FileStreamSource[file:{data}]", end={"logOffset": 0}, rows=20)))
+    assert report.kind == "file" and report.backlog_files == 3
+    assert report.backlog_records == 30 and report.backlog_estimate == "file_listing"  # 3 files x 10 rows
+    _log(checkpoint / "sources" / "0", "1", 1, files[2:4])
+    [report] = reporter.reports(progress(1, source(f"FileStreamSource[file:{data}]", end={"logOffset": 1}, rows=8)))
+    assert (report.backlog_files, report.backlog_records) == (1, 4)  # rows per file now 4
+
+
+def test_a_compacted_log_counts_and_rows_per_file_unknown_until_a_batch_read_files(tmp_path):
+    data = tmp_path / "in"
+    data.mkdir()
+    files = [data / f"f{i}.json" for i in range(3)]
+    for f in files:
+        f.write_text("{}\n")
+    log_dir = tmp_path / "cp" / "sources" / "0"
+    _log(log_dir, "9.compact", 9, files[:1])
+    backlog = FileBacklog(str(data), log_dir)
+    assert backlog.report(10, 0) == (None, 2, "2 unread files; rows per file not seen yet")
+
+
+def test_source_kinds():
+    assert source_kind("FileStreamSource[file:/x]", None) == "file"
+    assert source_kind("anything", json.dumps({"ids": {}, "counts": {}})) == "redis_streams"
+    assert source_kind("KafkaV2[Subscribe[t]]", None) == "kafka"
+    assert source_kind("MySource", None) == "other"

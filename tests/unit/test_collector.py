@@ -1,0 +1,195 @@
+"""The collector's wiring without Spark or Redis: one REST round per app, one snapshot per live query
+the agent lists, and the errors the daemon and the CLI act on. The REST answers are the handmade
+fixture's (query `counts`); Redis and the host sample are fakes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from sparkscale.cli import offline
+from sparkscale.config import AppConfig, Config
+from sparkscale.daemon.operator_view import AppLine, status_table
+from sparkscale.daemon.status import AppStatus, QueryView, query_view
+from sparkscale.monitors import collector
+from sparkscale.monitors.host import HostFigures
+from sparkscale.monitors.progress_reports import ProgressReport
+from sparkscale.monitors.spark_rest import (
+    SparkRestError,
+    parse_applications,
+    parse_executors,
+    parse_jobs,
+    parse_stage_attempts,
+    parse_time_s,
+)
+from sparkscale.protocol.keys import progress_history_key
+from sparkscale.protocol.queries import QueryInfo, queries_key
+from sparkscale.snapshot import Snapshot
+
+HANDMADE = Path(__file__).parent / "fixtures" / "rest" / "handmade"
+T0 = parse_time_s("2026-11-22T05:00:00.000GMT")
+assert T0 is not None
+PREFIX = Config().redis.key_prefix
+
+
+def load(name: str) -> Any:
+    return json.loads((HANDMADE / name).read_text())
+
+
+class FakeRest:
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def application(self, name: str):
+        self.calls.append("application")
+        return parse_applications(load("applications.json"))[0]
+
+    def executors(self, app_id: str):
+        self.calls.append("executors")
+        return parse_executors(load("executors.json"))
+
+    def jobs(self, app_id: str):
+        self.calls.append("jobs")
+        return parse_jobs(load("jobs.json"))
+
+    def stage_attempts(self, app_id: str, stage_id: int):
+        self.calls.append(f"stage {stage_id}")
+        path = HANDMADE / "stages" / f"{stage_id}.json"
+        return parse_stage_attempts(json.loads(path.read_text())) if path.exists() else []
+
+
+class FakeRedis:
+    """hgetall and xrange over dicts: what the collector reads."""
+
+    def __init__(self, hashes: dict[str, dict[str, str]], streams: dict[str, list[tuple[str, dict]]]):
+        self.hashes, self.streams = hashes, streams
+
+    def hgetall(self, key: str) -> dict[str, str]:
+        return self.hashes.get(key, {})
+
+    def xrange(self, key: str, min: str, max: str) -> list[tuple[str, dict]]:  # noqa: A002 - redis-py's names
+        since_ms = int(min.split("-")[0])
+        return [(i, f) for i, f in self.streams.get(key, []) if int(i.split("-")[0]) >= since_ms]
+
+    def close(self) -> None:
+        pass
+
+
+def info(name: str, status: str = "active", qid: str = "") -> str:
+    return QueryInfo(name=name, id=qid or f"id-{name}", run_id="run", status=status, trigger_interval_s=1.0).to_json()
+
+
+@pytest.fixture
+def world(monkeypatch):
+    """The handmade app `wc` with queries counts (with reports), other (idle: no batch, no report yet)
+    and gone (terminated), observed at T0 + 40 over 30 s."""
+    history = [(f"{int((ProgressReport.from_fields(f).at_s or 0) * 1000)}-0", f) for f in load("progress_history.json")]
+    queries = {"counts": info("counts", qid="qid-1"), "other": info("other"), "gone": info("gone", "terminated")}
+    redis = FakeRedis({queries_key(PREFIX, "wc"): queries}, {progress_history_key(PREFIX, "wc", "counts"): history})
+    rest = FakeRest()
+    world = SimpleNamespace(rest=rest, redis=redis, cfg=Config(apps=[AppConfig(name="wc")]))
+    monkeypatch.setattr(collector, "driver_rest", lambda cfg, app: world.rest)
+    monkeypatch.setattr(collector, "connect", lambda cfg: world.redis)
+    monkeypatch.setattr(collector, "sample_host", lambda sample_s: HostFigures(0.5, 0.25, 2, sample_s, "head"))
+    monkeypatch.setattr(collector, "time", SimpleNamespace(time=lambda: T0 + 40))
+    return world
+
+
+def test_one_snapshot_per_live_query_from_one_rest_round(world):
+    snaps = collector.collect_snapshots(world.cfg, "wc", options=collector.CollectOptions(window_s=30))
+    assert [s.query for s in snaps] == ["counts", "other"]  # not the terminated one
+    counts, other = snaps
+    assert [op.id for op in counts.operators] == ["source", "stage0", "stage1"]
+    assert counts.operators[0].arrival_rate == pytest.approx(200) and counts.operators[0].backlog == 30
+    assert counts.extensions["query"]["id"] == "qid-1" and counts.extensions["spark"]["app_id"]
+    assert [op.id for op in other.operators] == ["source"] and other.operators[0].backlog is None
+    # One round for the app; each stage of the window's batches once.
+    assert world.rest.calls[:3] == ["application", "executors", "jobs"]
+    stages = world.rest.calls[3:]
+    assert len(stages) == len(set(stages)) and all(c.startswith("stage ") for c in stages)
+    merged = collector.collect_snapshot(world.cfg, "wc", collector.CollectOptions(window_s=30))
+    assert merged.query == "counts+other" and merged.operator("counts/stage1")
+
+
+def test_executor_figures_come_from_spark_and_the_host_sample_names_its_host(world):
+    counts, other = collector.collect_snapshots(world.cfg, "wc", options=collector.CollectOptions(window_s=30))
+    # The window's tasks of every query count for the app's executors, so both snapshots say the same.
+    assert counts.executors == other.executors and counts.extensions["app"] == other.extensions["app"]
+    by_id = {e.id: e for e in counts.executors}
+    assert set(by_id) == {"1", "2"} and {e.host for e in counts.executors} == {"127.0.0.1"}
+    assert by_id["1"].extra["host_port"] == "127.0.0.1:41001"
+    assert all(e.extra["cpu_fraction"] > 0 and e.extra["tasks"] > 0 for e in counts.executors)
+    app = counts.extensions["app"]
+    assert app["figures_from"] == "spark" and app["hosts"] == {"127.0.0.1": 2}
+    assert app["cpu_cores_busy"] == pytest.approx(sum(e.extra["cpu_s"] for e in counts.executors) / 30, abs=1e-3)
+    assert counts.extensions["host"]["hostname"] == "head" and counts.extensions["host"]["scope"] == "daemon host"
+    assert "local_executors" not in app  # psutil no longer stands in for executors
+
+
+def test_one_query_by_name(world):
+    (snap,) = collector.collect_snapshots(world.cfg, "wc", "counts", collector.CollectOptions(window_s=30))
+    assert snap.query == "counts"
+    # The merged snapshot of one query is its own: what the daemon decided on before.
+    world.redis.hashes[queries_key(PREFIX, "wc")] = {"counts": info("counts", qid="qid-1")}
+    assert collector.collect_snapshot(world.cfg, "wc", collector.CollectOptions(window_s=30)).query == "counts"
+
+
+def test_unnamed_query_jobs_are_found_by_query_id(world):
+    # An unnamed query is listed by its id; its jobs carry an empty name and the id.
+    jobs = parse_jobs([{**j, "description": (j.get("description") or "").replace("counts\n", "\n", 1)}
+                       for j in load("jobs.json")])
+    world.rest.jobs = lambda app_id: jobs
+    world.redis.hashes[queries_key(PREFIX, "wc")] = {"qid-1": info("qid-1", qid="qid-1")}
+    world.redis.streams[progress_history_key(PREFIX, "wc", "qid-1")] = world.redis.streams.pop(
+        progress_history_key(PREFIX, "wc", "counts"))
+    (snap,) = collector.collect_snapshots(world.cfg, "wc", options=collector.CollectOptions(window_s=30))
+    assert snap.query == "qid-1" and [op.id for op in snap.operators] == ["source", "stage0", "stage1"]
+
+
+def test_no_queries_yet_and_an_unknown_query(world):
+    with pytest.raises(collector.NoQueriesYet, match="no query 'nope'.*counts, gone, other"):
+        collector.collect_snapshots(world.cfg, "wc", "nope")
+    world.redis.hashes.clear()
+    with pytest.raises(collector.NoQueriesYet, match="published no running query yet"):
+        collector.collect_snapshots(world.cfg, "wc")
+
+
+def test_a_driver_that_does_not_answer_is_not_running(world, monkeypatch):
+    def unreachable(cfg, app):
+        raise SparkRestError("(driver of wc)", "its agent has not registered a REST URL", unreachable=True)
+
+    monkeypatch.setattr(collector, "driver_rest", unreachable)
+    with pytest.raises(collector.AppNotRunningError, match="not running"):
+        collector.collect_snapshots(world.cfg, "wc")
+
+
+def test_snapshot_command_prints_one_object_per_query_or_a_list(world, monkeypatch):
+    monkeypatch.setattr(offline, "collect_snapshots", collector.collect_snapshots)
+    base = ["--app", "wc", "--window-s", "30", "--set", "apps=[{name: wc}]", "--set", "logging.stderr=false"]
+    runner = CliRunner(env={"SPARKSCALE_CONFIG": None})
+    both = runner.invoke(offline.snapshot_command, base)
+    assert both.exit_code == 0, both.output
+    assert [s["query"] for s in json.loads(both.stdout)] == ["counts", "other"]
+    one = runner.invoke(offline.snapshot_command, [*base, "--query", "counts"])
+    assert one.exit_code == 0, one.output
+    assert Snapshot.from_json(one.stdout).query == "counts"
+    unknown = runner.invoke(offline.snapshot_command, [*base, "--query", "nope"])
+    assert unknown.exit_code == 2 and "no query 'nope'" in unknown.stderr
+
+
+def test_status_shows_each_query(world):
+    counts, other = collector.collect_snapshots(world.cfg, "wc", options=collector.CollectOptions(window_s=30))
+    views = (query_view(counts, 2), query_view(other, None))
+    assert views[0] == QueryView("counts", 200.0, "position", 30.0, "source_metrics", 2)
+    assert views[0].summary() == "counts: 200 rec/s (position), backlog 30 (source_metrics), 2 partitions"
+    assert views[1].backlog_records is None and "backlog unknown" in views[1].summary()
+    status = AppStatus("d", "leader", 1, T0, "ok", queries=views)
+    assert AppStatus.from_dict(json.loads(json.dumps(status.to_dict()))) == status
+    table = status_table([AppLine("wc", "d", status)], T0 + 10)
+    assert "  wc/counts: 200 rec/s (position), backlog 30 (source_metrics), 2 partitions" in table.splitlines()
+    assert "  wc/other: 0 rec/s (input_rate), backlog unknown" in table.splitlines()
