@@ -49,6 +49,9 @@ apps:
     source_partitions: 4
     shuffle_partitions: 4
     max_records_per_batch: 2000
+    # Each of the 5 stages' 4 tasks costs ~60 ms besides its records: at a 1 s trigger that alone
+    # keeps more than one core busy (DS2 then rightly keeps 2 at any rate); at 2 s it is ~0.6 core.
+    trigger_interval_s: 2.0
     dag: {shape: linear, cost_ms_per_record: 5.0, selectivity: 1.0, key_space: 50}
   - name: dpart
     pipeline: dag

@@ -143,9 +143,10 @@ def test_a_new_executor_shape_restarts_the_whole_app_without_loss(setup):
     cfg, path, overrides = setup
     app, query = "mwc", "counts"
     client = connect(cfg.redis)
-    rest = driver_rest(cfg, cfg.app(app), timeout_s=5)
 
     def shape_in_spark() -> tuple[set[int], str | None]:
+        # The driver's REST URL as its agent published it: a restarted driver has a new one.
+        rest = driver_rest(cfg, cfg.app(app), timeout_s=5)
         app_id = rest.application(app).id
         props = dict(rest.get_json(f"applications/{app_id}/environment")["sparkProperties"])
         return {e.cores for e in rest.executors(app_id)}, props.get("spark.executor.memory")

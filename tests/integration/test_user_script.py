@@ -15,6 +15,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -28,8 +32,9 @@ from sparkscale.bench.filefeed import land_files
 from sparkscale.cli import main
 from sparkscale.config import load_config
 from sparkscale.daemon.action_log import ActionLog
+from sparkscale.localenv.preflight import check_tools
 from sparkscale.monitors.spark_rest import SparkRestError, driver_rest
-from sparkscale.pipeline.submit import PipelineError, running, stop, submit
+from sparkscale.pipeline.submit import ROCKSDB_PROVIDER, PipelineError, running, stop, submit
 from sparkscale.protocol.keys import progress_key
 from sparkscale.protocol.queries import read_queries
 from sparkscale.redisconn import connect
@@ -64,6 +69,7 @@ def setup(embedded_env, tmp_path_factory):
         "    min_executors: 1\n    max_executors: 3\n    initial_executors: 1\n    executor_memory_mb: 512\n"
         f"  - name: nocheck\n    script: {no_checkpoint}\n    executor_memory_mb: 512\n"
         f"  - name: failing\n    script: {failing}\n    executor_memory_mb: 512\n"
+        "  - name: attached\n    min_executors: 1\n    max_executors: 1\n    initial_executors: 1\n"
         "loop: {interval_s: 5.0, window_s: 15.0, cooldown_s: 20.0, stabilization_s: 0.0}\n"
         "policy: {name: ds2}\n"
         "guards: {scale_down_delay_s: 20.0}\n"
@@ -213,4 +219,61 @@ def test_bad_scripts_get_a_clear_message_and_no_unsafe_action(setup):
         assert read_queries(client, cfg.redis.key_prefix, "nocheck")["counter"].status == "active"
     finally:
         stop(cfg, "nocheck")
+        client.close()
+
+
+ATTACH_SCRIPT = """\
+import sys
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+import sparkscale
+
+spark = SparkSession.builder.getOrCreate()
+sparkscale.attach(spark, app="attached", config=sys.argv[1], overrides=sys.argv[3:])
+(spark.readStream.format("rate").option("rowsPerSecond", 5).load()
+    .groupBy((F.col("value") % 3).alias("k")).count()
+    .writeStream.format("noop").outputMode("update").queryName("ticks")
+    .option("checkpointLocation", sys.argv[2]).trigger(processingTime="1 second").start())
+spark.streams.awaitAnyTermination()
+"""
+
+
+def test_a_driver_launched_its_own_way_is_managed_after_one_attach_line(setup):
+    """`sparkscale.attach(spark, app=...)` in a job started with plain spark-submit (not through
+    `pipeline submit`): the agent registers, lists the query as migratable, and a migration stops,
+    repartitions and restarts it in that driver, which keeps running."""
+    cfg, path, overrides, _data, _out, work = setup
+    script = work / "attached_job.py"
+    script.write_text(ATTACH_SCRIPT)
+    tools = check_tools(cfg.cluster.java, cfg.spark.home)
+    argv = [str(tools.spark_submit), "--master", cfg.spark.master_url, "--conf", "spark.driver.host=127.0.0.1",
+            "--conf", "spark.driver.bindAddress=127.0.0.1", "--conf", "spark.cores.max=1",
+            "--conf", "spark.executor.memory=512m", "--conf", "spark.sql.shuffle.partitions=4",
+            # Spark repartitions only RocksDB state offline: a job launched its own way must say so.
+            "--conf", f"spark.sql.streaming.stateStore.providerClass={ROCKSDB_PROVIDER}",
+            "--conf", f"spark.pyspark.python={sys.executable}",
+            str(script), path, str(work / "attached-checkpoint"), *overrides]
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_HOME": str(tools.spark_home)}
+    client = connect(cfg.redis)
+    with open(work / "attached.log", "wb") as log_file:
+        proc = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        def listed():
+            info = read_queries(client, cfg.redis.key_prefix, "attached").get("ticks")
+            return info if info is not None and info.migratable and info.state_partitions else None
+
+        info = wait_until(listed, 120, "the attached driver's agent to list its query")
+        assert info.sources == ("rate",) and not info.pausable and info.state_partitions == 4
+        assert info.state_store_provider == ROCKSDB_PROVIDER
+        assert driver_rest(cfg, cfg.app("attached"), timeout_s=5).application("attached") is not None
+        moved = migrate(setup, "attached", "ticks", 2, "ccr")
+        assert moved["ok"] is True, moved
+        wait_until(lambda: int(client.hget(progress_key(cfg.redis.key_prefix, "attached", "ticks"),
+                                           "state_partitions") or 0) == 2, 60, "ticks batches on 2 state partitions")
+        assert proc.poll() is None, (work / "attached.log").read_text()[-2000:]
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
         client.close()

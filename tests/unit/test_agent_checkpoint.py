@@ -106,3 +106,22 @@ def test_an_interrupted_batch_is_set_aside_unless_a_file_sink_logged_its_output(
     assert not (offsets / "6").exists() and (offsets / ".6.discarded").exists()
     assert (offsets / ".6.crc.discarded").exists() and not (offsets / ".6.crc").exists()
     assert discard_uncommitted(checkpoint, None) == []
+
+
+def test_the_state_store_provider_is_read_from_the_checkpoint_and_decides_migratability(tmp_path):
+    from sparkscale.agent.checkpoint import state_store_provider
+    from sparkscale.protocol.queries import QueryInfo
+
+    offsets = tmp_path / "offsets"
+    offsets.mkdir()
+    hdfs = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
+    (offsets / "0").write_text('v1\n{"batchWatermarkMs":0,"conf":{"spark.sql.streaming.stateStore.providerClass":'
+                               f'"{hdfs}"}}}}\n{{"logOffset":0}}')
+    assert state_store_provider(tmp_path) == hdfs
+    assert state_store_provider(tmp_path / "nothing") is None
+    info = QueryInfo(name="q", id="1", run_id="r", status="active", checkpoint=f"file:{tmp_path}", restartable=True,
+                     state_store_provider=hdfs)
+    assert not info.migratable and "its state store is HDFSBackedStateStoreProvider" in info.why_not_migratable()
+    rocks = info.__class__(**{**info.__dict__, "state_store_provider": hdfs.replace(
+        "HDFSBackedStateStoreProvider", "RocksDBStateStoreProvider")})
+    assert rocks.migratable and QueryInfo.from_json(rocks.to_json()) == rocks

@@ -23,17 +23,11 @@ from sparkscale.bench.userjob_tables import (
     phase_table,
     render_markdown,
     schedule,
-    split_strategies,
 )
 from sparkscale.cli import main
 from sparkscale.config import load_config
 
 QUERIES = ("page_windows", "user_totals")
-
-
-def test_strategies_that_abort_mid_batch_are_set_apart_for_a_file_source():
-    assert split_strategies(("dsm", "dcr", "ccr")) == (("dcr", "ccr"), ("dsm",))
-    assert split_strategies(("ccr",)) == (("ccr",), ())
 
 
 def test_each_query_alternates_4_8_4_across_strategies_queries_interleaved():

@@ -48,6 +48,6 @@ def test_script_and_pipeline_are_alternatives_and_the_script_must_exist(tmp_path
     with pytest.raises(ConfigError) as err:
         load_config(path)
     text = str(err.value)
-    assert f"apps.0.script: {tmp_path}/missing.py does not exist or is not a file" in text
-    assert "apps.1: give either script (your own job) or pipeline (a shipped one), not both" in text
+    assert f"apps.0.script: {tmp_path}/missing.py does not exist or is not a file (app 'clicks')" in text
+    assert "apps.1: give either script (your own job) or pipeline (a shipped one), not both (app 'both')" in text
     assert AppConfig(name="plain").pipeline == "wordcount"

@@ -94,6 +94,26 @@ def test_a_partition_bound_stage_of_one_query_migrates_that_query_alone():
     assert any("one migration of query b to 4 partitions" in line for line in plan.explanation)
 
 
+def not_migratable(snapshot: Snapshot, why: str) -> Snapshot:
+    data = snapshot.to_dict()
+    data["extensions"]["query"] = {"migratable": False, "not_migratable": why}
+    return Snapshot.from_dict(data)
+
+
+def test_a_query_the_agent_cannot_migrate_gets_no_migration_and_the_plan_says_why():
+    a = query_snapshot("a", arrival=60, partitions=4)
+    why = "it has no checkpoint location"
+    b = not_migratable(query_snapshot("b", arrival=300, partitions=2), why)
+    history = DecisionHistory(partitions={"a": 4, "b": 2})
+    app = AppConfig(name="app", shuffle_partitions=4, max_executors=8)
+    plan = decide_app([a, b], history, Config(), app)
+    assert not [x for x in plan.actions if x.type == "set_parallelism"]
+    assert any(f"query b cannot be migrated: {why}" in line for line in plan.explanation)
+    assert [x.type for x in plan.actions if x.type == "scale_executors"]  # the executors are still sized
+    alone = decide(not_migratable(query_snapshot("b", arrival=300, partitions=2), why), history, Config(), app)
+    assert not [x for x in alone.actions if x.type == "set_parallelism"]
+
+
 def test_map_to_spark_groups_wishes_by_query_each_against_its_own_partitions():
     actions = (Action.scale_executors(1, 2, "more"),
                Action.set_parallelism("a/stage1", 4, 6, "bound"), Action.set_parallelism("b/stage1", 2, 3, "bound"),

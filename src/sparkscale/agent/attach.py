@@ -7,6 +7,7 @@ of `sparkscale pipeline submit` makes the same call before it runs the script.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -36,6 +37,7 @@ def attach(spark: Any, app: str, config: str | None = None, overrides: list[str]
     """Start the control agent of `app` (a name in the config) in this driver and return it.
 
     Call it before starting any query: queries started earlier are monitored but cannot be
-    migrated (the agent never saw how they were started). `config` defaults as for the CLI."""
-    cfg = load_config(config, overrides or []).with_app(app)
+    migrated (the agent never saw how they were started). `config` defaults as for the CLI: the
+    file named by $SPARKSCALE_CONFIG, else the built-in defaults."""
+    cfg = load_config(config or os.environ.get("SPARKSCALE_CONFIG"), overrides or []).with_app(app)
     return start_agent(spark, cfg, cfg.app(app))

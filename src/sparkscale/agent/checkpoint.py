@@ -78,6 +78,10 @@ def repartition_state(spark: Any, checkpoint: Path, partitions: int, enforce_exa
     try:
         spark._streamingCheckpointManager.repartition(str(checkpoint), partitions, enforce_exactly_once_sink)
     except Exception as exc:  # noqa: BLE001 - only "already that many" is an answer; the rest propagate
+        # A failed repartition leaves its batch's offsets without a commit, and Spark then refuses
+        # to start the query (STREAMING_UNFINISHED_REPARTITION_DETECTED, seen on 4.3.0): set it aside
+        # so that the query can start again on its old count.
+        discard_uncommitted(checkpoint, None)
         if not _is_already_partitioned(exc):
             raise
         return {"repartitioned": False, "already": partitions}
@@ -185,3 +189,16 @@ def _sink_entries(log_dir: Path, before: int) -> list[str]:
         if batch >= last_compact:
             lines += (log_dir / name).read_text().splitlines()[1:]
     return [line for line in lines if line.strip()]
+
+
+def state_store_provider(checkpoint: Path) -> str | None:
+    """The state store provider the query's checkpoint was written with (its last offset log entry's
+    metadata; the checkpoint's choice wins over the session's at a restart), or None if unknown."""
+    batches = _log_batches(checkpoint, "offsets")
+    if not batches:
+        return None
+    try:
+        lines = (checkpoint / "offsets" / str(batches[-1])).read_text().splitlines()
+        return json.loads(lines[1])["conf"].get("spark.sql.streaming.stateStore.providerClass")
+    except (OSError, IndexError, KeyError, TypeError, ValueError):
+        return None

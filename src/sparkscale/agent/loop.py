@@ -154,8 +154,12 @@ class ControlAgent:
         except (NoNodeError, KazooException):
             pass
         try:
-            self.redis.delete(driver_key(self.cfg.redis.key_prefix, self.app.name))
-        except redis.RedisError:
+            # Only our own registration: a driver submitted after us may already have replaced it.
+            key = driver_key(self.cfg.redis.key_prefix, self.app.name)
+            raw = self.redis.get(key)
+            if raw and json.loads(raw).get("app_id") == self.spark.sparkContext.applicationId:
+                self.redis.delete(key)
+        except (redis.RedisError, ValueError, Py4JError):
             pass
         if self._own_zk:
             self.zk.stop()

@@ -12,12 +12,15 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import redis
 import structlog
 from pyspark.sql.streaming import StreamingQueryListener
 
+from sparkscale.agent.checkpoint import state_store_provider
 from sparkscale.agent.hooks import QueryHooks
 from sparkscale.agent.sources import SourceReporter, as_json
 from sparkscale.protocol.keys import progress_key
@@ -58,16 +61,19 @@ class ProgressPublisher(StreamingQueryListener):
     def query_info(self, query_id: str, name: str | None, run_id: str, status: str,
                    error: str | None = None) -> QueryInfo:
         label = name or query_id
-        checkpoint, temporary = self._checkpoint(query_id)
+        checkpoint, temporary, trigger_s = self._from_query(query_id)
         previous = self._infos.get(label)
         if checkpoint is None and previous is not None:
             checkpoint, temporary = previous.checkpoint, previous.temporary_checkpoint
+            trigger_s = previous.trigger_interval_s
         info = QueryInfo(
             name=label, id=query_id, run_id=run_id, status=status, checkpoint=checkpoint,
             temporary_checkpoint=temporary,
             restartable=self._hooks is not None and label in self._hooks.started,
             pausable=previous.pausable if previous else False, sources=previous.sources if previous else (),
             state_partitions=previous.state_partitions if previous else None, updated_at=time.time(), error=error,
+            trigger_interval_s=trigger_s,
+            state_store_provider=_provider(checkpoint) or (previous.state_store_provider if previous else None),
         )
         return info
 
@@ -75,19 +81,28 @@ class ProgressPublisher(StreamingQueryListener):
         self._infos[info.name] = info
         self._client.hset(queries_key(self._prefix, self._app), info.name, info.to_json())
 
-    def _checkpoint(self, query_id: str) -> tuple[str | None, bool]:
+    def _from_query(self, query_id: str) -> tuple[str | None, bool, float | None]:
+        """The query's checkpoint root, whether Spark made it up, and its processing-time trigger."""
         if self._spark is None:
-            return None, False
+            return None, False, None
         try:
             query = self._spark.streams.get(query_id)
             if query is None:
-                return None, False
-            root = str(query._jsq.streamingQuery().resolvedCheckpointRoot())
+                return None, False, None
+            execution = query._jsq.streamingQuery()
+            root = str(execution.resolvedCheckpointRoot())
         except Exception:  # noqa: BLE001 - a query gone or another wrapper: unknown, not fatal
-            return None, False
+            return None, False, None
+        trigger_s = None
+        try:
+            trigger = execution.trigger()
+            if "ProcessingTime" in str(trigger.getClass().getSimpleName()):
+                trigger_s = int(trigger.intervalMs()) / 1000.0 or None
+        except Exception:  # noqa: BLE001 - another trigger kind: none to report
+            trigger_s = None
         # Spark makes one up under java.io.tmpdir as temporary-<uuid> (deleted on stop) when neither
         # the writer nor spark.sql.streaming.checkpointLocation names one.
-        return root, root.rstrip("/").rsplit("/", 1)[-1].startswith("temporary-")
+        return root, root.rstrip("/").rsplit("/", 1)[-1].startswith("temporary-"), trigger_s
 
     def held(self, name: str) -> bool:
         return self._hooks is not None and name in self._hooks.held
@@ -120,11 +135,13 @@ class ProgressPublisher(StreamingQueryListener):
             pausable = bool(reports) and all(r.kind == "redis_streams" for r in reports)
             partitions = fields.get("state_partitions")
             restartable = self._hooks is not None and label in self._hooks.started
-            if (info.pausable, info.sources, info.state_partitions, info.run_id, info.restartable) != (
-                    pausable, tuple(r.kind for r in reports), partitions, str(progress.runId), restartable):
+            provider = _provider(info.checkpoint) or info.state_store_provider
+            if (info.pausable, info.sources, info.state_partitions, info.run_id, info.restartable,
+                    info.state_store_provider) != (pausable, tuple(r.kind for r in reports), partitions,
+                                                   str(progress.runId), restartable, provider):
                 info = replace(info, pausable=pausable, sources=tuple(r.kind for r in reports),
                                state_partitions=partitions, run_id=str(progress.runId), updated_at=time.time(),
-                               restartable=restartable, status="active")
+                               restartable=restartable, status="active", state_store_provider=provider)
                 self.publish_info(info)
         except Exception as exc:  # noqa: BLE001 - a listener that raises is dropped by Spark
             log.warning("agent.progress_publish_failed", error=str(exc))
@@ -145,6 +162,14 @@ class ProgressPublisher(StreamingQueryListener):
             self.publish_info(updated)
         except Exception as exc:  # noqa: BLE001 - a listener that raises is dropped by Spark
             log.warning("agent.query_info_failed", error=str(exc))
+
+
+def _provider(checkpoint: str | None) -> str | None:
+    """The state store provider a (local) checkpoint records."""
+    if not checkpoint:
+        return None
+    path = urlparse(checkpoint)
+    return state_store_provider(Path(path.path)) if path.scheme in ("", "file") else None
 
 
 def progress_fields(progress: Any, sources: list[dict[str, Any]] | None = None) -> dict[str, str | int | float]:

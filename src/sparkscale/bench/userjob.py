@@ -6,8 +6,7 @@ run on one embedded environment (the pure parts: userjob_tables.py).
    each strategy that can migrate a file-source query migrates each query `repeat` times, 4 -> 8
    -> 4 ... state partitions, through `daemon.manual.run_migration` under the app's leader lock (what
    `sparkscale migrate` does when no daemon leads); the phase durations come from each migration's
-   journal. A strategy the runner refuses for a file source (dsm) is asked once per query and
-   recorded as refused. At the end the feed is flushed and clickcheck verifies the output.
+   journal. At the end the feed is flushed and clickcheck verifies the output.
 2. The daemon's monitor + decide time for an app of 2 queries (`clicks`) against an app of 1 (the
    shipped wordcount, `wc`, under a light load), interleaved, before the migrations, while both run;
    `wc` is stopped before the migrations so that they run with `clicks` alone.
@@ -48,7 +47,6 @@ from sparkscale.bench.userjob_tables import (
     alternate,
     render_markdown,
     schedule,
-    split_strategies,
 )
 from sparkscale.config import Config
 from sparkscale.daemon import manual
@@ -68,7 +66,6 @@ from sparkscale.pipeline.workloads import workload
 from sparkscale.policies.history import DecisionHistory
 from sparkscale.policies.planner import decide_app
 from sparkscale.protocol.keys import progress_key
-from sparkscale.protocol.queries import read_queries
 from sparkscale.protocol.streams import query_partitions
 from sparkscale.redisconn import connect
 
@@ -149,7 +146,7 @@ def save(results: UserJobResults, out: str) -> str:
 def run_userjob_bench(spec: UserJobSpec, out: str, command: str) -> UserJobResults:
     """The whole run; results saved after each stage, and at the end also when a stage failed (then
     re-raised, after the output was still checked)."""
-    supported, refused = split_strategies(spec.strategies)
+    supported, refused = tuple(spec.strategies), ()
     work = Path(tempfile.mkdtemp(prefix="sparkscale-userjob-data-"))
     data, output, checkpoints = work / "in", work / "out", work / "chk"
     data.mkdir()  # Spark's file source needs it when the query starts
@@ -181,7 +178,7 @@ def run_userjob_bench(spec: UserJobSpec, out: str, command: str) -> UserJobResul
             save(results, out)
             load.finish()
             stop(cfg, ONE_QUERY_APP)  # the migrations run with the script's app alone
-            run_migrations(env, zk, client, supported, refused, spec, results, lambda: save(results, out))
+            run_migrations(env, zk, client, supported, spec, results, lambda: save(results, out))
         except Exception as exc:  # recorded; the output is still checked, then it is raised
             failure = exc
             results.notes.append(f"the run stopped early: {exc!r}")
@@ -283,27 +280,15 @@ def time_cycle(cfg: Config, app: str, options: CollectOptions) -> CycleSample:
 # -- part 1: migrations ---------------------------------------------------------------------------
 
 def run_migrations(env: BenchEnv, zk: KazooClient, client: redis.Redis, supported: tuple[str, ...],
-                   refused: tuple[str, ...], spec: UserJobSpec, results: UserJobResults,
-                   checkpoint: Callable[[], object]) -> None:
-    """The refused strategies asked once per query (nothing is stopped), then the schedule; each
-    step migrates from where the query is (a failed migration may have left it elsewhere)."""
+                   spec: UserJobSpec, results: UserJobResults, checkpoint: Callable[[], object]) -> None:
+    """The schedule; each step migrates from where the query is (a failed migration may have left
+    it elsewhere)."""
     prefix = env.cfg.redis.key_prefix
     by = f"bench-userjob:{os.getpid()}"
 
     def partitions(query: str) -> int:
         return query_partitions(client, prefix, APP, query, env.cfg.app(APP).shuffle_partitions)
 
-    for strategy in refused:
-        for q in QUERIES:
-            step = MigrationStep(strategy, q, 0, partitions(q), alternate(partitions(q)))
-            info = read_queries(client, prefix, APP).get(q)
-            if info is None or "file" not in info.sources:
-                # The runner refuses it only for a file source; an abort elsewhere would damage the run.
-                results.migrations.append(MigrationRecord(
-                    strategy, q, 0, step.from_partitions, step.to_partitions, "skipped",
-                    f"not asked: the agent lists no file source for {q} ({info.sources if info else 'unlisted'})"))
-                continue
-            results.migrations.append(migrate_once(env, zk, client, step, by))
     checkpoint()
     for planned in schedule(supported, QUERIES, spec.repeat, {q: partitions(q) for q in QUERIES}):
         now = partitions(planned.query)

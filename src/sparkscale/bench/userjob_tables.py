@@ -37,19 +37,6 @@ def alternate(current: int, low: int = LOW_PARTITIONS, high: int = HIGH_PARTITIO
     return low if current == high else high
 
 
-def refuses_file_source(strategy: str) -> bool:
-    """Whether the migration runner refuses `strategy` for a query reading a file source: the same
-    test as `MigrationRunner.start` (a strategy that aborts mid-batch; Spark cannot repartition past
-    a file source's aborted batch)."""
-    return get_strategy(strategy).stop_command("q", 1.0)[0] == "abort_query"
-
-
-def split_strategies(strategies: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(those that can migrate a file-source query, those the runner refuses for one), each in order."""
-    refused = tuple(s for s in strategies if refuses_file_source(s))
-    return tuple(s for s in strategies if s not in refused), refused
-
-
 def schedule(strategies: Sequence[str], queries: Sequence[str], repeat: int,
              start: Mapping[str, int] | None = None) -> list[MigrationStep]:
     """Every strategy in turn, `repeat` rounds each; a round migrates each query once, queries

@@ -56,11 +56,12 @@ def migrate_command(cfg: Config, app_name: str, query: str | None, partitions: i
     cfg = require_app(cfg, app_name)
     app = with_stored_shape(cfg.app(app_name), connect(cfg.redis), cfg.redis.key_prefix)
     if query is None:
+        # The app's one query as its agent lists it; a shipped pipeline's main query before that.
         known = sorted(read_queries(connect(cfg.redis), cfg.redis.key_prefix, app_name))
-        if app.pipeline is not None:
-            query = workload(app.pipeline).query
-        elif len(known) == 1:
+        if len(known) == 1:
             query = known[0]
+        elif not known and app.pipeline is not None and not app.runs_script:
+            query = workload(app.pipeline).query
         else:
             click.echo(f"give --query: {app_name} runs {', '.join(known) or 'no query yet'}", err=True)
             sys.exit(EXIT_CONFIG)

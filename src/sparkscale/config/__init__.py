@@ -5,17 +5,15 @@ file that names only what a user changes is valid (`sections`); `load_config` re
 `--set` overrides and reports every problem with its file and key (`loading`).
 """
 
+from sparkscale.config.apps import AppConfig, DagConfig, DynamicAllocationConfig, TaxiConfig
+from sparkscale.config.base import ConfigSection
 from sparkscale.config.loading import ConfigError, ConfigProblem, load_config
 from sparkscale.config.sections import (
     ActionLogConfig,
     ActuatorConfig,
-    AppConfig,
     ClusterConfig,
     Config,
-    ConfigSection,
     DaemonConfig,
-    DagConfig,
-    DynamicAllocationConfig,
     GuardsConfig,
     LoggingConfig,
     LoopConfig,
@@ -25,7 +23,6 @@ from sparkscale.config.sections import (
     PolicyConfig,
     RedisConfig,
     SparkConfig,
-    TaxiConfig,
     ZooKeeperConfig,
 )
 

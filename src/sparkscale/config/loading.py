@@ -52,7 +52,7 @@ def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] 
     try:
         return Config.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError([_problem(err, source, set_keys) for err in exc.errors()]) from None
+        raise ConfigError([_problem(err, source, set_keys, raw) for err in exc.errors()]) from None
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
@@ -131,7 +131,7 @@ def _list_index(items: list[Any], part: str) -> int | None:
     return None
 
 
-def _problem(err: Any, source: str, set_keys: list[str]) -> ConfigProblem:
+def _problem(err: Any, source: str, set_keys: list[str], raw: Any = None) -> ConfigProblem:
     loc = tuple(err["loc"])
     key = ".".join(str(p) for p in loc)
     if any(key == k or key.startswith(k + ".") or k.startswith(key + ".") for k in set_keys):
@@ -150,10 +150,24 @@ def _problem(err: Any, source: str, set_keys: list[str]) -> ConfigProblem:
         message = message.replace("Input should be", "expected one of")
     else:
         message = message.replace("Input should be", "expected")
+    app = _app_name(raw, loc)
+    if app is not None:
+        message = f"{message} (app {app!r})"
     value = err.get("input")
     # A whole section's value (from a cross-field check) would bury the message: leave it out.
     shown = "input" in err and kind != "missing" and not isinstance(value, (dict, list))
     return ConfigProblem(source, key, message, value, shown)
+
+
+def _app_name(raw: Any, loc: tuple[Any, ...]) -> str | None:
+    """The name of the app a problem under `apps.<i>` is about, so the message names it."""
+    if len(loc) < 2 or loc[0] != "apps" or not isinstance(loc[1], int) or not isinstance(raw, dict):
+        return None
+    apps = raw.get("apps")
+    if isinstance(apps, list) and loc[1] < len(apps) and isinstance(apps[loc[1]], dict):
+        name = apps[loc[1]].get("name")
+        return str(name) if name is not None else None
+    return None
 
 
 def _fields_at(loc: tuple[Any, ...]) -> list[str]:

@@ -145,7 +145,9 @@ def collect_snapshots(cfg: Config, app_name: str, query: str | None = None,
             extra_extensions={"spark": {"app_id": spark_app.id, "rest_requests": 3 + fetched_of[info.name],
                                         "collect_s": round(time.time() - taken_at, 3)},
                               "query": {"id": info.id, "status": info.status, "sources": list(info.sources),
-                                        "state_partitions": info.state_partitions}},
+                                        "state_partitions": info.state_partitions,
+                                        "migratable": info.migratable,
+                                        "not_migratable": info.why_not_migratable()}},
         ))
         source = snapshot.operators[0]
         log.info("monitor.snapshot", app=app.name, query=info.name, app_id=spark_app.id,

@@ -40,10 +40,24 @@ def decide(snapshot: Snapshot, history: DecisionHistory, config: Config, app: Ap
     allowed = drop_blocked(guarded, history.blocklist, now)
     names = query_names(snapshot)
     current = {q: history.partitions.get(q, app.shuffle_partitions) for q in names}
-    return map_to_spark(allowed, snapshot.query, current if len(names) > 1 else current[snapshot.query])
+    return map_to_spark(allowed, snapshot.query, current if len(names) > 1 else current[snapshot.query],
+                        not_migratable(snapshot))
 
 
-def map_to_spark(plan: Plan, query: str, current_partitions: int | Mapping[str, int]) -> Plan:
+def not_migratable(snapshot: Snapshot) -> dict[str, str]:
+    """Queries of the snapshot that a migration cannot be carried out on, with the reason the
+    agent gave (no checkpoint location, started before the agent): the daemon plans none for them."""
+    per_query = snapshot.extensions.get("queries") or {snapshot.query: snapshot.extensions}
+    out = {}
+    for name, extensions in per_query.items():
+        info = extensions.get("query") if isinstance(extensions, Mapping) else None
+        if isinstance(info, Mapping) and info.get("migratable") is False:
+            out[str(name)] = str(info.get("not_migratable") or "the agent cannot migrate it")
+    return out
+
+
+def map_to_spark(plan: Plan, query: str, current_partitions: int | Mapping[str, int],
+                 unmigratable: Mapping[str, str] | None = None) -> Plan:
     """A plan's `set_parallelism` wishes on stages as one migration per query.
 
     A policy names the operator (a stage of the snapshot) that is partition-bound, but a Spark
@@ -53,7 +67,8 @@ def map_to_spark(plan: Plan, query: str, current_partitions: int | Mapping[str, 
     query's partitions now. `current_partitions` is the count of `query`, or, for a merged
     snapshot, each query's count by name (an operator's query is then its `"{query}/"` prefix).
     A stage with another count (the one reading the source has the source's partitions) cannot be
-    changed by a migration: its wish is dropped, and the explanation says why."""
+    changed by a migration, nor can a query in `unmigratable` (query -> why): such wishes are
+    dropped, and the explanation says why."""
     asked = [a for a in plan.actions if a.type == "set_parallelism"]
     if not asked:
         return plan
@@ -68,6 +83,10 @@ def map_to_spark(plan: Plan, query: str, current_partitions: int | Mapping[str, 
             notes.append(f"spark mapping: dropped {action.summary()}: {exc.args[0]}")
             continue
         current = partitions[owner]
+        if owner in (unmigratable or {}):
+            notes.append(f"spark mapping: dropped {action.summary()}: query {owner} cannot be migrated: "
+                         f"{(unmigratable or {})[owner]}")
+            continue
         if action.to is not None and action.from_ == current and action.to != current:
             by_query.setdefault(owner, []).append((action, stage))
         else:

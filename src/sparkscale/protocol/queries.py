@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 BACKLOG_ESTIMATES = ("source_offsets", "file_listing", "unknown")
+ROCKSDB_PROVIDER_CLASS = "RocksDBStateStoreProvider"  # the only provider Spark 4.3 repartitions offline
 
 
 def queries_key(prefix: str, app: str) -> str:
@@ -85,13 +86,14 @@ class QueryInfo:
     sources: tuple[str, ...] = ()  # source kinds, in the query's order
     state_partitions: int | None = None
     trigger_interval_s: float | None = None
+    state_store_provider: str | None = None  # as the checkpoint records it; None: not known yet
     updated_at: float = 0.0
     error: str | None = None  # why it terminated, if it failed
 
     @property
     def migratable(self) -> bool:
         """A stateful migration (stop, repartition, restart) can be carried out on it."""
-        return self.restartable and self.checkpoint is not None and not self.temporary_checkpoint
+        return self.why_not_migratable() is None
 
     def why_not_migratable(self) -> str | None:
         if self.checkpoint is None or self.temporary_checkpoint:
@@ -99,6 +101,10 @@ class QueryInfo:
                     "spark.sql.streaming.checkpointLocation): its state would not survive a restart")
         if not self.restartable:
             return "the agent did not see it started (it was started before the agent), so it cannot restart it"
+        if self.state_store_provider and not self.state_store_provider.endswith(ROCKSDB_PROVIDER_CLASS):
+            return (f"its state store is {self.state_store_provider.rsplit('.', 1)[-1]}: Spark's offline state "
+                    f"repartition needs {ROCKSDB_PROVIDER_CLASS} (set spark.sql.streaming.stateStore.providerClass "
+                    "before the query's first start)")
         return None
 
     def to_json(self) -> str:

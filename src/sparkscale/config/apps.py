@@ -1,0 +1,124 @@
+"""The `apps` section: one managed application each, what its driver runs and its executor range."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from sparkscale.config.base import ConfigSection as _Section
+from sparkscale.config.base import _one_of
+from sparkscale.registry import WORKLOADS
+
+
+class DagConfig(_Section):
+    """The Shukla-Simmhan micro-DAGs: shape, and each operator's per-record cost and selectivity."""
+
+    shape: Literal["linear", "diamond", "star"] = "linear"
+    # A sleep per record: costs no CPU, so scaling past the machine's 2 physical cores is real.
+    cost_ms_per_record: float = Field(5.0, ge=0)
+    selectivity: float = Field(1.0, gt=0)  # records out per record in, for every stateless operator
+    key_space: int = Field(100, ge=1)  # distinct keys of the stateful operator
+
+
+class TaxiConfig(_Section):
+    """DEBS 2015 query 1: top-10 routes over a sliding window."""
+
+    window_minutes: int = Field(30, ge=1)
+    slide_minutes: int = Field(1, ge=1)
+    top_n: int = Field(10, ge=1)
+    # Event time the trip generator advances per record (the data set has ~5 trips a second).
+    sim_seconds_per_record: float = Field(0.2, gt=0)
+
+
+class DynamicAllocationConfig(_Section):
+    """Spark's own dynamic allocation for this app instead of sparkscale's executor scaling (the
+    `spark-dra` baseline of `sparkscale bench scaling`): executors between min and max_executors,
+    shuffle tracking on, no daemon needed. The daemon must not manage such an app's executors."""
+
+    enabled: bool = False
+    # An executor idle this long is removed (spark.dynamicAllocation.executorIdleTimeout).
+    executor_idle_timeout_s: float = Field(60.0, gt=0)
+    # Pending tasks for this long request more executors (spark.dynamicAllocation.schedulerBacklogTimeout).
+    scheduler_backlog_timeout_s: float = Field(1.0, gt=0)
+
+
+class AppConfig(_Section):
+    """One managed application: which pipeline it runs, how it reads and writes, its executor range."""
+
+    name: str
+    # What the driver runs: the operator's own PySpark script (run as __main__ with `args`), or
+    # `pipeline`, a shipped workload (sparkscale.pipeline.workloads); wordcount when neither is given.
+    script: str | None = None
+    args: list[str] = Field(default_factory=list)
+    spark_conf: dict[str, str] = Field(default_factory=dict)  # as spark-submit --conf, over ours
+    py_files: list[str] = Field(default_factory=list)  # as spark-submit --py-files
+    pipeline: str | None = None
+    min_executors: int = Field(1, ge=0)
+    max_executors: int = Field(8, ge=1)
+    initial_executors: int = Field(1, ge=0)
+    executor_cores: int = Field(1, ge=1)
+    executor_memory_mb: int = Field(1024, ge=256)
+    source_partitions: int = Field(4, ge=1, le=256)  # input streams <app>:in:0..N-1
+    max_records_per_batch: int = Field(20000, ge=1)
+    trigger_interval_s: float = Field(1.0, gt=0)
+    shuffle_partitions: int = Field(4, ge=1, le=4096)  # state/shuffle partitions at first start
+    dag: DagConfig = DagConfig()
+    taxi: TaxiConfig = TaxiConfig()
+    dynamic_allocation: DynamicAllocationConfig = DynamicAllocationConfig()
+
+    @field_validator("pipeline")
+    @classmethod
+    def _pipeline(cls, value: str | None) -> str | None:
+        return None if value is None else _one_of(value, sorted(WORKLOADS.names()))
+
+    @field_validator("script")
+    @classmethod
+    def _script(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        path = Path(value).expanduser()
+        if not path.is_file():
+            raise ValueError(f"{value} does not exist or is not a file")
+        if not os.access(path, os.R_OK):
+            raise ValueError(f"{value} is not readable")
+        return str(path.resolve())
+
+    @field_validator("py_files")
+    @classmethod
+    def _py_files(cls, value: list[str]) -> list[str]:
+        missing = [f for f in value if not Path(f).expanduser().exists()]
+        if missing:
+            raise ValueError(f"{', '.join(missing)} does not exist")
+        return [str(Path(f).expanduser().resolve()) for f in value]
+
+    @property
+    def runs_script(self) -> bool:
+        return self.script is not None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", value):
+            raise ValueError("expected letters, digits, '_', '.', '-' (at most 64)")
+        return value
+
+    @model_validator(mode="after")
+    def _range(self) -> AppConfig:
+        if self.script is not None and self.pipeline is not None:
+            raise ValueError("give either script (your own job) or pipeline (a shipped one), not both")
+        if self.script is None and self.pipeline is None:
+            object.__setattr__(self, "pipeline", "wordcount")
+        if self.min_executors > self.max_executors:
+            raise ValueError(
+                f"min_executors ({self.min_executors}) is above max_executors ({self.max_executors})"
+            )
+        if not self.min_executors <= self.initial_executors <= self.max_executors:
+            raise ValueError(
+                f"initial_executors ({self.initial_executors}) is outside "
+                f"[min_executors, max_executors] = [{self.min_executors}, {self.max_executors}]"
+            )
+        return self
