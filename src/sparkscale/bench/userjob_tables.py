@@ -211,10 +211,11 @@ def cycle_table(samples: Sequence[CycleSample], apps: Sequence[str]) -> str:
     the ratio of the first app's figures to the second's (2 queries over 1)."""
     stats = [cycle_stats(samples, a) for a in apps]
     header = ["app", "queries", "n", "cycle median (s)", "cycle p90 (s)", "without host sample: median (s)",
-              "p90 (s)", "host sample median (s)", "collect median (s)", "decide median (s)", "errors"]
+              "p90 (s)", "host sample median (s)", "collect median (s)", "decide median (ms)", "errors"]
     rows = [[c.app, str(c.queries), str(c.n), _fmt(c.cycle_median_s, 3), _fmt(c.cycle_p90_s, 3),
              _fmt(c.without_host_median_s, 3), _fmt(c.without_host_p90_s, 3), _fmt(c.host_sample_median_s, 3),
-             _fmt(c.collect_median_s, 3), _fmt(c.decide_median_s, 3), str(c.errors)] for c in stats]
+             _fmt(c.collect_median_s, 3), _fmt(None if c.decide_median_s is None else c.decide_median_s * 1000, 1),
+             str(c.errors)] for c in stats]
     if len(stats) == 2:
         a, b = stats
         rows.append([f"ratio {a.app} / {b.app}", "", "", _ratio(a.cycle_median_s, b.cycle_median_s),

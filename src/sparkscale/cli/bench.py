@@ -114,8 +114,7 @@ def bench_migration(workload: str, strategies: str, repeat: int, rate: int, stab
 @bench.command("userjob")
 @click.option("--script", type=click.Path(dir_okay=False, exists=True), default=None,
               help="The clickstream fixture (default: tests/fixtures/clickstream.py of this checkout).")
-@click.option("--strategies", default=None, help="Comma-separated (default: every registered strategy; those "
-              "refused for a file source are asked once per query and reported as refused).")
+@click.option("--strategies", default=None, help="Comma-separated (default: every registered strategy).")
 @click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True,
               help="Migrations of each query per strategy (4 -> 8 -> 4 ... state partitions).")
 @click.option("--cycles", type=click.IntRange(min=2), default=20, show_default=True,
