@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import psutil
@@ -91,13 +92,15 @@ def migrate(setup, app: str, query: str, partitions: int, strategy: str, exit_co
     return lines[-1]
 
 
-def executed(cfg, direction: str) -> list:
-    """The app's carried-out executor scalings in `direction` (up/down), from the action log."""
+def executed(cfg, direction: str, after: float = 0.0) -> list:
+    """The app's carried-out executor scalings in `direction` (up/down) decided after `after` (epoch
+    seconds), from the action log."""
     out = []
     for d in ActionLog(connect(cfg.redis), cfg.redis.key_prefix).read(APP):
         for r in d.results or ():
             a = r.action
-            if r.status == "done" and a.type == "scale_executors" and (a.to > a.from_) == (direction == "up"):
+            if (r.status == "done" and a.type == "scale_executors" and (a.to > a.from_) == (direction == "up")
+                    and d.decision.decided_at > after):
                 out.append(r)
     return out
 
@@ -125,6 +128,7 @@ def test_an_unmodified_script_is_scaled_and_migrated_without_loss(setup):
                                kwargs={"seed": 3, "files_per_s": 1.0, "stop": stop_feed,
                                        "window_s": WINDOW_S, "watermark_s": WATERMARK_S})
     feeding.start()
+    fed_at = time.time()
     try:
         # Both queries of the script are listed by the agent, each with its own checkpoint.
         def both_running() -> bool:
@@ -144,7 +148,7 @@ def test_an_unmodified_script_is_scaled_and_migrated_without_loss(setup):
         assert sources[0]["kind"] == "file" and sources[0]["backlog_estimate"] in ("file_listing", "unknown")
 
         # DS2 sizes the app from both queries' needs: the step up to 40 records/s takes a scale-up.
-        wait_until(lambda: executed(cfg, "up"), 240, "a scale-up of clicks after the step up")
+        wait_until(lambda: executed(cfg, "up", after=fed_at + 30), 240, "a scale-up of clicks after the step up")
         cycles = daemon.events("cycle", app=APP)
         assert any(set(q["query"] for q in e.get("queries", [])) == {"page_windows", "user_totals"}
                    for e in cycles), cycles[-1:]
@@ -166,7 +170,7 @@ def test_an_unmodified_script_is_scaled_and_migrated_without_loss(setup):
         assert psutil.pid_exists(driver.pid)
 
         # After the step down, DS2 releases what the app no longer needs.
-        wait_until(lambda: executed(cfg, "down"), 300, "a scale-down of clicks after the step down")
+        wait_until(lambda: executed(cfg, "down", after=fed_at + 130), 300, "a scale-down of clicks after the step down")
         stop_feed.set()
         feeding.join(timeout=120)
         assert not feeding.is_alive()
