@@ -156,6 +156,7 @@ def test_taxi_top_routes_submitted_by_name_match_a_batch_computation(setup):
     cli = CliRunner()
     result = cli.invoke(main, ["pipeline", "submit", "taxi_top_routes", "--config", path, *sets])
     assert result.exit_code == 0, result.output
+    assert "REST API http://" in result.output and "/api/v1" in result.output  # as the agent published it
     client = connect(cfg.redis)
     try:
         summary = run_loadgen(cfg, "taxi_top_routes", "constant:300@15s", seed=3)

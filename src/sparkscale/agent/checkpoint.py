@@ -37,9 +37,7 @@ def discard_uncommitted(checkpoint: Path, sink_description: str | None) -> list[
     input again (a file source re-reads the files its log holds for it; a source with offsets reads
     from the committed end): the batch is recomputed, as DSM does. Refused (InterruptedOutput) when
     a file sink already logged that batch's output. Set aside as `.<id>.discarded`, not deleted."""
-    offsets, commits = _log_batches(checkpoint, "offsets"), _log_batches(checkpoint, "commits")
-    last_commit = commits[-1] if commits else -1
-    pending = [b for b in offsets if b > last_commit]
+    pending = _pending_batches(checkpoint)
     if not pending:
         return []
     match = _FILE_SINK.match(sink_description or "")
@@ -140,10 +138,14 @@ def _uncommitted_at(checkpoint: Path, partitions: int) -> int:
 
 def uncommitted_batches(checkpoint: Path) -> int:
     """Batches whose offsets are logged but whose commit is not: a stop that landed inside a batch."""
-    offsets, commits = _log_batches(checkpoint, "offsets"), _log_batches(checkpoint, "commits")
-    if not offsets:
-        return 0
-    return offsets[-1] - (commits[-1] if commits else -1)
+    return len(_pending_batches(checkpoint))
+
+
+def _pending_batches(checkpoint: Path) -> list[int]:
+    """Ids of the batches planned (offsets logged) after the last committed one."""
+    commits = _log_batches(checkpoint, "commits")
+    last_commit = commits[-1] if commits else -1
+    return [b for b in _log_batches(checkpoint, "offsets") if b > last_commit]
 
 
 

@@ -32,8 +32,13 @@ def pipeline_submit(cfg: Config, app_name: str, wait_s: float) -> None:
     except PipelineError as exc:
         click.echo(f"cannot submit {app_name}: {exc}", err=True)
         sys.exit(1)
-    click.echo(f"{app_name} runs: driver pid {record.pid}, REST API http://127.0.0.1:{record.ui_port}/api/v1, "
-               f"log {record.log}")
+    from sparkscale.monitors.spark_rest import SparkRestError, driver_rest
+
+    try:  # where the driver's agent says its REST API is (any port, the driver's host)
+        rest = driver_rest(cfg, cfg.app(app_name)).base_url
+    except SparkRestError as exc:
+        rest = f"unknown ({exc.cause})"
+    click.echo(f"{app_name} runs: driver pid {record.pid}, REST API {rest}, log {record.log}")
 
 
 @pipeline.command("stop")

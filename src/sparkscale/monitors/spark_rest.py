@@ -283,10 +283,6 @@ class SparkRestClient:
         self.retries = retries
         self.backoff_s = backoff_s
 
-    @classmethod
-    def for_port(cls, port: int, host: str = "127.0.0.1", **kwargs: Any) -> SparkRestClient:
-        return cls(f"http://{host}:{port}/api/v1", **kwargs)
-
     def get_json(self, path: str, params: Mapping[str, str] | None = None) -> Any:
         url = f"{self.base_url}/{path.lstrip('/')}"
         if params:
