@@ -8,6 +8,7 @@ tests run in file order and each starts from where the previous one left the app
 from __future__ import annotations
 
 import json
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -31,6 +32,18 @@ pytestmark = pytest.mark.integration
 APP = AppConfig(name="agenttest", min_executors=1, max_executors=6, initial_executors=2)
 EPOCH = 7  # the acting leader's epoch in these tests
 ACK_TIMEOUT_S = 60.0
+# Set by the test that needs it: the next batch of `ticks` then runs until LONG_BATCH_S has passed,
+# far longer than its 1 s trigger, so no idle trigger comes while the stop watches for one.
+LONG_BATCHES = threading.Event()
+IN_LONG_BATCH = threading.Event()
+LONG_BATCH_S = 8.0
+
+
+def _ticks_batch(df, batch_id: int) -> None:
+    df.write.format("noop").mode("overwrite").save()
+    if LONG_BATCHES.is_set():
+        IN_LONG_BATCH.set()
+        time.sleep(LONG_BATCH_S)  # the workload: a batch that outlasts its trigger
 
 
 @pytest.fixture(scope="module")
@@ -73,13 +86,14 @@ def rds(embedded_env) -> redis.Redis:
 
 @pytest.fixture(scope="module")
 def queries(spark, tmp_path_factory) -> dict[str, object]:
-    """`ticks`: a stateful aggregation of the rate source (never runs dry); `files`: a file source
-    that runs dry once its two files are read, so it reaches a clean batch boundary."""
+    """`ticks`: a stateful aggregation of the rate source (never runs dry), its batches made long on
+    demand; `files`: a file source that runs dry once its two files are read, so it reaches a clean
+    batch boundary."""
     checkpoints = tmp_path_factory.mktemp("checkpoints")
     ticks = (
         spark.readStream.format("rate").option("rowsPerSecond", 20).option("numPartitions", 2).load()
         .groupBy((F.col("value") % 4).alias("k")).count()
-        .writeStream.format("noop").outputMode("complete").queryName("ticks")
+        .writeStream.foreachBatch(_ticks_batch).outputMode("complete").queryName("ticks")
         .option("checkpointLocation", str(checkpoints / "ticks"))
         .trigger(processingTime="1 second").start()
     )
@@ -236,8 +250,10 @@ def test_report(agent, zk, embedded_env, spark):
 
 
 def test_a_query_that_never_idles_is_stopped_inside_a_batch_and_says_so(agent, zk, embedded_env, queries, rds):
-    # The rate source cannot be paused and its batches outlast the 1 s trigger: no idle trigger
+    # The rate source cannot be paused and this batch outlasts the 1 s trigger: no idle trigger
     # comes, so the stop lands inside a batch, which a restart recomputes (DSM); the ack says so.
+    LONG_BATCHES.set()
+    assert IN_LONG_BATCH.wait(60), "no long batch of 'ticks' started"
     ack = command(embedded_env, zk, "stop_query", {"query": "ticks", "timeout_s": 2})
     assert ack.ok, ack.detail
     assert ack.detail["pausable"] is False and ack.detail["inside_batch"] is True
