@@ -1,8 +1,11 @@
-"""How long one MAPE cycle takes, with 1 and with 10 managed queries, and the daemon's memory.
+"""How long one MAPE cycle takes, with 1 and with 10 managed queries, and the daemon's memory:
+the cycle as it was ("before": a blocking 0.5 s CPU sample, every stage of the window fetched from
+the driver each cycle) and as it is ("after": CPU as a delta between cycles, finished stages kept),
+side by side on the same apps in the same run.
 
 Method: an embedded environment runs N wordcount apps (one query each, one executor, a light
 constant load so that every window has batches). `sparkscale run` manages them in a child process
-with the DS2 policy in dry-run (the whole cycle: snapshot from Spark REST, Redis and psutil, policy,
+with the DS2 policy in dry-run, once per variant (the whole cycle: snapshot from Spark REST, Redis and psutil, policy,
 guards, action log; nothing is changed, so every cycle does the same work), at an interval short
 enough that cycles run back to back, until each app had its `--cycles` cycles (360, one hour at the
 default 10 s interval, for 1 query; 60 each for 10 queries, 600 cycles in all). Cycle durations
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -49,7 +53,14 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
-def measure(queries: int, cycles: int) -> dict:
+# Each variant: its `--set` overrides and environment. "before" restores the cycle's old costs.
+VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
+    "before": (["loop.host_cpu_sample_s=0.5"], {"SPARKSCALE_STAGE_CACHE": "off"}),
+    "after": ([], {}),
+}
+
+
+def measure(queries: int, cycles: int) -> list[dict]:
     with embedded_environment(f"sparkscale-cycle-{queries}-", apps_yaml(queries)) as env:
         names = [f"wc{i}" for i in range(queries)]
         for name in names:
@@ -60,40 +71,48 @@ def measure(queries: int, cycles: int) -> dict:
                    for i, name in enumerate(names)]
         for t in loaders:
             t.start()
-        log_path = Path(env.config_path).with_name(f"daemon-{queries}.jsonl")
-        argv = [sys.executable, "-m", "sparkscale", "run", "--config", env.config_path, "--max-cycles", str(cycles)]
-        for s in [*env.overrides, "loop.dry_run=true", "loop.interval_s=0.2", "loop.window_s=30",
-                  "metrics.enabled=false", f"logging.file={log_path}", "logging.stderr=false", "logging.level=info"]:
-            argv += ["--set", s]
-        started = time.monotonic()
-        proc = subprocess.Popen(argv)
-        daemon = psutil.Process(proc.pid)
-        rss_early = None
-        rss_samples = []
-        while proc.poll() is None:
-            try:
-                rss = daemon.memory_info().rss
-            except psutil.NoSuchProcess:
-                break
-            rss_samples.append(rss)
-            done = _count_cycles(log_path)
-            if rss_early is None and done >= 10 * queries:
-                rss_early = rss
-            time.sleep(1.0)  # a sampling period for memory, not a wait for a condition
-        wall_s = time.monotonic() - started
-        stop_load.set()
-        for name in names:
-            stop(env.cfg, name)
-        events = [json.loads(line) for line in log_path.read_text().splitlines() if '"event": "cycle"' in line]
-        durations = [e["duration_s"] for e in events if e.get("event") == "cycle" and "duration_s" in e]
-        return {
-            "queries": queries, "cycles_per_query": cycles, "cycles_measured": len(durations),
-            "cycle_p50_s": round(statistics.median(durations), 4), "cycle_p99_s": round(percentile(durations, 0.99), 4),
-            "cycle_max_s": round(max(durations), 4), "wall_s": round(wall_s, 1),
-            "rss_after_10_cycles_mb": round((rss_early or rss_samples[0]) / 2**20, 1),
-            "rss_end_mb": round(rss_samples[-1] / 2**20, 1), "rss_peak_mb": round(max(rss_samples) / 2**20, 1),
-            "exit_code": proc.returncode,
-        }
+        try:
+            return [run_daemon(env, queries, cycles, variant) for variant in VARIANTS]
+        finally:
+            stop_load.set()
+            for name in names:
+                stop(env.cfg, name)
+
+
+def run_daemon(env, queries: int, cycles: int, variant: str) -> dict:
+    """One `sparkscale run` over the apps until each had `cycles` cycles; its cycle durations and RSS."""
+    sets, environ = VARIANTS[variant]
+    log_path = Path(env.config_path).with_name(f"daemon-{queries}-{variant}.jsonl")
+    argv = [sys.executable, "-m", "sparkscale", "run", "--config", env.config_path, "--max-cycles", str(cycles)]
+    for s in [*env.overrides, "loop.dry_run=true", "loop.interval_s=0.2", "loop.window_s=30",
+              "metrics.enabled=false", f"logging.file={log_path}", "logging.stderr=false", "logging.level=info", *sets]:
+        argv += ["--set", s]
+    started = time.monotonic()
+    proc = subprocess.Popen(argv, env={**os.environ, **environ})
+    daemon = psutil.Process(proc.pid)
+    rss_early = None
+    rss_samples = []
+    while proc.poll() is None:
+        try:
+            rss = daemon.memory_info().rss
+        except psutil.NoSuchProcess:
+            break
+        rss_samples.append(rss)
+        done = _count_cycles(log_path)
+        if rss_early is None and done >= 10 * queries:
+            rss_early = rss
+        time.sleep(1.0)  # a sampling period for memory, not a wait for a condition
+    wall_s = time.monotonic() - started
+    events = [json.loads(line) for line in log_path.read_text().splitlines() if '"event": "cycle"' in line]
+    durations = [e["duration_s"] for e in events if e.get("event") == "cycle" and "duration_s" in e]
+    return {
+        "variant": variant, "queries": queries, "cycles_per_query": cycles, "cycles_measured": len(durations),
+        "cycle_p50_s": round(statistics.median(durations), 4), "cycle_p99_s": round(percentile(durations, 0.99), 4),
+        "cycle_max_s": round(max(durations), 4), "wall_s": round(wall_s, 1),
+        "rss_after_10_cycles_mb": round((rss_early or rss_samples[0]) / 2**20, 1),
+        "rss_end_mb": round(rss_samples[-1] / 2**20, 1), "rss_peak_mb": round(max(rss_samples) / 2**20, 1),
+        "exit_code": proc.returncode,
+    }
 
 
 def _count_cycles(path: Path) -> int:
@@ -113,12 +132,14 @@ def main() -> None:
     counts = [int(c) for c in args.cycles.split(",")]
     queries = [int(q) for q in args.queries.split(",")]
     counts += counts[-1:] * (len(queries) - len(counts))
-    rows = [measure(q, c) for q, c in zip(queries, counts)]
+    rows = [row for q, c in zip(queries, counts) for row in measure(q, c)]
+    before = {r["queries"]: r for r in rows if r["variant"] == "before"}
     table = "\n".join([
-        "| managed queries | cycles | cycle p50 (s) | cycle p99 (s) | max (s) | RSS after 10 cycles (MB) | "
-        "RSS at the end (MB) | peak RSS (MB) |",
-        "|---|---|---|---|---|---|---|---|",
-        *[f"| {r['queries']} | {r['cycles_measured']} | {r['cycle_p50_s']} | {r['cycle_p99_s']} | {r['cycle_max_s']} | "
+        "| managed queries | variant | cycles | cycle p50 (s) | cycle p99 (s) | max (s) | p50 after/before | "
+        "RSS after 10 cycles (MB) | RSS at the end (MB) | peak RSS (MB) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+        *[f"| {r['queries']} | {r['variant']} | {r['cycles_measured']} | {r['cycle_p50_s']} | {r['cycle_p99_s']} | "
+          f"{r['cycle_max_s']} | {r['cycle_p50_s'] / before[r['queries']]['cycle_p50_s']:.3f} | "
           f"{r['rss_after_10_cycles_mb']} | {r['rss_end_mb']} | {r['rss_peak_mb']} |" for r in rows],
     ])
     print(table)

@@ -19,8 +19,8 @@ import statistics
 import time
 
 from kazoo.client import KazooClient
-
 from sparkscale.actuators.control_channel import send_command, wait_ack
+
 from sparkscale.bench.environment import embedded_environment, write_results
 from sparkscale.pipeline.check import unprocessed_records
 from sparkscale.pipeline.loadgen import run_loadgen

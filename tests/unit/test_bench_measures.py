@@ -70,18 +70,24 @@ def test_convergence_is_the_start_of_the_stable_keeping_up_tail():
 def test_measure_counts_slo_seconds_core_seconds_and_over_provisioning():
     segs = [Segment(0, 20, 10), Segment(20, 40, 40)]
     limits = SloLimits(batch_limit_ms=1000, backlog_s=5, backlog_floor_records=50)
-    samples = [sample(t, 0, 0, 4, 500) for t in range(0, 20, 2)]  # 4 executors, idle, keeping up
-    samples += [sample(t, 1000, 0, 4, 1500) for t in range(20, 40, 2)]  # slow batches and a backlog of 1000
+    samples = [sample(t, 10 * t, 10 * t, 4, 500) for t in range(0, 20, 2)]  # 4 executors, keeping up
+    # From 20 s: 40/s arrive, nothing is finished any more, and batches outlast the trigger.
+    samples += [sample(t, 200 + 40 * (t - 20), 200, 4, 1500) for t in range(20, 40, 2)]
     samples += [sample(t, 1000, 1000, 4) for t in range(40, 50, 2)]  # the drain: after the profile, left out
     needed = needed_from_calibration({10.0: 1, 40.0: 2})
     m = measure(samples, [ScalingAction(21, "scale_executors", 4, 3, done=False)], segs, limits, needed)
-    assert m.slo_violation_s == 20 and m.slo_batch_s == 20 and m.slo_backlog_s == 20
+    # Backlog 40 * (t - 20) against 5 s of the input rate measured over the last 10 s, which lags the
+    # step: at 22 s, (280 - 120) / 10 = 16/s allows 80 records, the backlog is 80 (not above); at 24 s,
+    # 22/s allows 110 < 160. So 24..40 s: 16 s.
+    assert m.slo_backlog_s == 16 and m.slo_violation_s == 16
+    assert m.batch_over_trigger_s == 20  # a diagnostic only: 20..40 s, whatever the backlog
+    assert m.slo_latency_s is None  # no latency limit, no latency sampled
+    assert m.peak_backlog_records == 720 and m.peak_backlog_s == 18  # 720 records at 40/s
     assert m.executor_core_s == 4 * 40
     assert m.needed_core_s == 1 * 20 + 2 * 20
     assert m.over_provisioning == pytest.approx(160 / 60, abs=0.01)
     assert m.under_provisioned_s == 0
     assert m.scaling_actions == 0  # the one action failed
-    assert m.peak_backlog_records == 1000
     assert m.convergence_s == (0, None)
 
 

@@ -91,3 +91,108 @@ def test_bench_migration_refuses_unknown_strategies_and_workloads(tmp_path):
     out = runner.invoke(main, ["bench", "migration", "--workload", "wordcount", "--out", str(tmp_path)])
     assert out.exit_code == 2 and "dag-star" in out.output
     assert not (tmp_path / "results.json").exists()
+
+
+def case_run(case: str, profile: str, controller: str, repeat: int, backlog: int, latency_ms: float | None,
+             executors: int, lost: int = 0) -> dict:
+    prof = parse_profile(profile)
+    samples = [Sample(t, int(prof.records_by(t)), int(prof.records_by(t)) - backlog, 400.0, executors, executors, 4,
+                      None, latency_ms) for t in range(0, 62, 2)]
+    limits = SloLimits(1000, backlog_s=10, latency_limit_ms=10_000)
+    m = measure(samples, [], segments(prof), limits, lambda r: 1 if r < 20 else 2, load_at=prof.rate_at)
+    return {"case": case, "workload": case.rsplit("-", 1)[0], "profile": profile, "controller": controller,
+            "repeat": repeat, "started_at": 0, "samples": [s.to_dict() for s in samples], "actions": [],
+            "measures": m.to_dict(), "lost": lost, "duplicated": 0, "total_records": 600, "notes": []}
+
+
+def test_report_of_a_matrix_has_a_table_targets_and_plots_per_case(tmp_path):
+    sine = "sine:15,5,30s@60s"
+    cases = [{"name": "dag-linear-steps", "workload": "dag-linear", "profile": PROFILE, "backlog_basis": "counted",
+              "latency_source": "stream entry times", "trigger_s": 1.0},
+             {"name": "clicks-file-sine", "workload": "clicks-file", "profile": sine, "backlog_basis": "stated",
+              "latency_source": "file landing times", "trigger_s": 2.0}]
+    runs = []
+    for case, profile in (("dag-linear-steps", PROFILE), ("clicks-file-sine", sine)):
+        runs += [case_run(case, profile, "static", 1, 50, 3000.0, 4),
+                 case_run(case, profile, "spark-dra", 1, 300, 12_000.0, 4),  # 30 s of input waiting at 10/s
+                 case_run(case, profile, "ds2", 1, 120, None if case.startswith("clicks") else 11_000.0, 2,
+                          lost=1 if case.startswith("clicks") else 0)]
+    data = {"command": "sparkscale bench scaling --quick", "cases": cases, "runs": runs, "failed_runs": [
+                {"case": "clicks-file-sine", "controller": "ds2", "repeat": 2, "error": "RuntimeError('boom')"}],
+            "calibration": {"dag-linear": {"10": 1, "40": 2}, "clicks-file": {"10": 1, "20": 2}},
+            "spec": {"controllers": ["static", "spark-dra", "ds2"], "seed": 7, "min_executors": 1,
+                     "max_executors": 4, "slo_backlog_s": 10, "slo_latency_s": 10}}
+    (tmp_path / "results.json").write_text(json.dumps(data))
+    out = CliRunner().invoke(main, ["report", str(tmp_path)])
+    assert out.exit_code == 0, out.output
+    page = (tmp_path / "results.md").read_text()
+    dag, clicks = page.split("## clicks-file-sine")
+    assert dag.startswith("## dag-linear-steps: `dag-linear` under `steps:10@20s,40@20s,10@20s`")
+    rows = {line.split("|")[1].strip(): line for line in dag.splitlines() if line.startswith("| ")}
+    # 10 s of input at the rate measured over the last 10 s (the profile's before 10 s): 100 records at
+    # 10/s, 160 at 22 s, 220 at 24 s ... 400 at 30-40 s, then 340, 280, 220, 160 and 100 at 50 s.
+    # ds2's 120 waiting: behind at 0-20 s and 50-58 s: 22 + 10 = 32 s; its 11 s latency: all 60 s.
+    # spark-dra's 300: behind at 0-26 s and 44-58 s: 28 + 16 = 44 s. static's 50: never.
+    assert rows["ds2"].startswith("| ds2 | 1 | 32 | 60 |")
+    assert rows["spark-dra"].startswith("| spark-dra | 1 | 44 | 60 |")
+    assert rows["static"].startswith("| static | 1 | 0 | 0 |")
+    assert "| backlog-SLO seconds <= static's | ds2 32 s, static 0 s | **no** | 32 s over |" in dag
+    assert ("| backlog-SLO seconds <= half of spark-dra's | ds2 32 s, spark-dra 44 s (half: 22 s) | **no** "
+            "| 10 s over |") in dag
+    assert "stream entry times" in dag and "counted (records arrived" in dag
+    clicks_rows = {line.split("|")[1].strip(): line for line in clicks.splitlines() if line.startswith("| ")}
+    assert clicks_rows["ds2"].split("|")[4].strip() == "n/a"  # no latency sampled for it
+    assert ("| nothing lost or duplicated | 1 lost, 0 duplicated over 1 run(s) | **no** | 1 lost, 0 duplicated |"
+            in clicks)
+    assert "not judged: the load changes continuously" in clicks and "stated by the app's progress reports" in clicks
+    assert "ds2 run 2 FAILED: RuntimeError('boom')" in clicks
+    for name in ("timeline-dag-linear-steps-ds2-1.png", "timeline-clicks-file-sine-static-1.png",
+                 "executors-dag-linear-steps.png", "executors-clicks-file-sine.png"):
+        assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
+    assert not (tmp_path / "executors.png").exists()
+
+
+def test_bench_scaling_checks_cases_before_running(tmp_path):
+    runner = CliRunner()
+    out = runner.invoke(main, ["bench", "scaling", "--case", "clicks-file", "--out", str(tmp_path)])
+    assert out.exit_code == 2 and "WORKLOAD=PROFILE" in out.output
+    out = runner.invoke(main, ["bench", "scaling", "--case", "teleport=steps:1@1s", "--out", str(tmp_path)])
+    assert out.exit_code == 2 and "teleport" in out.output
+    out = runner.invoke(main, ["bench", "scaling", "--case", "dag-linear=steps:1@1s", "--workload", "dag-linear",
+                               "--out", str(tmp_path)])
+    assert out.exit_code == 2 and "not both" in out.output
+    out = runner.invoke(main, ["bench", "scaling", "--case", "clicks-file=sine:10,5,60s", "--out", str(tmp_path)])
+    assert out.exit_code == 2 and "must end" in out.output
+    assert not (tmp_path / "results.json").exists()
+
+
+def test_bench_scaling_defaults_to_the_whole_matrix_and_quick_to_one_short_run(tmp_path, monkeypatch):
+    import sparkscale.bench.report as report
+    import sparkscale.bench.scaling as scaling
+
+    specs = []
+    monkeypatch.setattr(scaling, "run_bench", lambda spec, out, command, resume=False: specs.append(spec))
+    monkeypatch.setattr(report, "render", lambda out: "table")
+    runner = CliRunner()
+    out = runner.invoke(main, ["bench", "scaling", "--out", str(tmp_path)])
+    assert out.exit_code == 0, out.output
+    full = specs.pop()
+    assert [(c.name, c.profile) for c in full.cases] == [
+        ("dag-linear-steps", "steps:15@45s,60@90s,15@90s"), ("clicks-file-steps", "steps:15@45s,60@90s,15@90s"),
+        ("clicks-file-sine", "sine:37.5,22.5,120s@240s")]
+    assert full.controllers == ("static", "spark-dra", "threshold", "dhalion", "ds2")
+    assert full.repeat == 3 and full.calibrate and full.calibration_trial_s == 60 and full.warmup_s == 20
+    out = runner.invoke(main, ["bench", "scaling", "--quick", "--out", str(tmp_path)])
+    assert out.exit_code == 0, out.output
+    quick = specs.pop()
+    assert [c.name for c in quick.cases] == ["dag-linear-steps"] and quick.controllers == ("ds2",)
+    assert quick.repeat == 1 and not quick.calibrate and quick.cases[0].profile == "steps:15@30s,60@60s,15@45s"
+    out = runner.invoke(main, ["bench", "scaling", "--quick", "--workload", "clicks-file", "--controllers",
+                               "static,ds2", "--out", str(tmp_path)])
+    quick_clicks = specs.pop()
+    assert [c.name for c in quick_clicks.cases] == ["clicks-file-steps"]
+    assert quick_clicks.controllers == ("static", "ds2") and quick_clicks.repeat == 1
+    # Cases given one by one; the same profile twice gets numbered names.
+    out = runner.invoke(main, ["bench", "scaling", "--case", "dag-linear=steps:15@45s,60@90s,15@90s", "--case",
+                               "dag-linear=steps:15@20s,60@20s", "--out", str(tmp_path)])
+    assert [c.name for c in specs.pop().cases] == ["dag-linear-steps", "dag-linear-steps-2"]

@@ -64,10 +64,14 @@ class FakeRest:
 
 
 class FakeRedis:
-    """hgetall and xrange over dicts: what the collector reads."""
+    """get, hgetall and xrange over dicts: what the collector reads."""
 
-    def __init__(self, hashes: dict[str, dict[str, str]], streams: dict[str, list[tuple[str, dict]]]):
-        self.hashes, self.streams = hashes, streams
+    def __init__(self, hashes: dict[str, dict[str, str]], streams: dict[str, list[tuple[str, dict]]],
+                 strings: dict[str, str] | None = None):
+        self.hashes, self.streams, self.strings = hashes, streams, strings or {}
+
+    def get(self, key: str) -> str | None:
+        return self.strings.get(key)
 
     def hgetall(self, key: str) -> dict[str, str]:
         return self.hashes.get(key, {})

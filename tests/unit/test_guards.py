@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -166,19 +167,60 @@ def changes_at(age: float) -> DecisionHistory:
     return DecisionHistory.empty().with_decision(NOW - age, scale_plan(2, 4))
 
 
-def test_no_change_within_the_cooldown_of_the_last_action_but_warnings_pass():
+def test_the_cooldown_holds_a_reversal_but_not_a_scale_up_short_of_its_target_and_warnings_pass():
     loop = LoopConfig(cooldown_s=60, stabilization_s=0)
-    plan = guard(scale_plan(4, 6, Action.warn("look")), history=changes_at(30), loop=loop)
+    # The last action (30 s ago) scaled 2 -> 4; a scale-down now would reverse it.
+    plan = guard(scale_plan(4, 3, Action.warn("look")), history=changes_at(30), loop=loop)
     assert [a.type for a in plan.actions] == ["warn"]
-    assert "cooldown (last action 30 s ago, cooldown 60 s): dropped scale_executors 4 -> 6" in notes(plan)[0]
-    assert target(guard(scale_plan(4, 6), history=changes_at(60), loop=loop)) == 6
+    assert ("cooldown (last action 30 s ago, cooldown 60 s): dropped scale_executors 4 -> 3 (a reversal)"
+            in notes(plan)[0])
+    # A further scale-up goes on: the target is not reached yet.
+    assert target(guard(scale_plan(4, 6), history=changes_at(30), loop=loop)) == 6
+    # Other changes (a migration) are still held within the cooldown.
+    migration = Plan("test", "app", actions=(Action.set_parallelism("agg", 4, 8, "more"),))
+    assert guard(migration, history=changes_at(30), loop=loop).actions == ()
+    assert target(guard(scale_plan(4, 3), history=changes_at(60), loop=loop)) == 3
 
 
 def test_cooldown_counts_from_the_last_plan_with_a_change_or_the_given_time():
     loop = LoopConfig(cooldown_s=60, stabilization_s=0)
     history = changes_at(100).with_decision(NOW - 10, Plan("test", "app"))  # the latest changed nothing
-    assert target(guard(scale_plan(4, 6), history=history, loop=loop)) == 6
-    assert guard(scale_plan(4, 6), history=history, loop=loop, last_action_at=NOW - 5).actions == ()
+    assert target(guard(scale_plan(4, 3), history=history, loop=loop)) == 3
+    # The given time and direction win over the history's.
+    assert guard(scale_plan(4, 3), history=history, loop=loop, last_action_at=NOW - 15).actions == ()
+    down = replace(history, last_action_direction=-1)
+    assert target(guard(scale_plan(4, 3), history=down, loop=loop, last_action_at=NOW - 15)) == 3
+
+
+def test_no_decision_on_a_window_that_began_before_the_last_change_was_done():
+    # The window is 10 s: a change done 4 s ago leaves a mixed window; 10 s ago, a clean one.
+    plan = guard(scale_plan(4, 6), last_action_at=NOW - 4)
+    assert plan.actions == () and "settle (the window began 6 s before the last change" in notes(plan)[0]
+    assert target(guard(scale_plan(4, 6), last_action_at=NOW - 10)) == 6
+
+
+def test_executors_still_starting_are_counted_as_there():
+    # 4 registered, 6 asked for: asking for 6 again, or fewer, waits; asking for more goes on.
+    starting = replace(DecisionHistory.empty(), requested_executors=6)
+    plan = guard(scale_plan(4, 6), history=starting)
+    assert plan.actions == () and "2 of the 6 executors asked for are still starting" in notes(plan)[0]
+    assert guard(scale_plan(4, 5), history=starting).actions == ()
+    assert target(guard(scale_plan(4, 8), history=starting)) == 8
+    # All registered: nothing held.
+    assert target(guard(scale_plan(4, 6), history=replace(starting, requested_executors=4))) == 6
+
+
+def test_no_change_while_an_action_is_still_being_carried_out():
+    busy = replace(DecisionHistory.empty(), action_in_progress="scale_executors 2 -> 4")
+    plan = guard(scale_plan(4, 6, Action.warn("look")), history=busy)
+    assert [a.type for a in plan.actions] == ["warn"]
+    assert "in progress (scale_executors 2 -> 4 is still being carried out)" in notes(plan)[0]
+
+
+def test_by_default_a_scale_up_goes_straight_to_its_target_and_a_scale_down_is_halved_at_most():
+    defaults = GuardsConfig(scale_down_delay_s=0)
+    assert target(guard(scale_plan(1, 8), executors=1, guards=defaults)) == 8
+    assert target(guard(scale_plan(8, 1), executors=8, guards=defaults)) == 4
 
 
 def test_no_change_while_a_migration_runs_or_stabilises():

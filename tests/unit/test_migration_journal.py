@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from sparkscale.actuators.migration import Journal, get_strategy, phase_metrics
-from sparkscale.monitors.migration_metrics import _Sample, _stable_since
 
 BUILT_IN = ("dsm", "dcr", "ccr")
 
@@ -42,35 +41,65 @@ def test_phase_durations_and_metrics():
                 restarted=108.0, resumed=108.5, restored=110.0, done=110.5)
     j.marks["first_output_at"] = 109.5
     j.marks["captured_records"] = 120
+    j.marks["captured_in_flight_records"] = 0
+    j.marks["stop"] = {"stopped": True, "waited_s": 1.0}  # 1 s of the 1.5 s stop waited for the boundary
     d = j.phase_durations()
     assert d == {"requested": 0.0, "paused": 0.5, "stopped": 1.5, "captured": 0.25, "repartitioned": 2.75,
                  "restarted": 3.0, "resumed": 0.5, "restored": 1.5, "done": 0.5}
     m = phase_metrics(j)
     assert m["restore_s"] == 9.5  # request -> first output after the change
-    assert m["capture_s"] == 0.25 and m["drain_s"] is None
-    assert m["rebalance_s"] == pytest.approx(1.5 + 2.75 + 3.0)  # stop + repartition + restart
-    assert m["total_s"] == 10.5 and m["captured_records"] == 120
+    assert m["boundary_wait_s"] == 1.0
+    assert m["drain_s"] is None
+    # The paper's capture duration: request -> captured, less the stop itself (0.5 s, a rebalance part).
+    assert m["capture_s"] == pytest.approx(2.25 - 0.5)
+    assert m["capture_positions_s"] == 0.25  # the DataStore write alone
+    assert m["rebalance_s"] == pytest.approx(0.5 + 2.75 + 3.0)  # stop less its wait + repartition + restart
+    assert m["total_s"] == 10.5 and m["captured_records"] == 120 and m["captured_in_flight_records"] == 0
+    assert "not_measured" not in m
 
 
-def samples(rates_in_out: list[tuple[float, float]], start: float = 0.0) -> list[_Sample]:
-    """One sample a second with the given input and output rates."""
-    out, arrived, processed = [], 0.0, 0.0
-    for k, (rin, rout) in enumerate(rates_in_out):
-        arrived += rin
-        processed += rout
-        out.append(_Sample(start + k, int(processed), int(arrived)))
-    return out
+def test_the_boundary_wait_is_booked_alike_for_dcr_and_ccr_and_never_in_the_rebalance():
+    """The same 2 s wait for the running batch: DCR's drain phase, inside CCR's stop."""
+    dcr = journal("dcr", requested=100.0, paused=100.5, drained=102.5, stopped=103.0, repartitioned=105.0,
+                  restarted=108.0, restored=109.0, resumed=109.5, done=111.0)
+    dcr.marks["stop"] = {"stopped": True, "waited_s": 0.0}
+    ccr = journal("ccr", requested=100.0, paused=100.5, stopped=103.0, captured=103.25, repartitioned=105.25,
+                  restarted=108.25, resumed=108.75, restored=110.0, done=110.5)
+    ccr.marks["stop"] = {"stopped": True, "waited_s": 2.0}
+    md, mc = phase_metrics(dcr), phase_metrics(ccr)
+    assert md["boundary_wait_s"] == mc["boundary_wait_s"] == 2.0
+    assert md["rebalance_s"] == mc["rebalance_s"] == pytest.approx(0.5 + 2.0 + 3.0)
+    assert md["drain_s"] == 2.5 and md["capture_s"] is None  # pause 0.5 + wait 2.0
+    assert mc["capture_s"] == 2.75 and mc["drain_s"] is None  # pause 0.5 + wait 2.0 + capture 0.25
+    # DCR's `restored` (state loaded, sources paused) is no first output: no restore figure yet.
+    assert md["restore_s"] is None and "restore_s" in md["not_measured"]
+    dcr.marks["first_output_at"] = 110.75
+    assert phase_metrics(dcr)["restore_s"] == 10.75
 
 
-def test_stable_since_finds_the_run_where_output_follows_input():
-    # 20 s catching up (output twice the input), then 70 s of output = input.
-    s = samples([(100, 200)] * 20 + [(100, 100)] * 70)
-    start = _stable_since(s, tolerance=0.2, window_s=60)
-    assert start is not None and 10 <= start <= 25  # within one 10 s rate window of the change at 20 s
-    # Only 30 s of agreement so far: not yet stable.
-    assert _stable_since(samples([(100, 200)] * 20 + [(100, 100)] * 30), 0.2, 60) is None
-    # Output 50 % below input the whole time: never stable.
-    assert _stable_since(samples([(100, 50)] * 90), 0.2, 60) is None
+def test_dsm_waits_for_no_boundary_and_a_resumed_stop_without_its_wait_says_so():
+    dsm = journal("dsm", requested=100.0, stopped=100.5, repartitioned=103.0, restarted=106.0, restored=108.0,
+                  done=108.5)
+    dsm.marks["stop"] = {"stopped": True, "batch_was_running": True, "stop_s": 0.3}
+    m = phase_metrics(dsm)
+    assert m["boundary_wait_s"] == 0.0 and m["drain_s"] is None and m["capture_s"] is None
+    assert m["rebalance_s"] == pytest.approx(0.5 + 2.5 + 3.0)
+    ccr = journal("ccr", requested=100.0, paused=100.5, stopped=103.0)
+    ccr.marks["stop"] = {"stopped": False, "already_stopped": True}  # re-sent by a successor
+    m = phase_metrics(ccr)
+    assert m["boundary_wait_s"] is None and "boundary_wait_s" in m["not_measured"]
+    assert m["rebalance_s"] == 2.5  # the whole stop, its wait unknown
+
+
+def test_a_dcr_whose_sources_cannot_pause_reports_no_drain():
+    dcr = journal("dcr", requested=100.0, paused=100.5, drained=100.6, stopped=104.6)
+    dcr.marks["drain"] = "sources cannot be paused: the stop waits for an idle trigger"
+    dcr.marks["stop"] = {"stopped": True, "waited_s": 3.5}
+    m = phase_metrics(dcr)
+    assert m["drain_s"] is None and "sources cannot be paused" in m["not_measured"]
+    assert m["boundary_wait_s"] == pytest.approx(0.1 + 3.5)
+    dcr.marks["stop"] = {"stopped": True, "waited_s": 10.0, "inside_batch": True}
+    assert "landed inside a batch" in phase_metrics(dcr)["not_measured"]
 
 
 def test_a_journal_with_a_new_executor_shape_round_trips_and_an_old_one_has_none():

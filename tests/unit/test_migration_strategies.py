@@ -21,6 +21,7 @@ from sparkscale.actuators.migration import (
     registered_strategies,
 )
 from sparkscale.config import Config
+from sparkscale.monitors.migration_metrics import BatchPoint
 from sparkscale.registry import STRATEGIES
 
 BUILT_IN = ("dsm", "dcr", "ccr")
@@ -92,11 +93,13 @@ def test_a_runner_walks_a_registered_strategys_phases_in_order(registry):
     runner = MigrationRunner(Config(), SimpleNamespace(name="a"), zk, redis_client=None, epoch=3,
                              is_leader=lambda: True, on_phase=lambda j, phase, d: seen.append((phase, d)))
     ran: list[str] = []
-    for step in ("_pause", "_drain", "_stop", "_capture", "_repartition", "_restart", "_resume", "_restored"):
+    for step in ("_pause", "_drain", "_stop", "_capture", "_repartition", "_restart", "_resume", "_restored",
+                 "_await_first_output"):
         setattr(runner, step, lambda j, step=step: ran.append(step))
     j = journal("pause-stop", requested=100.0)
     done = runner.run(j)
-    assert ran == ["_pause", "_stop", "_repartition", "_restart", "_resume", "_restored"]
+    # The `done` step waits for the restarted run's first output (the end of the restore metric).
+    assert ran == ["_pause", "_stop", "_repartition", "_restart", "_resume", "_restored", "_await_first_output"]
     assert [phase for phase, _ in seen] == list(PauseStop.phases[1:])
     assert done.status == "done" and list(done.phases) == list(PauseStop.phases)
     # The journal says which phase runs before its step runs.
@@ -136,30 +139,35 @@ def test_dcr_and_ccr_stop_at_a_batch_boundary_and_enforce_the_exactly_once_sink(
     assert strategy.enforce_exactly_once_sink() is True
 
 
-class Probe:
-    """What the runner would answer: the query's status in the driver and its last progress."""
+def batch(run_id: str, rows: int, at: float) -> BatchPoint:
+    return BatchPoint(committed_at_s=at, started_at_s=at - 0.5, run_id=run_id, rows=rows, processed_position=None,
+                      arrived_position=None, backlog_records=None)
 
-    def __init__(self, status: dict[str, Any] | None, progress: dict[str, str] | None = None):
-        self.status, self.progress, self.calls = status, progress or {}, []
+
+class Probe:
+    """What the runner would answer: the query's status in the driver and its published batches."""
+
+    def __init__(self, status: dict[str, Any] | None, batches: list[BatchPoint] | None = None):
+        self.status, self.batches, self.calls = status, batches or [], []
 
     def query_status(self, query: str) -> dict[str, Any] | None:
         self.calls.append("status")
         return self.status
 
-    def query_progress(self, query: str) -> dict[str, str]:
-        self.calls.append("progress")
-        return self.progress
+    def batches_since(self, query: str, since_s: float) -> list[BatchPoint]:
+        self.calls.append("batches")
+        return [b for b in self.batches if b.committed_at_s >= since_s]
 
 
 def test_dcr_is_restored_when_the_new_run_left_initialisation_with_the_sources_paused():
     dcr = get_strategy("dcr")
     j = journal("dcr")
     j.marks["run_id"] = "new"
-    waiting = Probe({"message": "Waiting for data to arrive"}, {"run_id": "old", "num_input_rows": "0"})
+    waiting = Probe({"message": "Waiting for data to arrive"}, [batch("old", 0, 101.0)])
     assert dcr.restored(waiting, j) and waiting.calls == ["status"]  # no batch with input needed
     assert not dcr.restored(Probe({"message": "Initializing sources"}), j)
     assert not dcr.restored(Probe(None), j)
-    assert "first_output_at" not in j.marks
+    assert "first_output_at" not in j.marks  # the restore metric does not end here (the runner's done step)
 
 
 @pytest.mark.parametrize("name", ["dsm", "ccr"])
@@ -167,16 +175,21 @@ def test_dsm_and_ccr_are_restored_at_the_new_runs_first_batch_with_input(name):
     strategy = get_strategy(name)
     j = journal(name)
     j.marks["run_id"] = "new"
-    waiting = Probe({"message": "Waiting for data to arrive"}, {"run_id": "old", "num_input_rows": "7"})
-    assert not strategy.restored(waiting, j) and waiting.calls == ["progress"]
-    assert not strategy.restored(Probe({}, {"run_id": "new", "num_input_rows": "0"}), j)
-    assert strategy.restored(Probe({}, {"run_id": "new", "num_input_rows": "7", "published_at": "123.5"}), j)
+    waiting = Probe({"message": "Waiting for data to arrive"}, [batch("old", 7, 101.0)])
+    assert not strategy.restored(waiting, j) and waiting.calls == ["batches"]
+    assert not strategy.restored(Probe({}, [batch("new", 0, 120.0)]), j)
+    # The first batch with input, not the latest one the poll happens to see.
+    later = Probe({}, [batch("old", 7, 101.0), batch("new", 0, 120.0), batch("new", 7, 123.5),
+                       batch("new", 9, 124.5)])
+    assert strategy.restored(later, j)
     assert j.marks["first_output_at"] == 123.5
-    # A whole-application restart: any run published since the restart.
-    k = journal(name)
-    k.marks["app_restarted_at"] = 120.0
-    assert not strategy.restored(Probe({}, {"run_id": "x", "num_input_rows": "7", "published_at": "119.0"}), k)
-    assert strategy.restored(Probe({}, {"run_id": "x", "num_input_rows": "7", "published_at": "121.0"}), k)
+    # A whole-application restart (no run id from a start answer): another run than the stopped one,
+    # after the stop.
+    k = journal(name, stopped=110.0)
+    k.marks.update(app_restarted_at=120.0, run_id_at_request="old")
+    assert not strategy.restored(Probe({}, [batch("old", 7, 111.0), batch("x", 7, 109.0)]), k)
+    assert strategy.restored(Probe({}, [batch("old", 7, 111.0), batch("x", 7, 119.0)]), k)
+    assert k.marks["first_output_at"] == 119.0  # published before the restart command returned
     # Resumed without a run id (the agent's answer was lost): restored once the query runs.
     lost = journal(name)
     assert strategy.restored(Probe({"message": "Waiting for data to arrive"}), lost)
@@ -213,3 +226,51 @@ def test_the_runners_repartition_asks_the_strategy_about_the_exactly_once_sink(n
     runner._command = lambda kind, args, timeout_s=None: sent.append((kind, args)) or "ok"
     runner._repartition(journal(name))
     assert sent == [("repartition", {"query": "q", "partitions": 8, "enforce_exactly_once_sink": enforced})]
+
+
+def test_the_done_step_waits_for_the_first_output_and_never_fails_the_migration():
+    """DCR's `restored` is no first output: the runner's last step finds it in the progress history."""
+    cfg = Config.model_validate({"migration": {"phase_timeout_s": 0.05}})
+    runner = MigrationRunner(cfg, SimpleNamespace(name="a"), zk=None, redis_client=None, epoch=3,
+                             is_leader=lambda: True)
+    j = journal("dcr", requested=100.0, stopped=102.0, restarted=106.0, restored=107.0, resumed=107.5)
+    j.marks.update(run_id="new", run_id_at_request="old")
+    seen: list[list[BatchPoint]] = [[batch("new", 0, 107.0)], [batch("new", 0, 107.0), batch("new", 40, 108.25)]]
+    runner.batches_since = lambda query, since_s: seen.pop(0) if len(seen) > 1 else seen[0]
+    runner._await_first_output(j)
+    assert j.marks["first_output_at"] == 108.25
+    assert phase_metrics(j)["restore_s"] == 8.25
+    idle = journal("dcr", requested=100.0, stopped=102.0)
+    idle.marks["run_id"] = "new"
+    runner.batches_since = lambda query, since_s: []
+    runner._await_first_output(idle)  # no input: the phase timeout passes, no error
+    assert "first_output_at" not in idle.marks and "no batch with input" in idle.marks["first_output"]
+    assert "no batch with input" in phase_metrics(idle)["not_measured"]
+
+
+def test_ccrs_capture_records_positions_and_counts_what_it_covers(monkeypatch):
+    import json
+
+    from sparkscale.actuators.migration import runner as runner_module
+    from sparkscale.protocol.streams import SourceStatus, StreamOffsets
+
+    stored: dict[str, str] = {}
+    client = SimpleNamespace(set=lambda key, value, ex=None: stored.update({key: value}))
+    runner = MigrationRunner(Config(), SimpleNamespace(name="a", source_partitions=2), zk=None,
+                             redis_client=client, epoch=3, is_leader=lambda: True)
+    runner.pausable = lambda query: True
+    runner._input_position = lambda: 1500  # arrived, app-wide
+    processed = StreamOffsets(("5-0", "6-0"), (400, 500)).to_json()
+    admitted = StreamOffsets(("7-0", "8-0"), (450, 500)).to_json()
+    monkeypatch.setattr(runner_module, "read_source_status", lambda *a: SourceStatus(
+        committed=None, committed_at=None, processed=processed, processed_at=1.0, latest=admitted, latest_at=1.0,
+        backlog=600, backlog_by_partition=[], backlog_at=1.0, paused=True))
+    j = journal("ccr")
+    runner._capture(j)
+    assert j.marks["captured_records"] == 1500 - 900  # arrived but not processed
+    assert j.marks["captured_in_flight_records"] == 50  # of those, admitted to a batch
+    (value,) = stored.values()
+    assert json.loads(value)["what"] == "positions"
+    runner._input_position = lambda: None  # a script app reading the Redis streams source
+    runner._capture(j)
+    assert j.marks["captured_records"] == 600  # the source's own backlog

@@ -152,6 +152,13 @@ def dispatch(action_log: ActionLogWriter, record: Any, actions: Sequence[Action]
     (with `stop_after_failure`, none after one that was not done), log their results. Returns the
     decision's id in the log and the results."""
     decision_id = action_log.append_decision(record, snapshot)
+    return decision_id, carry_out(action_log, decision_id, actions, ctx, stop_after_failure)
+
+
+def carry_out(action_log: ActionLogWriter, decision_id: str, actions: Sequence[Action], ctx: ActuationContext,
+              stop_after_failure: bool = False) -> list[ActionResult]:
+    """Carry out the actions of the logged decision `decision_id` and log their results (the half
+    of `dispatch` that the daemon runs in the background, after logging the decision itself)."""
     results: list[ActionResult] = []
     for action in actions:
         result = execute(action, ctx)
@@ -160,4 +167,4 @@ def dispatch(action_log: ActionLogWriter, record: Any, actions: Sequence[Action]
             break
     if actions:
         action_log.append_results(decision_id, ctx.app.name, results)
-    return decision_id, results
+    return results

@@ -32,7 +32,7 @@ from sparkscale.agent.progress import ProgressPublisher
 from sparkscale.agent.queries import STOP_QUERY_DEFAULT_TIMEOUT_S, QueryControl
 from sparkscale.config import AppConfig, Config
 from sparkscale.protocol.commands import Ack, Command, CommandFormatError, command_seq
-from sparkscale.protocol.keys import driver_key
+from sparkscale.protocol.keys import driver_key, executor_target_key
 from sparkscale.protocol.znodes import acks_path, agent_epoch_path, agent_path, commands_path
 from sparkscale.redisconn import connect
 
@@ -122,8 +122,10 @@ class ControlAgent:
         if self.initial_executors is not None:
             # Standalone mode launches as many executors as spark.cores.max allows at first;
             # the target set here caps the master's launches and the worker thread trims the rest.
-            self.target_executors = self.initial_executors
+            self._set_target(self.initial_executors)
             self.executors.request_total(self.initial_executors)
+        else:
+            self._set_target(None)
         self._thread = threading.Thread(target=self._run, name=f"sparkscale-agent-{self.app.name}", daemon=True)
         self._thread.start()
         ChildrenWatch(self.zk, self._commands, self._on_commands)
@@ -326,6 +328,18 @@ class ControlAgent:
             removed = self.executors.remove(victims)
             log.info("agent.executors_trimmed", app=self.app.name, target=self.target_executors, removed=removed)
 
+    def _set_target(self, total: int | None) -> None:
+        """Remember the executor target and publish it: the daemon counts executors still starting."""
+        self.target_executors = total
+        key = executor_target_key(self.cfg.redis.key_prefix, self.app.name)
+        try:
+            if total is None:
+                self.redis.delete(key)
+            else:
+                self.redis.set(key, str(total))
+        except redis.RedisError as exc:
+            log.warning("agent.target_unpublished", app=self.app.name, target=total, error=str(exc))
+
     def _set_executors(self, command: Command) -> dict[str, Any]:
         total = int_arg(command.args, "total")
         if not self.app.min_executors <= total <= self.app.max_executors:
@@ -333,7 +347,7 @@ class ControlAgent:
                 f"total {total} is outside [min_executors, max_executors] = "
                 f"[{self.app.min_executors}, {self.app.max_executors}]"
             )
-        self.target_executors = total
+        self._set_target(total)
         if not self.executors.request_total(total):
             raise CommandRefused(f"Spark did not accept the executor target {total}")
         active = [e for e in self.executors.list() if e.active]
@@ -366,7 +380,7 @@ class ControlAgent:
                 f"below min_executors {self.app.min_executors}"
             )
         # Lower the target first, or the master would launch a replacement when the executor exits.
-        self.target_executors = remaining
+        self._set_target(remaining)
         self.executors.request_total(remaining)
         removed = self.executors.remove(ids)
         if not removed:

@@ -1,5 +1,6 @@
-"""Timelines with matplotlib (Agg, no display): input and output rate, backlog and batch duration,
-executors and partitions over time, actions marked, load changes (or migration phases) shaded."""
+"""Timelines with matplotlib (Agg, no display): input and output rate, backlog (in records, or in
+seconds of input against the SLO) with the batch duration and the latency, executors and partitions
+over time, actions marked, load changes (or migration phases) shaded."""
 
 from __future__ import annotations
 
@@ -11,14 +12,16 @@ import matplotlib
 matplotlib.use("Agg")  # files only: the daemon's host has no display
 import matplotlib.pyplot as plt  # noqa: E402
 
-from sparkscale.bench.measures import segments  # noqa: E402
+from sparkscale.bench.measures import SloLimits, backlog_seconds, input_rates, segments  # noqa: E402
 from sparkscale.bench.timeline import Sample, rates  # noqa: E402
 from sparkscale.pipeline.profiles import parse_profile  # noqa: E402
 
 
 def timeline(samples: list[Sample], actions: list[dict], title: str, path: Path, profile: str | None = None,
-             shaded: list[tuple[float, float, str]] = (), rate_window_s: float = 10.0) -> None:
-    """Three stacked panels sharing the time axis; `shaded` spans are (start_s, end_s, label)."""
+             shaded: list[tuple[float, float, str]] = (), rate_window_s: float = 10.0,
+             limits: SloLimits | None = None) -> None:
+    """Three stacked panels sharing the time axis; `shaded` spans are (start_s, end_s, label). With
+    `limits` (and a profile), the backlog is drawn as the SLO measures it, in seconds of input."""
     fig, (ax_rate, ax_backlog, ax_exec) = plt.subplots(3, 1, figsize=(11, 7.5), sharex=True,
                                                        gridspec_kw={"height_ratios": [3, 2, 2]})
     points = rates(samples, rate_window_s)
@@ -38,12 +41,25 @@ def timeline(samples: list[Sample], actions: list[dict], title: str, path: Path,
     ax_rate.set_title(title)
 
     ts = [s.t_s for s in samples]
-    ax_backlog.plot(ts, [s.backlog_records for s in samples], color="tab:red", label="backlog")
-    ax_backlog.set_ylabel("backlog (records)", color="tab:red")
+    if limits is not None and profile:
+        load = parse_profile(profile)
+        rates_in = input_rates(samples, load.rate_at, rate_window_s)
+        seconds = [backlog_seconds(limits.backlog_of(s), r) for s, r in zip(samples, rates_in, strict=True)]
+        ax_backlog.plot(ts, [0 if v is None else v for v in seconds], color="tab:red", label="backlog")
+        ax_backlog.axhline(limits.backlog_s, color="tab:red", linestyle="--", linewidth=0.8, label="SLO")
+        ax_backlog.set_ylabel(f"backlog (s of input, {limits.backlog_basis})", color="tab:red")
+    else:
+        ax_backlog.plot(ts, [s.backlog_records for s in samples], color="tab:red", label="backlog")
+        ax_backlog.set_ylabel("backlog (records)", color="tab:red")
     ax_batch = ax_backlog.twinx()
     ax_batch.plot(ts, [(s.batch_duration_ms or 0) / 1000 for s in samples], color="tab:purple", linewidth=0.8,
                   label="batch duration")
-    ax_batch.set_ylabel("batch duration (s)", color="tab:purple")
+    latency = [(s.t_s, s.latency_ms / 1000) for s in samples if s.latency_ms is not None]
+    if latency:
+        ax_batch.plot([t for t, _ in latency], [v for _, v in latency], color="tab:brown", linewidth=1,
+                      label="end-to-end latency")
+        ax_batch.legend(loc="upper right", fontsize=7)
+    ax_batch.set_ylabel("batch duration, latency (s)" if latency else "batch duration (s)", color="tab:purple")
 
     known = [(s.t_s, s.executors) for s in samples if s.executors is not None]
     ax_exec.step([t for t, _ in known], [n for _, n in known], where="post", color="black", label="executors")
@@ -78,34 +94,51 @@ def timeline(samples: list[Sample], actions: list[dict], title: str, path: Path,
 
 
 def plot_scaling(results_dir: Path, results: dict[str, Any]) -> list[Path]:
-    """A timeline per run, and `executors.png`: every controller's executor count in its first run."""
+    """Per case: a timeline per run, and `executors-<case>.png`, every controller's executor count in
+    its first run (older single-case results: without the case in the names)."""
+    from sparkscale.bench.report import case_runs, scaling_cases
+
     spec = results["spec"]
     written = []
-    for run in results["runs"]:
-        samples = [Sample.from_dict(s) for s in run["samples"]]
-        path = results_dir / f"timeline-{run['controller']}-{run['repeat']}.png"
-        m = run["measures"]
-        title = (f"{run['controller']} (run {run['repeat']}): {m['scaling_actions']} actions, SLO violation "
-                 f"{m['slo_violation_s']:g} s, {m['executor_core_s']:g} executor-core-s, "
-                 f"lost {run['lost']}, duplicated {run['duplicated']}")
-        timeline(samples, run["actions"], title, path, spec["profile"])
-        written.append(path)
+    for case in scaling_cases(results):
+        prefix = f"{case['name']}-" if case["name"] else ""
+        limits = SloLimits(batch_limit_ms=1000 * (case.get("trigger_s") or 1.0),
+                           backlog_s=spec.get("slo_backlog_s", 10.0),
+                           backlog_floor_records=spec.get("slo_backlog_floor_records", 50),
+                           backlog_basis=case.get("backlog_basis", "counted"))
+        runs = case_runs(results, case)
+        for run in runs:
+            samples = [Sample.from_dict(s) for s in run["samples"]]
+            path = results_dir / f"timeline-{prefix}{run['controller']}-{run['repeat']}.png"
+            m = run["measures"]
+            latency = m.get("slo_latency_s")
+            title = (f"{case['name'] or case['workload']}, {run['controller']} (run {run['repeat']}): "
+                     f"{m['scaling_actions']} actions, backlog SLO {m['slo_backlog_s']:g} s"
+                     + (f", latency SLO {latency:g} s" if latency is not None else "")
+                     + f", {m['executor_core_s']:g} executor-core-s, lost {run['lost']}, "
+                     f"duplicated {run['duplicated']}")
+            timeline(samples, run["actions"], title, path, case["profile"], limits=limits)
+            written.append(path)
+        written.append(_executors_plot(results_dir / f"executors{'-' + case['name'] if case['name'] else ''}.png",
+                                       spec["controllers"], runs, case))
+    return written
+
+
+def _executors_plot(path: Path, controllers: list[str], runs: list[dict[str, Any]], case: dict[str, Any]) -> Path:
     fig, ax = plt.subplots(figsize=(11, 4))
-    for controller in spec["controllers"]:
-        run = next((r for r in results["runs"] if r["controller"] == controller), None)
+    for controller in controllers:
+        run = next((r for r in runs if r["controller"] == controller), None)
         if run is None:
             continue
         known = [(s["t_s"], s["executors"]) for s in run["samples"] if s["executors"] is not None]
         ax.step([t for t, _ in known], [n for _, n in known], where="post", label=controller)
-    for g in segments(parse_profile(spec["profile"]))[1:]:
+    for g in segments(parse_profile(case["profile"]))[1:]:
         ax.axvline(g.start_s, color="grey", linestyle=":", linewidth=1)
     ax.set_xlabel("time since the load started (s)")
     ax.set_ylabel("executors")
-    ax.set_title(f"Executors over time, first run of each controller ({spec['workload']}, {spec['profile']})")
+    ax.set_title(f"Executors over time, first run of each controller ({case['workload']}, {case['profile']})")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    path = results_dir / "executors.png"
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    written.append(path)
-    return written
+    return path

@@ -1,20 +1,26 @@
-"""`sparkscale bench scaling`: the controllers side by side under the same load.
+"""`sparkscale bench scaling`: the controllers side by side under the same load, over a matrix of
+cases (a workload under a load profile).
 
-For each controller in turn, on a fresh embedded environment, the same workload under the same load
-profile (same seed): `static` (the maximum executor count, fixed), `spark-dra` (Spark's dynamic
-allocation with shuffle tracking, same min and max, no daemon), and `threshold`, `dhalion`, `ds2`
-(the daemon with that policy). A Recorder samples the app every `sample_s`; after the profile the
-app drains and the verifier counts lost and duplicated records. Before the runs, a calibration run
-finds, for each rate of the profile, the smallest executor count that keeps up (for
-over-provisioning). Results: `results.json`, `results.md` and a PNG timeline per run (`report`).
+For each case and each controller in turn, on a fresh embedded environment, the same workload
+under the same profile (same seed), after a short warm-up: `static` (the maximum executor count,
+fixed), `spark-dra` (Spark's dynamic allocation with shuffle tracking, same min and max, no
+daemon), and `threshold`, `dhalion`, `ds2` (the daemon with that policy). A Recorder samples the
+app every `sample_s`; after the profile the app drains and the workload's verifier counts lost and
+duplicated records. Before a workload's first case, a calibration finds, for each rate its
+profiles need (a sine's: evenly spaced levels), the smallest executor count that keeps up (for
+over-provisioning). The workloads (bench.scaling_workloads): the shipped dag pipelines on Redis
+streams, and `clicks-file`, an operator's own script on a file source. Results: `results.json`
+(saved after every run, with the DS2 targets per case), `results.md` and the plots (`report`).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,33 +33,32 @@ from sparkscale.bench.measures import (
     RunMeasures,
     ScalingAction,
     SloLimits,
+    calibration_rates,
     measure,
     needed_from_calibration,
     observed_actions,
     segments,
 )
+from sparkscale.bench.scaling_workloads import (
+    APP,
+    WORKLOAD_NAMES,
+    AppShape,
+    BenchWorkload,
+    Case,
+    case_info,
+    make_workload,
+)
 from sparkscale.bench.timeline import Recorder, Sample
 from sparkscale.daemon.action_log import ActionLog
-from sparkscale.pipeline.check import drained, verify_app
-from sparkscale.pipeline.loadgen import run_loadgen
 from sparkscale.pipeline.profiles import parse_profile
 from sparkscale.pipeline.submit import stop, submit
 from sparkscale.redisconn import connect
 
 log = structlog.get_logger(__name__)
 
-APP = "bench"
 CONTROLLERS = ("static", "spark-dra", "threshold", "dhalion", "ds2")
 POLICIES = ("threshold", "dhalion", "ds2")
-
-# The app every controller runs. The dag operators sleep per record (no CPU), so executors beyond
-# the machine's 2 cores still add capacity (docs/results/pipeline_throughput.md).
-WORKLOADS: dict[str, str] = {
-    "dag-linear": "{shape: linear, cost_ms_per_record: 5.0, selectivity: 1.0, key_space: 50}",
-    "dag-diamond": "{shape: diamond, cost_ms_per_record: 5.0, selectivity: 1.0, key_space: 50}",
-    "dag-star": "{shape: star, cost_ms_per_record: 5.0, selectivity: 1.0, key_space: 50}",
-    "wordcount": "",
-}
+WORKLOADS = WORKLOAD_NAMES
 
 # The daemon's settings for every policy alike: a 5 s loop over 15 s windows, 20 s cooldown,
 # scale-down after 30 s of lower recommendations. Spark's dynamic allocation gets the same 30 s as
@@ -66,12 +71,18 @@ metrics: {port: 0}
 zookeeper: {session_timeout_s: 6.0}
 """
 SCALE_DOWN_DELAY_S = 30.0
+DRAIN_TIMEOUT_S = 300.0
+# Seconds around a run's profile (environment up, submit, drain, verify, down), and around a
+# calibration's trials: from the committed dag-linear run (about 290 s a run of a 225 s profile).
+RUN_OVERHEAD_S = {"counted": 65.0, "stated": 90.0}
+CALIBRATION_OVERHEAD_S = 120.0
+TRIAL_OVERHEAD_S = 30.0
+WARMUP_DRAIN_S = 30.0  # the warm-up's first batches take 20-30 s to start
 
 
 @dataclass(frozen=True)
 class BenchSpec:
-    workload: str
-    profile: str
+    cases: tuple[Case, ...]
     controllers: tuple[str, ...]
     repeat: int = 3
     seed: int = 7
@@ -79,29 +90,35 @@ class BenchSpec:
     max_executors: int = 4
     sample_s: float = 2.0
     slo_backlog_s: float = 10.0
+    slo_backlog_floor_records: int = 50
+    slo_latency_s: float = 10.0
     calibration_trial_s: float = 60.0
+    calibrate: bool = True
+    sine_levels: int = 4  # calibrated rates of a profile that is not piecewise constant
+    # Each run first loads its app at the profile's first rate for this long and lets it drain,
+    # before the daemon starts and the clock runs: the first batches' start-up (20-30 s here, the
+    # same for every controller) is then not counted as a controller's SLO violation. 0: none.
+    warmup_s: float = 20.0
 
-    def app_yaml(self, controller: str) -> str:
-        """The `apps:` list for one controller's run."""
-        if self.workload not in WORKLOADS:
-            raise ValueError(f"unknown workload {self.workload!r} (expected one of {', '.join(WORKLOADS)})")
-        pipeline = "wordcount" if self.workload == "wordcount" else "dag"
+    def shape(self, controller: str) -> AppShape:
         initial = self.max_executors if controller == "static" else self.min_executors
-        lines = [
-            f"\n  - name: {APP}", f"    pipeline: {pipeline}", f"    min_executors: {self.min_executors}",
-            f"    max_executors: {self.max_executors}", f"    initial_executors: {initial}",
-            "    executor_memory_mb: 512", "    source_partitions: 4", "    shuffle_partitions: 4",
-            "    max_records_per_batch: 2000",
-        ]
-        if pipeline == "dag":
-            lines.append(f"    dag: {WORKLOADS[self.workload]}")
-        if controller == "spark-dra":
-            lines.append(f"    dynamic_allocation: {{enabled: true, executor_idle_timeout_s: {SCALE_DOWN_DELAY_S}}}")
-        return "\n".join(lines) + "\n"
+        return AppShape(self.min_executors, self.max_executors, initial,
+                        SCALE_DOWN_DELAY_S if controller == "spark-dra" else None)
+
+    def limits(self, workload: BenchWorkload, trigger_s: float) -> SloLimits:
+        return SloLimits(batch_limit_ms=trigger_s * 1000, backlog_s=self.slo_backlog_s,
+                         backlog_floor_records=self.slo_backlog_floor_records,
+                         latency_limit_ms=self.slo_latency_s * 1000, backlog_basis=workload.backlog_basis)
+
+    def rates_of(self, workload: str) -> list[float]:
+        """Every rate the workload's cases need calibrated."""
+        return sorted({r for c in self.cases if c.workload == workload
+                       for r in calibration_rates(parse_profile(c.profile), self.sine_levels)})
 
 
 @dataclass
 class RunResult:
+    case: Case
     controller: str
     repeat: int
     started_at: float
@@ -114,49 +131,72 @@ class RunResult:
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"controller": self.controller, "repeat": self.repeat, "started_at": self.started_at,
+        return {"case": self.case.name, "workload": self.case.workload, "profile": self.case.profile,
+                "controller": self.controller, "repeat": self.repeat, "started_at": self.started_at,
                 "samples": [s.to_dict() for s in self.samples], "actions": [a.to_dict() for a in self.actions],
                 "measures": self.measures.to_dict(), "lost": self.lost, "duplicated": self.duplicated,
                 "total_records": self.total_records, "notes": self.notes}
+
+
+def estimated_duration_s(spec: BenchSpec) -> float:
+    """A rough duration of the whole benchmark, from the timings of the committed run."""
+    total = 0.0
+    for workload in dict.fromkeys(c.workload for c in spec.cases):
+        rates = spec.rates_of(workload)
+        if spec.calibrate and rates:
+            trials = len(rates) + 1  # one executor count per rate, plus about one more where it steps
+            total += CALIBRATION_OVERHEAD_S + 20 + trials * (spec.calibration_trial_s + TRIAL_OVERHEAD_S)
+    for case in spec.cases:
+        basis = make_workload(case.workload, Path(".")).backlog_basis
+        per_run = (parse_profile(case.profile).duration_s or 0.0) + RUN_OVERHEAD_S[basis] + (
+            spec.warmup_s + WARMUP_DRAIN_S if spec.warmup_s > 0 else 0.0)
+        total += per_run * spec.repeat * len(spec.controllers)
+    return total
 
 
 # ---------------------------------------------------------------------------------------------
 # Calibration: the smallest executor count that keeps up at each rate
 
 
-def calibrate(spec: BenchSpec) -> dict[float, int | None]:
-    """For each rate of the profile (ascending), the smallest executor count in [min, max] that
-    keeps up with it under a constant load for `calibration_trial_s` (None if none does)."""
-    rates = sorted({s.rate for s in segments(parse_profile(spec.profile)) if s.rate > 0})
+def calibrate(spec: BenchSpec, workload: str, work_dir: Path) -> dict[float, int | None]:
+    """For each rate the workload's cases need (ascending), the smallest executor count in
+    [min, max] that keeps up with it under a constant load for `calibration_trial_s` (None if none)."""
+    rates = spec.rates_of(workload)
     found: dict[float, int | None] = {}
-    with embedded_environment("sparkscale-calib-", spec.app_yaml("calibration"), DAEMON_YAML) as env:
+    if not rates:
+        return found
+    wl = make_workload(workload, work_dir / f"calibration-{workload}")
+    shape = AppShape(spec.min_executors, spec.max_executors, spec.min_executors)
+    with embedded_environment("sparkscale-calib-", wl.apps_yaml(shape), DAEMON_YAML) as env:
         submit(env.cfg, APP, env.config_path, env.overrides, wait_s=300)
-        _load(env, f"constant:{rates[0]}@20s", spec.seed)  # warm-up: JIT, the first batches
-        _wait_drained(env, 120)
+        wl.load(env, f"constant:{rates[0]:g}@20s", spec.seed, "warmup")  # warm-up: JIT, the first batches
+        _wait_drained(env, wl, 120)
         n = max(spec.min_executors, 1)
         for rate in rates:
             found[rate] = None
             while n <= spec.max_executors:
-                if _keeps_up_with(env, spec, rate, n):
+                if _keeps_up_with(env, wl, spec, rate, n):
                     found[rate] = n
                     break
                 n += 1
-            log.info("bench.calibrated", rate=rate, executors=found[rate])
+            log.info("bench.calibrated", workload=workload, rate=rate, executors=found[rate])
         stop(env.cfg, APP)
     return found
 
 
-def _keeps_up_with(env: BenchEnv, spec: BenchSpec, rate: float, executors: int) -> bool:
+def _keeps_up_with(env: BenchEnv, wl: BenchWorkload, spec: BenchSpec, rate: float, executors: int) -> bool:
+    """Over the trial's second half, the backlog stays within twice the SLO and ends within it."""
     _scale_executors(env, executors)
-    recorder = Recorder(env.cfg, APP, spec.sample_s).start()
-    _load(env, f"constant:{rate:g}@{spec.calibration_trial_s:g}s", spec.seed)
+    recorder = Recorder(env.cfg, APP, spec.sample_s, probe=wl.probe(env.cfg)).start()
+    wl.load(env, f"constant:{rate:g}@{spec.calibration_trial_s:g}s", spec.seed, f"cal-{rate:g}-{executors}")
     samples = recorder.stop()
-    _wait_drained(env, 300)
-    tail = [s for s in samples if s.t_s >= spec.calibration_trial_s / 2]
-    limit = SloLimits(batch_limit_ms=float("inf"), backlog_s=spec.slo_backlog_s).backlog_limit(rate)
-    ok = bool(tail) and tail[-1].backlog_records <= limit and max(s.backlog_records for s in tail) <= 2 * limit
+    _wait_drained(env, wl, DRAIN_TIMEOUT_S)
+    limits = spec.limits(wl, env.cfg.app(APP).trigger_interval_s)
+    tail = [limits.backlog_of(s) for s in samples if s.t_s >= spec.calibration_trial_s / 2]
+    limit = limits.backlog_limit(rate)
+    ok = bool(tail) and tail[-1] <= limit and max(tail) <= 2 * limit
     log.info("bench.calibration_trial", rate=rate, executors=executors, keeps_up=ok,
-             backlog_end=tail[-1].backlog_records if tail else None, limit=limit)
+             backlog_end=tail[-1] if tail else None, limit=limit)
     return ok
 
 
@@ -170,50 +210,49 @@ def _scale_executors(env: BenchEnv, to: int) -> None:
         raise RuntimeError(f"scale-executors --to {to} failed: {out.stdout} {out.stderr}")
 
 
-def _load(env: BenchEnv, profile: str, seed: int) -> None:
-    run_loadgen(env.cfg, APP, profile, seed=seed)
-
-
-def _wait_drained(env: BenchEnv, timeout_s: float) -> bool:
-    client = connect(env.cfg.redis)
+def _wait_drained(env: BenchEnv, wl: BenchWorkload, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
-    try:
-        while not drained(client, env.cfg, env.cfg.app(APP)):
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(1)  # polling the backlog: the condition itself
-        return True
-    finally:
-        client.close()
+    while not wl.drained(env):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(1)  # polling the backlog: the condition itself
+    return True
 
 
 # ---------------------------------------------------------------------------------------------
 # One run
 
 
-def run_controller(spec: BenchSpec, controller: str, repeat: int, calibration: dict[float, int | None],
-                   work_dir: Path) -> RunResult:
-    """The workload under the profile with one controller, on a fresh embedded environment."""
+def run_controller(spec: BenchSpec, case: Case, controller: str, repeat: int,
+                   calibration: dict[float, int | None], work_dir: Path) -> RunResult:
+    """The case's workload under its profile with one controller, on a fresh embedded environment."""
     if controller not in CONTROLLERS:
         raise ValueError(f"unknown controller {controller!r} (expected one of {', '.join(CONTROLLERS)})")
-    profile = parse_profile(spec.profile)
-    segs = segments(profile)
+    profile = parse_profile(case.profile)
+    run_dir = work_dir / f"{case.name}-{controller}-{repeat}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    wl = make_workload(case.workload, run_dir)
     notes: list[str] = []
-    with embedded_environment(f"sparkscale-bench-{controller}-", spec.app_yaml(controller), DAEMON_YAML) as env:
+    with embedded_environment(f"sparkscale-bench-{controller}-", wl.apps_yaml(spec.shape(controller)),
+                              DAEMON_YAML) as env:
         cfg = env.cfg
         submit(cfg, APP, env.config_path, env.overrides, wait_s=300)
+        if spec.warmup_s > 0 and profile.rate_at(0) > 0:
+            wl.load(env, f"constant:{profile.rate_at(0):g}@{spec.warmup_s:g}s", spec.seed, "warmup")
+            if not _wait_drained(env, wl, DRAIN_TIMEOUT_S):
+                notes.append("the warm-up load did not drain: the run starts behind")
         daemon = None
         if controller in POLICIES:
-            daemon = DaemonProcess(env.config_path, env.overrides, work_dir / f"daemon-{controller}-{repeat}.jsonl",
-                                   f"bench-{controller}", [f"policy.name={controller}", "logging.level=info"])
+            daemon = DaemonProcess(env.config_path, env.overrides, run_dir / "daemon.jsonl", f"bench-{controller}",
+                                   [f"policy.name={controller}", "logging.level=info"])
             _wait_for(lambda: daemon.events("cycle", app=APP), 120, "the daemon's first cycle")
         t0 = time.time()
-        recorder = Recorder(cfg, APP, spec.sample_s, t0=t0).start()
+        recorder = Recorder(cfg, APP, spec.sample_s, t0=t0, probe=wl.probe(cfg)).start()
         try:
-            log.info("bench.run_start", controller=controller, repeat=repeat, profile=spec.profile)
-            _load(env, spec.profile, spec.seed)
-            if not _wait_drained(env, 300):
-                notes.append("did not drain within 300 s after the load")
+            log.info("bench.run_start", case=case.name, controller=controller, repeat=repeat, profile=case.profile)
+            wl.load(env, case.profile, spec.seed, "run")
+            if not _wait_drained(env, wl, DRAIN_TIMEOUT_S):
+                notes.append(f"did not drain within {DRAIN_TIMEOUT_S:g} s after the load")
         finally:
             samples = recorder.stop()
             if daemon is not None:
@@ -225,15 +264,21 @@ def run_controller(spec: BenchSpec, controller: str, repeat: int, calibration: d
                 notes.append(f"{len(failed)} action(s) not carried out")
         else:
             actions = observed_actions(samples)
-        result = verify_app(cfg, APP)
+        verified = wl.verify(env)
+        notes += verified.notes
         stop(cfg, APP)
     app = cfg.app(APP)
-    limits = SloLimits(batch_limit_ms=app.trigger_interval_s * 1000, backlog_s=spec.slo_backlog_s)
-    measures = measure(samples, actions, segs, limits, needed_from_calibration(calibration), app.executor_cores)
-    log.info("bench.run_done", controller=controller, repeat=repeat, **measures.to_dict(), lost=result.lost,
-             duplicated=result.duplicated)
-    return RunResult(controller, repeat, t0, samples, actions, measures, result.lost, result.duplicated,
-                     result.total_expected, notes)
+    measures = measure(samples, actions, segments(profile), spec.limits(wl, app.trigger_interval_s),
+                       needed_from_calibration(calibration), app.executor_cores, load_at=profile.rate_at)
+    if not any(s.latency_ms is not None for s in samples):
+        notes.append("no latency sampled: slo_latency_s is unknown (null)")
+    log.info("bench.run_done", case=case.name, controller=controller, repeat=repeat, **measures.to_dict(),
+             lost=verified.lost, duplicated=verified.duplicated)
+    if verified.lost == 0 and verified.duplicated == 0 and not verified.notes:
+        for data in ("in", "out", "chk"):  # a file job's input, output and checkpoints: only kept when wrong
+            shutil.rmtree(run_dir / data, ignore_errors=True)
+    return RunResult(case, controller, repeat, t0, samples, actions, measures, verified.lost, verified.duplicated,
+                     verified.total_records, notes)
 
 
 def logged_actions(action_log: ActionLog, t0: float, app: str = APP) -> list[ScalingAction]:
@@ -248,7 +293,7 @@ def logged_actions(action_log: ActionLog, t0: float, app: str = APP) -> list[Sca
     return out
 
 
-def _wait_for(condition, timeout_s: float, what: str) -> None:
+def _wait_for(condition: Callable[[], object], timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
         if time.monotonic() > deadline:
@@ -260,20 +305,63 @@ def _wait_for(condition, timeout_s: float, what: str) -> None:
 # The whole benchmark
 
 
-def run_bench(spec: BenchSpec, out_dir: Path, command: str) -> dict[str, Any]:
-    """Calibrate, run every controller `repeat` times (controllers interleaved per repeat, so that a
-    drift of the machine hits all alike), and save `results.json` after each run."""
+def check_resume(spec: BenchSpec, out_dir: Path) -> dict[str, Any] | None:
+    """The earlier results in `out_dir` to resume from (None: there are none); ValueError when they
+    were made with another spec."""
+    path = out_dir / "results.json"
+    if not path.exists():
+        return None
+    old = json.loads(path.read_text())
+    if json.loads(json.dumps(old.get("spec"))) != json.loads(json.dumps(asdict(spec))):
+        raise ValueError(f"{path} holds another benchmark's results: give the same options to resume, or "
+                         "another --out")
+    return old
+
+
+def run_bench(spec: BenchSpec, out_dir: Path, command: str, resume: bool = False) -> dict[str, Any]:
+    """Each case in turn: calibrate its workload (once per workload), then run every controller
+    `repeat` times (controllers interleaved per repeat, so that a drift of the machine hits all
+    alike); `results.json` (with the targets) is saved after each run. A run that fails is recorded
+    under `failed_runs` and the benchmark goes on. With `resume`, the calibrations and runs of an
+    earlier `results.json` of the same spec are kept and only the missing runs are made."""
+    from sparkscale.bench.report import targets_block
+
     out_dir.mkdir(parents=True, exist_ok=True)
     work = out_dir / "work"
     work.mkdir(exist_ok=True)
-    results: dict[str, Any] = {"command": command, "spec": asdict(spec), "calibration": {}, "runs": []}
     path = out_dir / "results.json"
-    calibration = calibrate(spec)
-    results["calibration"] = {f"{r:g}": n for r, n in calibration.items()}
-    path.write_text(json.dumps(results, indent=1))
-    for repeat in range(1, spec.repeat + 1):
-        for controller in spec.controllers:
-            run = run_controller(spec, controller, repeat, calibration, work)
-            results["runs"].append(run.to_dict())
-            path.write_text(json.dumps(results, indent=1))
+    results: dict[str, Any] = {"command": command, "spec": asdict(spec),
+                               "cases": [case_info(c, work) for c in spec.cases], "calibration": {},
+                               "runs": [], "failed_runs": [], "targets": []}
+    old = check_resume(spec, out_dir) if resume else None
+    if old is not None:
+        results.update(calibration=old.get("calibration", {}), runs=old.get("runs", []))
+    done = {(r["case"], r["controller"], r["repeat"]) for r in results["runs"]}
+    log.info("bench.plan", cases=[c.name for c in spec.cases], controllers=list(spec.controllers),
+             repeat=spec.repeat, runs_left=len(spec.cases) * spec.repeat * len(spec.controllers) - len(done),
+             estimated_min=round(estimated_duration_s(spec) / 60))
+
+    def save() -> None:
+        results["targets"] = targets_block(results)
+        path.write_text(json.dumps(results, indent=1))
+
+    save()
+    for case in spec.cases:
+        if case.workload not in results["calibration"]:
+            found = calibrate(spec, case.workload, work) if spec.calibrate else {}
+            results["calibration"][case.workload] = {f"{r:g}": n for r, n in found.items()}
+            save()
+        calibration = {float(r): n for r, n in results["calibration"][case.workload].items()}
+        for repeat in range(1, spec.repeat + 1):
+            for controller in spec.controllers:
+                if (case.name, controller, repeat) in done:
+                    continue
+                try:
+                    run = run_controller(spec, case, controller, repeat, calibration, work)
+                    results["runs"].append(run.to_dict())
+                except Exception as exc:  # noqa: BLE001 - one failed run must not end hours of benchmark
+                    log.exception("bench.run_failed", case=case.name, controller=controller, repeat=repeat)
+                    results["failed_runs"].append({"case": case.name, "controller": controller, "repeat": repeat,
+                                                   "error": repr(exc)})
+                save()
     return results

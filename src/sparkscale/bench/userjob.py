@@ -96,7 +96,7 @@ class UserJobSpec:
     max_files_per_trigger: int = 4
     warmup_s: float = 30.0  # after the first batches: a full monitoring window of history (loop.window_s)
     settle_s: float = 10.0  # pause after each migration: the restarted query catches up before the next
-    host_sample_s: float = HOST_SAMPLE_S  # the daemon's default, the same for both apps
+    host_sample_s: float = HOST_SAMPLE_S  # a blocking sample (the daemon now takes a delta), the same for both apps
     seed: int = 3
 
     def script_args(self, data: Path, out: Path, checkpoints: Path) -> list[str]:

@@ -1,6 +1,6 @@
 """The `sparkscale` command line: the `main` group and the commands of each module registered on it.
 
-One module per command group: daemon (run, check-config, status, actions, blocklist,
+One module per command group: daemon (run, check-config, status, actions, explain, blocklist,
 scale-executors), cluster, pipeline (pipeline, loadgen, verify), migrate, offline (plan, snapshot,
 simulate) and bench (bench, report, demo). Every command that reads config takes `--config` and `--set`.
 """
@@ -19,7 +19,8 @@ def main() -> None:
 
 
 for _command in (
-    daemon.check_config, daemon.run, daemon.status, daemon.actions, daemon.blocklist, daemon.scale_executors,
+    daemon.check_config, daemon.run, daemon.status, daemon.actions, daemon.explain, daemon.blocklist,
+    daemon.scale_executors,
     cluster.cluster,
     pipeline.pipeline, pipeline.loadgen, pipeline.verify,
     migrate.migrate_command,

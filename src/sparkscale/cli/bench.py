@@ -16,6 +16,8 @@ from sparkscale.cli.common import EXIT_ENVIRONMENT, config_options, load_or_exit
 from sparkscale.config import Config, load_config
 from sparkscale.logsetup import configure_logging
 
+QUICK_PROFILE = "steps:15@30s,60@60s,15@45s"  # 135 s: one step up, one down
+
 
 def _command_line() -> str:
     return "sparkscale " + " ".join(shlex.quote(a) for a in sys.argv[1:])
@@ -40,36 +42,90 @@ def bench() -> None:
 
 
 @bench.command("scaling")
-@click.option("--workload", default="dag-linear", show_default=True,
-              help="dag-linear | dag-diamond | dag-star | wordcount.")
-@click.option("--profile", default="steps:15@45s,60@90s,15@90s", show_default=True,
-              help="Load profile (sparkscale loadgen's syntax); must end.")
-@click.option("--controllers", default="static,spark-dra,threshold,dhalion,ds2", show_default=True)
-@click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option("--workload", "workloads", multiple=True,
+              help="Repeatable: dag-linear | dag-diamond | dag-star | wordcount | clicks-file (the clickstream "
+                   "fixture script on a file source). Default: dag-linear and clicks-file.")
+@click.option("--profile", "profiles", multiple=True,
+              help="Repeatable load profile (sparkscale loadgen's syntax; must end), run with every workload. "
+                   "Default: each workload's own (dag-linear: steps:15@45s,60@90s,15@90s; clicks-file: that and "
+                   "sine:37.5,22.5,120s@240s).")
+@click.option("--case", "cases", multiple=True, metavar="WORKLOAD=PROFILE",
+              help="Repeatable, instead of --workload/--profile: exactly these cases.")
+@click.option("--controllers", default=None, help="Default: static,spark-dra,threshold,dhalion,ds2 (--quick: ds2).")
+@click.option("--repeat", type=click.IntRange(min=1), default=None, help="Default 3 (--quick: 1).")
 @click.option("--seed", type=int, default=7, show_default=True)
 @click.option("--max-executors", type=click.IntRange(min=1), default=4, show_default=True)
-@click.option("--calibration-trial-s", type=float, default=60.0, show_default=True,
-              help="How long each calibration trial (one rate, one executor count) loads the app.")
+@click.option("--calibration-trial-s", type=float, default=None,
+              help="How long each calibration trial (one rate, one executor count) loads the app. Default 60.")
+@click.option("--no-calibration", is_flag=True, help="Skip the calibration (over-provisioning is then unknown).")
+@click.option("--slo-backlog-s", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True,
+              help="The freshness SLO: at most this many seconds of input waiting.")
+@click.option("--slo-latency-s", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True,
+              help="The end-to-end latency limit.")
+@click.option("--warmup-s", type=click.FloatRange(min=0), default=20.0, show_default=True,
+              help="Before each run's clock starts (and its daemon): load at the profile's first rate this long "
+                   "and drain, so that the first batches' start-up counts for no controller. 0: none.")
+@click.option("--quick", is_flag=True,
+              help=f"A smoke test: dag-linear under {QUICK_PROFILE}, ds2 only, once, no calibration unless "
+                   "--calibration-trial-s (each can still be given).")
+@click.option("--resume", is_flag=True, help="Keep the calibrations and runs of OUT/results.json (same options).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="bench-results/scaling",
               show_default=True)
-def bench_scaling(workload: str, profile: str, controllers: str, repeat: int, seed: int, max_executors: int,
-                  calibration_trial_s: float, out_dir: str) -> None:
-    """Static provisioning, Spark's dynamic allocation and the daemon's policies, side by side."""
+def bench_scaling(workloads: tuple[str, ...], profiles: tuple[str, ...], cases: tuple[str, ...],
+                  controllers: str | None, repeat: int | None, seed: int, max_executors: int,
+                  calibration_trial_s: float | None, no_calibration: bool, slo_backlog_s: float, slo_latency_s: float,
+                  warmup_s: float, quick: bool, resume: bool, out_dir: str) -> None:
+    """Static provisioning, Spark's dynamic allocation and the daemon's policies, side by side, for
+    each case (a workload under a load profile)."""
     from sparkscale.bench.report import render
-    from sparkscale.bench.scaling import CONTROLLERS, WORKLOADS, BenchSpec, run_bench
+    from sparkscale.bench.scaling import (
+        CONTROLLERS,
+        WORKLOADS,
+        BenchSpec,
+        check_resume,
+        estimated_duration_s,
+        run_bench,
+    )
+    from sparkscale.bench.scaling_workloads import make_cases, matrix
     from sparkscale.pipeline.profiles import parse_profile
 
-    if workload not in WORKLOADS:
-        raise click.BadParameter(f"expected one of {', '.join(WORKLOADS)}", param_hint="--workload")
-    try:
-        if parse_profile(profile).duration_s is None:
-            raise ValueError("the profile must end (give every step a duration)")
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--profile") from None
+    for name in workloads:
+        if name not in WORKLOADS:
+            raise click.BadParameter(f"{name!r}: expected one of {', '.join(WORKLOADS)}", param_hint="--workload")
+    pairs = []
+    for item in cases:
+        name, sep, prof = item.partition("=")
+        if not sep or name not in WORKLOADS:
+            raise click.BadParameter(f"{item!r}: expected WORKLOAD=PROFILE, WORKLOAD one of {', '.join(WORKLOADS)}",
+                                     param_hint="--case")
+        pairs.append((name, prof))
+    if pairs and (workloads or profiles):
+        raise click.BadParameter("give --case, or --workload/--profile, not both", param_hint="--case")
+    for prof in [*profiles, *(p for _, p in pairs)]:
+        try:
+            if parse_profile(prof).duration_s is None:
+                raise ValueError("the profile must end (give every step a duration)")
+        except ValueError as exc:
+            raise click.BadParameter(f"{prof}: {exc}", param_hint="--profile") from None
+    if quick:
+        workloads = workloads or ("dag-linear",)
+        profiles = profiles or (QUICK_PROFILE,)
+    spec = BenchSpec(
+        cases=make_cases(pairs) if pairs else matrix(workloads or ("dag-linear", "clicks-file"), profiles),
+        controllers=_names(controllers or ("ds2" if quick else ",".join(CONTROLLERS)), CONTROLLERS, "controller"),
+        repeat=repeat or (1 if quick else 3), seed=seed, max_executors=max_executors,
+        slo_backlog_s=slo_backlog_s, slo_latency_s=slo_latency_s, warmup_s=warmup_s,
+        calibration_trial_s=calibration_trial_s or (30.0 if quick else 60.0),
+        calibrate=not (no_calibration or (quick and calibration_trial_s is None)))
     _logging()
-    spec = BenchSpec(workload=workload, profile=profile, controllers=_names(controllers, CONTROLLERS, "controller"),
-                     repeat=repeat, seed=seed, max_executors=max_executors, calibration_trial_s=calibration_trial_s)
-    run_bench(spec, Path(out_dir), _command_line())
+    click.echo(f"{len(spec.cases)} case(s) x {len(spec.controllers)} controller(s) x {spec.repeat} repeat(s): "
+               f"{', '.join(c.name for c in spec.cases)}; about {estimated_duration_s(spec) / 60:.0f} min", err=True)
+    if resume:
+        try:
+            check_resume(spec, Path(out_dir))
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--resume") from None
+    run_bench(spec, Path(out_dir), _command_line(), resume=resume)
     click.echo(render(Path(out_dir)))
 
 
@@ -92,7 +148,7 @@ def report_command(results_dir: str) -> None:
 @click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True,
               help="Migrations per direction (scale-out 4 -> 8, scale-in 8 -> 4) and strategy.")
 @click.option("--rate", type=click.IntRange(min=1), default=100, show_default=True, help="Input records/s.")
-@click.option("--stable-window-s", type=float, default=20.0, show_default=True,
+@click.option("--stable-window-s", type=float, default=60.0, show_default=True,
               help="How long the output must stay within tolerance of the input to count as stable.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="bench-results/migration",
               show_default=True)

@@ -1,4 +1,4 @@
-"""The daemon and its operator commands: run, check-config, status, actions, blocklist and
+"""The daemon and its operator commands: run, check-config, status, actions, explain, blocklist and
 scale-executors (a manual scaling, through the leader or, with none, under the leader lock here)."""
 
 from __future__ import annotations
@@ -115,6 +115,39 @@ def actions(cfg: Config, app_name: str | None, since: str, show_all: bool, limit
             click.echo(json.dumps(d.to_dict(), default=str))
     else:
         click.echo(actions_table(logged))
+
+
+@click.command("explain")
+@config_options
+@click.argument("decision_id")
+@click.option("--json", "as_json", is_flag=True, help="Print the whole record (and its kept snapshot) as JSON.")
+def explain(cfg: Config, decision_id: str, as_json: bool) -> None:
+    """Everything behind one decision: its actions and reasons, the full explanation, the figures,
+    the expected and actual outcome, what executing it did and the snapshot it saw.
+
+    DECISION_ID is the id at the end of the daemon's `cycle` line (or in `actions --json`)."""
+    from sparkscale.daemon.action_log import ActionLog
+    from sparkscale.daemon.explain import explain_json, explain_text, find_decision, kept_snapshot, parse_decision_id
+    from sparkscale.redisconn import connect
+
+    try:
+        wanted = parse_decision_id(decision_id)
+    except ValueError as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(EXIT_CONFIG)
+    log = ActionLog(connect(cfg.redis), cfg.redis.key_prefix, cfg.action_log)
+    try:
+        logged = find_decision(log, wanted)
+        snapshot = kept_snapshot(log, logged) if logged is not None else None
+    except redis.RedisError as exc:
+        click.echo(f"Redis at {cfg.redis.host}:{cfg.redis.port} is unreachable: {exc}", err=True)
+        sys.exit(1)
+    if logged is None:
+        click.echo(f"no decision {wanted} in the action log at {cfg.redis.host}:{cfg.redis.port} "
+                   f"(key prefix {cfg.redis.key_prefix!r}): unknown id, or trimmed since "
+                   f"(action_log.max_entries, action_log.max_age_days)", err=True)
+        sys.exit(EXIT_CONFIG)
+    click.echo(explain_json(logged, snapshot) if as_json else explain_text(logged, snapshot))
 
 
 @click.command("blocklist")

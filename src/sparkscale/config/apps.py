@@ -11,6 +11,7 @@ from pydantic import Field, field_validator, model_validator
 
 from sparkscale.config.base import ConfigSection as _Section
 from sparkscale.config.base import _one_of
+from sparkscale.partitions import many_divisor_count
 from sparkscale.registry import WORKLOADS
 
 
@@ -65,7 +66,11 @@ class AppConfig(_Section):
     source_partitions: int = Field(4, ge=1, le=256)  # input streams <app>:in:0..N-1
     max_records_per_batch: int = Field(20000, ge=1)
     trigger_interval_s: float = Field(1.0, gt=0)
-    shuffle_partitions: int = Field(4, ge=1, le=4096)  # state/shuffle partitions at first start
+    # State/shuffle partitions at a query's first start (afterwards the checkpoint's count holds).
+    # Unset: the first count >= max_executors x executor_cores with many divisors (12 for 8 cores),
+    # so that executor changes alone keep partitions per core even (two-tier scaling); a script's
+    # own spark.sql.shuffle.partitions in spark_conf wins.
+    shuffle_partitions: int | None = Field(None, ge=1, le=4096)  # an int once validated
     dag: DagConfig = DagConfig()
     taxi: TaxiConfig = TaxiConfig()
     dynamic_allocation: DynamicAllocationConfig = DynamicAllocationConfig()
@@ -112,6 +117,10 @@ class AppConfig(_Section):
             raise ValueError("give either script (your own job) or pipeline (a shipped one), not both")
         if self.script is None and self.pipeline is None:
             object.__setattr__(self, "pipeline", "wordcount")
+        if self.shuffle_partitions is None:
+            given = self.spark_conf.get("spark.sql.shuffle.partitions")
+            object.__setattr__(self, "shuffle_partitions", int(given) if given and given.isdigit() else
+                               many_divisor_count(self.max_executors * self.executor_cores, at_most=4096))
         if self.min_executors > self.max_executors:
             raise ValueError(
                 f"min_executors ({self.min_executors}) is above max_executors ({self.max_executors})"

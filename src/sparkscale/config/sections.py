@@ -154,6 +154,9 @@ class LoopConfig(_Section):
     cooldown_s: float = Field(60.0, ge=0)
     stabilization_s: float = Field(60.0, ge=0)
     dry_run: bool = False
+    # The daemon host's CPU: 0 = the change since the previous cycle (no wait); > 0 = a blocking
+    # sample of this many seconds in each cycle (what the cycle did before; kept for comparison).
+    host_cpu_sample_s: float = Field(0.0, ge=0, le=5)
 
 
 class PolicyConfig(_Section):
@@ -246,7 +249,8 @@ class GuardsConfig(_Section):
     # to the largest of them (0 = scale down at once).
     scale_down_delay_s: float = Field(120.0, ge=0)
     # One step changes the executor count by at most these factors (x up, / down), and by at least 1.
-    max_scale_up_factor: float = Field(2.0, ge=1)
+    # Up: none by default (null): a policy's computed target is reached in one step.
+    max_scale_up_factor: float | None = Field(None, ge=1)
     max_scale_down_factor: float = Field(2.0, ge=1)
 
 
@@ -258,6 +262,9 @@ class OutcomesConfig(_Section):
     # An action met its expected outcome when it brought at least this fraction of the expected change
     # (or the app keeps up by then).
     fraction: float = Field(0.5, gt=0, le=1)
+    # A scale-up is ineffective (and blocks further scale-ups of the app for blocklist_ttl_s) when the
+    # capacity grew by less than this fraction of the gain expected (Flink's scaling-effectiveness).
+    effectiveness: float = Field(0.1, ge=0, le=1)
     # How long an action that fell short stays blocked for its app and diagnosis, in seconds.
     blocklist_ttl_s: float = Field(600.0, gt=0)
 
@@ -283,11 +290,13 @@ class MigrationConfig(_Section):
     idle_trigger_wait_s: float = Field(10.0, gt=0)
     # Captured input records kept in the Redis DataStore this long after a CCR migration.
     datastore_ttl_s: float = Field(86400.0, gt=0)
-    # Rate stabilisation: output within this fraction of the input rate ...
+    # Rate stabilisation (Shukla & Simmhan §4 (6)): output rate within this fraction of the expected
+    # (input) rate ...
     stable_tolerance: float = Field(0.2, gt=0, lt=1)
-    # ... for this long.
+    # ... for this long (the paper's 60 s); the figure is the start of that window, from the request.
     stable_window_s: float = Field(60.0, gt=0)
-    # After a migration, follow the query at most this long to measure catch-up, recovery and stabilisation.
+    # After a migration ends, follow the query at most this long until catch-up, recovery and
+    # stabilisation are known (they are dated from the request: the batches since then are read too).
     measure_timeout_s: float = Field(300.0, gt=0)
 
     @field_validator("strategy")

@@ -205,7 +205,8 @@ class BlocklistEntry:
 
     def to_dict(self) -> dict[str, Any]:
         return {"app": self.blocked.app, "diagnosis": self.blocked.diagnosis, "action_type": self.blocked.action_type,
-                "until": self.blocked.until, "blocked_at": self.blocked_at, "decision_id": self.decision_id,
+                "until": self.blocked.until, "policy": self.blocked.policy, "blocked_at": self.blocked_at,
+                "decision_id": self.decision_id,
                 "reason": self.reason}
 
 
@@ -229,7 +230,7 @@ class BlocklistStore:
         for raw_field, raw_value in self.client.hgetall(self.key).items():
             data = json.loads(_text(raw_value))
             entry = BlocklistEntry(BlockedAction(data["app"], data["diagnosis"], data["action_type"],
-                                                 float(data["until"])),
+                                                 float(data["until"]), data.get("policy")),
                                    float(data["blocked_at"]), data.get("decision_id", ""), data.get("reason", ""))
             if entry.blocked.until <= now:
                 expired.append(_text(raw_field))

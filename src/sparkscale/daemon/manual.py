@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -24,6 +24,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from sparkscale.actuators.base import ActionResult, ActuationContext, dispatch
+from sparkscale.actuators.migration import JournalStore
 from sparkscale.config import Config
 from sparkscale.daemon.action_log import ActionLog, DecisionRecord
 from sparkscale.pipeline.submit import ExecutorShape, restart
@@ -200,3 +201,19 @@ def app_restarter(cfg: Config, app_name: str, config_path: str | None,
     """How a migration restarts the whole application: stop its driver and submit it again with the
     config the caller (daemon or CLI) runs with."""
     return lambda: restart(cfg, app_name, config_path, overrides)
+
+
+def settled_migration(zk: KazooClient, root: str, app: str, request: ManualRequest, queries: Sequence[str],
+                      leader: str) -> ManualResult | None:
+    """The answer to a migrate request that needs no migration (None: carry it out): one its
+    leader died during and the next completed on election, or one that does not name which of the
+    app's several queries to migrate (the operator's call)."""
+    done = JournalStore(zk, root, app).read()
+    if (done is not None and done.status == "done" and request.to in (None, done.to_partitions)
+            and done.shape == (asdict(request.executor_shape) if request.executor_shape else None)
+            and done.requested_at >= request.requested_at):
+        return ManualResult(True, json.dumps({"detail": f"completed by resuming migration {done.id}",
+                                              "figures": done.marks.get("metrics")}), None, leader)
+    if request.query is None and len(queries) > 1:
+        return ManualResult(False, f"the app runs queries {', '.join(queries)}: name one", None, leader)
+    return None

@@ -7,12 +7,14 @@ A cycle for one app (the daemon owns time; each stage below is a module of its o
 2. monitor: `collect_snapshots`, one per query (Spark REST, Redis, psutil); an app not running, or
    with no query yet, is reported, not scaled; an unreachable service: back-off and no action;
 3. manual requests (leader): carry out `sparkscale scale-executors` requests (manual.py);
-4. evaluate: judge earlier executed actions whose time has come (evaluator.py), blocking those
-   that fell short (the blocklist, in Redis);
+4. evaluate: judge earlier executed actions whose due time has come (evaluator.py), blocking
+   what their policy's semantics say (the blocklist, in Redis) and learning the app's scalability;
 5. plan: `planner.decide_app` over all the app's queries (policy, guards, blocklist, Spark mapping),
    with the app's typed decision history (past decisions, blocklist, last action, migration state);
-6. execute (leader, not dry-run): `actuators.base.dispatch` logs the decision first, carries out
-   each action through its registered actuator, and logs the results.
+6. execute (leader, not dry-run): the decision is logged first; its actions are carried out in
+   the background (`actuators.base.carry_out`, which logs the results), so a slow actuation never
+   blocks the cycle: the next cycles see it in progress (a guard holds any other change), and
+   the cycle after it ends takes in its results (`action.done`).
 
 Every cycle logs one `cycle` event: snapshot id, role, each query's figures, the plan's actions,
 the mode and what was done. Standbys run 1, 2, 5 and log, but never write commands or the action log.
@@ -26,7 +28,8 @@ import json
 import signal
 import threading
 import time
-from dataclasses import asdict, dataclass, field, replace
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -36,7 +39,7 @@ from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.background import BackgroundScheduler
 from kazoo.client import KazooState
 
-from sparkscale.actuators.base import ActionResult, ActuationContext, dispatch
+from sparkscale.actuators.base import ActuationContext
 from sparkscale.actuators.migration import JournalStore
 from sparkscale.config import AppConfig, Config, ConfigError, load_config
 from sparkscale.daemon import manual
@@ -49,7 +52,8 @@ from sparkscale.daemon.action_log import (
     past_decisions,
     snapshot_id,
 )
-from sparkscale.daemon.evaluator import OutcomeEvaluator, PendingOutcome
+from sparkscale.daemon.background import InFlight, TakenIn, start_actions, take_in_results
+from sparkscale.daemon.evaluator import OutcomeEvaluator, PendingOutcome, observations_from_log
 from sparkscale.daemon.leader import LeaderElection, default_identity, zk_client
 from sparkscale.daemon.manual import app_restarter
 from sparkscale.daemon.metrics import DaemonMetrics
@@ -88,6 +92,8 @@ class _AppState:
     last_decision: str | None = None
     last_decision_at: float | None = None
     last_action: str | None = None
+    last_action_direction: int | None = None
+    in_flight: InFlight | None = None
 
 
 class Daemon:
@@ -112,6 +118,8 @@ class Daemon:
         self.notifier = Notifier()
         self._state: dict[str, _AppState] = {}
         self.elections: dict[str, LeaderElection] = {}
+        # Actions run here, off the cycle: one at a time per app (the in-progress guard), apps in parallel.
+        self.actuation = ThreadPoolExecutor(max_workers=max(2, len(cfg.apps)), thread_name_prefix="sparkscale-act")
         self.scheduler = BackgroundScheduler(
             # A slow cycle never piles up: one run per app at a time, missed runs coalesce into one.
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
@@ -149,6 +157,7 @@ class Daemon:
             self._run_woken_apps()
         self.notifier.stopping()
         self.scheduler.shutdown(wait=True)
+        self.actuation.shutdown(wait=True)  # an action under way is finished, not abandoned half-done
         for election in self.elections.values():
             election.release()
         self.zk.stop()
@@ -225,7 +234,8 @@ class Daemon:
                       ) + 3 * self.cfg.loop.interval_s + 60
         now = time.monotonic()
         stuck = [name for name, st in self._state.items()
-                 if st.running_since is not None and now - st.running_since > limit_s]
+                 if (st.running_since is not None and now - st.running_since > limit_s)
+                 or (st.in_flight is not None and now - st.in_flight.started > limit_s)]
         if stuck:
             log.error("daemon.stuck", apps=stuck, limit_s=limit_s, watchdog="not pinged")
             return
@@ -293,8 +303,14 @@ class Daemon:
         self.metrics.set_parallelism(app.name, {op.id: op.parallelism for op in snapshot.operators})
 
         if leader:
-            self._serve_manual_requests(app, st, election, snapshot)
-            self.evaluator.judge_due(app, st.pending, snapshot, self.cfg.outcomes, force=False)
+            taken = take_in_results(st.in_flight, self.metrics, app.name)
+            if taken is not None:
+                st.in_flight = None
+                self._remember(st, taken)
+            if st.in_flight is None:
+                self._serve_manual_requests(app, st, election, snapshot)
+            for learned in self.evaluator.judge_due(app, st.pending, snapshot, self.cfg.outcomes):
+                st.history = st.history.with_scaling(learned)
         blocklist = self.blocklist.blocklist(now, app.name)
         self.metrics.set_blocked(app.name, len(blocklist.entries))
 
@@ -306,7 +322,8 @@ class Daemon:
         history = replace(st.history, blocklist=blocklist, last_action_at=st.last_action_at or 0.0,
                           migration_running=journal is not None and journal.status == "running",
                           last_migration_end=journal.phases.get("done") if journal else None,
-                          partitions=partitions)
+                          partitions=partitions, last_action_direction=st.last_action_direction,
+                          action_in_progress=st.in_flight.summary if st.in_flight else None)
         guarded = decide_app(snapshots, history, self.cfg, app, now)
         st.history = st.history.with_decision(max(now, st.history.last_decided_at), guarded).trimmed(now - HISTORY_S)
         self.metrics.count_decision(app.name, guarded.policy, bool(guarded.changes))
@@ -320,31 +337,18 @@ class Daemon:
             mode = "dry_run"
         else:
             mode = "acted" if leader else "standby"
-        results: list[ActionResult] = []
         decision_id = None
         if leader:
             record = DecisionRecord(app.name, now, snap_id, self.identity, election.epoch, guarded.policy,
                                     diagnosis, guarded, "acted" if mode == "acted" else mode, expected)
             kept_snapshot = snapshot if guarded.actions else None
+            # The decision is written before acting: if Redis refuses it, the RedisError ends the
+            # cycle with no action. The actions then run in the background.
+            decision_id = self.action_log.append_decision(record, kept_snapshot)
             if mode == "acted":
-                # Judge what is pending before changing more.
-                self.evaluator.judge_due(app, st.pending, snapshot, self.cfg.outcomes, force=True)
-                # The decision is written before acting: if Redis refuses it, the RedisError ends the
-                # cycle with no action.
-                decision_id, results = dispatch(self.action_log, record, guarded.changes,
-                                                self._context(app, election), kept_snapshot)
-                for result in results:
-                    self.metrics.count_action(app.name, result.action.type, result.status)
-                done = [r for r in results if r.status == "done"]
-                if done:
-                    st.last_action_at = time.time()
-                    st.last_action = "; ".join(r.action.summary() for r in done)
-                    if expected is not None:
-                        windows_s = self.cfg.outcomes.evaluation_windows * self.cfg.loop.window_s
-                        due_at = time.time() + windows_s
-                        st.pending.append(PendingOutcome(decision_id, expected, done[0].action, due_at))
-            else:
-                decision_id = self.action_log.append_decision(record, kept_snapshot)
+                st.in_flight = start_actions(self.actuation, self.action_log, self._context(app, election), decision_id,
+                                             guarded.changes, expected, guarded.policy, snapshot.query,
+                                             on_done=lambda: self._wake_app(app.name))
             if mode == "dry_run":
                 st.last_action_at = now  # dry runs keep the cooldown, to show what the daemon would do
                 for action in guarded.changes:
@@ -354,14 +358,14 @@ class Daemon:
             st.last_decision_at = now
         elif st.last_decision is None:
             st.last_decision, st.last_decision_at = "no_change", now
+        scale = next((a for a in guarded.actions if a.type == "scale_executors"), None)
         log.info(
             "cycle", app=app.name, role=role, epoch=election.epoch, snapshot_id=snap_id, policy=guarded.policy,
             diagnosis=diagnosis, executors=len(snapshot.executors), mode=mode, decision_id=decision_id,
+            target_executors=scale.to if scale is not None else None,
             queries=[q.to_dict() for q in queries],
             actions=[a.summary() for a in guarded.actions],
             reasons=[a.reason for a in guarded.actions],
-            results=[{"action": r.action.summary(), "status": r.status, "detail": r.detail, "confirm_s": r.confirm_s}
-                     for r in results],
             explanation=list(guarded.explanation), observation=guarded.observation.to_dict(),
             duration_s=round(time.monotonic() - started, 4),
         )
@@ -371,17 +375,26 @@ class Daemon:
 
     # -- stages -----------------------------------------------------------------------------------
 
+    def _remember(self, st: _AppState, taken: TakenIn) -> None:
+        """What an ended background action leaves: the cooldown's reference and its outcome to judge."""
+        if taken.done is not None:
+            st.last_action_at, st.last_action, st.last_action_direction = (
+                taken.finished_at, taken.summary, taken.direction)
+            pending = taken.pending_outcome(self.cfg.outcomes.evaluation_windows * self.cfg.loop.window_s)
+            st.pending += [pending] if pending is not None else []
+
     def _on_elected(self, app: AppConfig, st: _AppState, election: LeaderElection) -> None:
         """A new leader picks up where the last one left off: decisions, cooldown, pending judgements."""
         assert election.epoch is not None
         now = time.time()
         logged = self.action_log.read(app.name, since=now - HISTORY_S)
-        st.history = DecisionHistory(past_decisions(logged))
+        st.history = DecisionHistory(past_decisions(logged), scalability=observations_from_log(logged, app))
         acted = executed(logged)
         st.last_action_at = acted[-1].done_at if acted else None
         windows_s = self.cfg.outcomes.evaluation_windows * self.cfg.loop.window_s
         st.pending = [
-            PendingOutcome(d.id, d.decision.expected, d.decision.plan.changes[0], (d.done_at or now) + windows_s)
+            PendingOutcome(d.id, d.decision.expected, d.decision.plan.changes[0], (d.done_at or now) + windows_s,
+                           d.decision.policy, d.decision.plan.observation.query)
             for d in acted if d.outcome is None and d.decision.expected is not None and d.decision.plan.changes
         ]
         # Fence: the agent keeps the highest epoch it has seen and refuses older leaders' commands.
@@ -443,19 +456,10 @@ class Daemon:
                                                   leader=self.identity))
                 continue
             if request.type == "migrate":
-                done = JournalStore(self.zk, root, app.name).read()
-                if (done is not None and done.status == "done" and request.to in (None, done.to_partitions)
-                        and done.shape == (asdict(request.executor_shape) if request.executor_shape else None)
-                        and done.requested_at >= request.requested_at):
-                    # Its leader died during it and this one finished it on election (_on_elected).
-                    manual.answer(self.zk, root, app.name, request.name, manual.ManualResult(
-                        True, json.dumps({"detail": f"completed by resuming migration {done.id}",
-                                          "figures": done.marks.get("metrics")}), None, self.identity))
-                    continue
                 names = query_names(snapshot)
-                if request.query is None and len(names) > 1:  # which one to migrate is the operator's call
-                    manual.answer(self.zk, root, app.name, request.name, manual.ManualResult(
-                        False, f"the app runs queries {', '.join(names)}: name one", None, self.identity))
+                settled = manual.settled_migration(self.zk, root, app.name, request, names, self.identity)
+                if settled is not None:
+                    manual.answer(self.zk, root, app.name, request.name, settled)
                     continue
                 ctx = self._context(app, election, strategy=request.strategy, shape=request.executor_shape)
                 decision_id, result = manual.run_migration(

@@ -34,7 +34,8 @@ from sparkscale.monitors.snapshot_builder import (
     window_batches,
 )
 from sparkscale.monitors.spark_rest import RestStage, SparkRestError, driver_rest
-from sparkscale.protocol.keys import progress_history_key
+from sparkscale.monitors.stage_cache import STAGES
+from sparkscale.protocol.keys import executor_target_key, progress_history_key
 from sparkscale.protocol.queries import QueryInfo, read_queries
 from sparkscale.redisconn import connect
 from sparkscale.snapshot import Snapshot
@@ -42,7 +43,7 @@ from sparkscale.snapshot_merge import merge_snapshots
 
 log = structlog.get_logger(__name__)
 
-HOST_SAMPLE_S = 0.5
+HOST_SAMPLE_S = 0.5  # a blocking sample's length, where one is asked for (bench userjob)
 
 
 class AppNotRunningError(Exception):
@@ -72,7 +73,7 @@ class NoQueriesYet(Exception):
 @dataclass(frozen=True)
 class CollectOptions:
     window_s: float | None = None  # default: loop.window_s
-    host_sample_s: float = HOST_SAMPLE_S
+    host_sample_s: float | None = None  # default: loop.host_cpu_sample_s (0: a delta, no wait)
 
 
 def collect_snapshot(cfg: Config, app_name: str, options: CollectOptions | None = None) -> Snapshot:
@@ -110,6 +111,7 @@ def collect_snapshots(cfg: Config, app_name: str, query: str | None = None,
         queries = observed_queries(listed, query)
         if not queries:
             raise NoQueriesYet(app.name, query, tuple(sorted(listed)))
+        target = client.get(executor_target_key(prefix, app.name))
         progress = {
             q.name: read_progress(client, prefix, app.name, q.name, since_s=taken_at - window_s - 10 * (
                 q.trigger_interval_s or app.trigger_interval_s) - 10)
@@ -118,7 +120,7 @@ def collect_snapshots(cfg: Config, app_name: str, query: str | None = None,
     finally:
         client.close()
 
-    host = sample_host(opts.host_sample_s)
+    host = sample_host(cfg.loop.host_cpu_sample_s if opts.host_sample_s is None else opts.host_sample_s)
     stages: dict[int, list[RestStage]] = {}  # stage ids are the app's: shared by its queries
     batches_of: dict[str, list[Batch]] = {}
     fetched_of: dict[str, int] = {}
@@ -130,11 +132,14 @@ def collect_snapshots(cfg: Config, app_name: str, query: str | None = None,
         for batch in window_batches(batches_of[info.name], taken_at, window_s):
             for stage_id in batch.stage_ids:
                 if stage_id not in stages:
-                    stages[stage_id] = rest.stage_attempts(spark_app.id, stage_id)
-                    fetched += 1
+                    stages[stage_id], was_fetched = STAGES.get(
+                        spark_app.id, stage_id, lambda s=stage_id: rest.stage_attempts(spark_app.id, s))
+                    fetched += was_fetched
         fetched_of[info.name] = fetched
     work = window_work(stages, taken_at, window_s)
     app_figures = app_extension(executors, work, taken_at, window_s)
+    # What the agent last asked Spark for: executors beyond the registered ones are still starting.
+    app_figures["requested_executors"] = _int_or_none(target)
     snapshots = []
     for info in queries:
         snapshot = build_snapshot(SnapshotInputs(
@@ -159,6 +164,13 @@ def collect_snapshots(cfg: Config, app_name: str, query: str | None = None,
                  executor_hosts=app_figures["hosts"], cpu_fraction=app_figures["cpu_fraction"])
         snapshots.append(snapshot)
     return snapshots
+
+
+def _int_or_none(raw: object) -> int | None:
+    try:
+        return None if raw is None else int(raw.decode() if isinstance(raw, bytes) else str(raw))
+    except ValueError:
+        return None
 
 
 def observed_queries(listed: dict[str, QueryInfo], query: str | None = None) -> list[QueryInfo]:

@@ -2,13 +2,15 @@
 
 psutil sees only the machine it runs on, and the app's executors may run on any host, so the
 executors' CPU and memory come from Spark's metrics instead (`executor_figures.py`); these figures
-name the host they describe. CPU is a rate, so it is sampled: CPU times are read, `sample_s`
-passes, they are read again.
+name the host they describe. CPU is a rate: by default it is the change of the host's CPU times
+since the previous call in this process (no wait: the daemon's cycle spent 0.5 s of its 0.72 s
+in a blocking sample); a positive `sample_s` still waits that long between two readings.
 """
 
 from __future__ import annotations
 
 import socket
+import threading
 import time
 from dataclasses import dataclass
 
@@ -50,15 +52,42 @@ def _idle_s(times: object) -> float:
     return float(getattr(times, "idle", 0.0)) + float(getattr(times, "iowait", 0.0))
 
 
-def sample_host(sample_s: float = 0.5) -> HostFigures:
-    """This host's CPU and memory, over one `sample_s` sample."""
-    before = psutil.cpu_times()
-    started = time.monotonic()
-    time.sleep(sample_s)
-    elapsed = max(time.monotonic() - started, 1e-6)
-    after = psutil.cpu_times()
+class _CpuDelta:
+    """The host's CPU times at the previous reading (process-wide: every app's cycle reads the same
+    host), so that each reading covers the time since the one before."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last: tuple[object, float] | None = None
+
+    def read(self) -> tuple[object, object, float]:
+        """(times before, times now, seconds between); the first reading covers the time since boot."""
+        now_times, now = psutil.cpu_times(), time.monotonic()
+        with self._lock:
+            last = self._last
+            self._last = (now_times, now)
+        if last is None:
+            zero = type(now_times)(*([0.0] * len(now_times)))
+            return zero, now_times, max(time.time() - psutil.boot_time(), 1e-6)
+        return last[0], now_times, max(now - last[1], 1e-6)
+
+
+_DELTA = _CpuDelta()
+
+
+def sample_host(sample_s: float = 0.0) -> HostFigures:
+    """This host's CPU and memory: CPU over the time since the previous call (`sample_s` = 0), or
+    over a blocking sample of `sample_s` seconds."""
+    if sample_s > 0:
+        before = psutil.cpu_times()
+        started = time.monotonic()
+        time.sleep(sample_s)
+        elapsed = max(time.monotonic() - started, 1e-6)
+        after = psutil.cpu_times()
+    else:
+        before, after, elapsed = _DELTA.read()
     idle = _idle_s(after) - _idle_s(before)
-    total = sum(after) - sum(before)
+    total = sum(after) - sum(before)  # type: ignore[arg-type]
     cpu_fraction = min(max(1.0 - idle / total, 0.0), 1.0) if total > 0 else 0.0
     memory = psutil.virtual_memory()
     figures = HostFigures(

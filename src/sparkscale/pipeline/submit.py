@@ -112,6 +112,13 @@ def spark_conf(cfg: Config, app: AppConfig) -> dict[str, str]:
         "spark.decommission.enabled": "true",
         "spark.storage.decommission.enabled": "true",
         "spark.storage.decommission.shuffleBlocks.enabled": "true",
+        # A decommissioned executor exits only after a migration round finds nothing left to move,
+        # and rounds are this far apart (30 s by default: a scale-down took 31 s to show). Streaming
+        # state lives in the checkpoint and no batch caches RDD blocks, so rounds are cheap.
+        "spark.storage.decommission.replicationReattemptInterval": "1s",
+        "spark.storage.decommission.rddBlocks.enabled": "false",
+        # A bound: an executor still decommissioning after this long is killed by the driver.
+        "spark.executor.decommission.forceKillTimeout": "60s",
         "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
         # The RSS of each executor's process tree (JVM, Python workers) in its REST figures, read
         # by the monitor on whatever host the executor runs (monitors/executor_figures.py).

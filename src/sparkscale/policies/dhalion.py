@@ -309,6 +309,8 @@ class DhalionPolicy:
     """Dhalion as a sparkscale policy: one diagnosis and at most one resolver action per decision."""
 
     name: ClassVar[str] = "dhalion"
+    # Dhalion §4: a resolver whose outcome was not met is blocklisted for its diagnosis.
+    blocks_unmet_outcomes: ClassVar[bool] = True
     config_model: ClassVar[type[DhalionConfig]] = DhalionConfig
 
     def decide(self, snapshot: Snapshot, history: DecisionHistory, cfg: PolicyConfig, app: AppConfig) -> Plan:

@@ -37,10 +37,14 @@ from typing import ClassVar
 from pydantic import Field, model_validator
 
 from sparkscale.config import AppConfig, ConfigSection, PolicyConfig
-from sparkscale.plan import Action, Plan
+from sparkscale.partitions import many_divisor_count
+from sparkscale.plan import Action, ExpectedOutcome, Observation, Plan
 from sparkscale.policies.base import register_policy
 from sparkscale.policies.history import DecisionHistory
+from sparkscale.policies.outcomes import CAPACITY
+from sparkscale.policies.scalability import coefficient, scaled_cores
 from sparkscale.snapshot import OperatorFigures, Snapshot
+from sparkscale.snapshot_merge import query_names, split_operator
 
 
 class Ds2Config(ConfigSection):
@@ -49,6 +53,10 @@ class Ds2Config(ConfigSection):
     catch_up_s: float = Field(60.0, gt=0)
     min_parallelism: int = Field(1, ge=1)
     max_parallelism: int = Field(64, ge=1)
+    # The observed scalability coefficient (policies/scalability.py): its lower bound, and how many
+    # judged scale-ups it needs before it is used.
+    scalability_min_coefficient: float = Field(0.5, gt=0, le=1)
+    scalability_min_observations: int = Field(3, ge=1)
 
     @model_validator(mode="after")
     def _range(self) -> Ds2Config:
@@ -121,23 +129,74 @@ class Ds2Estimate:
     adjacency: AdjacencyMatrix
     operators: tuple[OperatorEstimate, ...]
     warnings: tuple[tuple[str | None, str], ...] = field(default=())  # (operator or None, reason)
+    target_utilization: float = 1.0
+
+    @property
+    def source_target_rate(self) -> float:
+        """Records/s the sources must be taken in at: arrivals plus the backlog's catch-up."""
+        return sum(op.target_input_rate for op in self.operators if op.source)
+
+    def capacity_rps(self, cores: int) -> float | None:
+        """Source records/s the stages can take in on `cores` cores, fully busy: the target rate
+        over the share of the window it keeps them busy (None: an unmeasured stage, or no load to
+        scale from). What a scale-up is expected to raise, and what is measured after it."""
+        needs = self._stage_needs()
+        if not needs or self.source_target_rate <= 0 or any(
+                op.required is None for op in self.operators if not op.source):
+            return None
+        busy = self._busy_fraction(needs, max(1, cores)) * self.target_utilization
+        return self.source_target_rate / busy if busy > 0 else None
+
+    def _stage_needs(self) -> list[tuple[float, int]]:
+        """(exact requirement, partitions) of every non-source operator; operators without an
+        estimate count with their parallelism, as if fully busy."""
+        needs = []
+        for op in self.operators:
+            if op.source:
+                continue
+            need = op.optimal_parallelism if op.required is None else min(op.required, op.optimal_parallelism)
+            needs.append((need, max(1, op.parallelism)))
+        return needs
+
+    @staticmethod
+    def _busy_fraction(needs: list[tuple[float, int]], cores: int) -> float:
+        """The share of a window the stages take on `cores` cores, one after another: a stage needing
+        r instances runs r / min(cores, partitions) of the time (it runs at most `partitions` tasks
+        at once)."""
+        return sum(need / min(cores, partitions) for need, partitions in needs)
 
     @property
     def cores_needed(self) -> int:
-        """Cores the query needs: ceil(Σ exact requirement) over non-source operators.
+        """Cores the query needs with partitions enough: ceil(Σ exact requirement) over non-source
+        operators.
 
         A micro-batch runs its stages one after another on the same cores (DESIGN.md), so their
         fractional needs add up before rounding: two stages needing 0.3 cores each need 1 core, not
         the 2 that Σ π would give. Operators without an estimate count with their parallelism."""
-        total = 0.0
-        for op in self.operators:
-            if op.source:
-                continue
-            if op.required is None:
-                total += op.optimal_parallelism
-            else:
-                total += min(op.required, op.optimal_parallelism)  # clamped down at max_parallelism
-        return max(1, _ceil(total))
+        return max(1, _ceil(sum(n for n, _p in self._stage_needs())))
+
+    @property
+    def cores_for_partitions(self) -> int | None:
+        """The fewest cores with which the stages, one after another, fit the window on the
+        partitions they have; None when none does (`partition_bound`).
+
+        A stage runs at most as many tasks at once as it has partitions, so cores beyond them do
+        not shorten it, and the other stages must then fit in the time left: the count is searched
+        from `cores_needed` up to the largest partition count (beyond it no stage gets faster)."""
+        needs = self._stage_needs()
+        if not needs:
+            return 1
+        cores = self.cores_needed
+        widest = max(p for _n, p in needs)
+        while cores < widest and self._busy_fraction(needs, cores) > 1 + _CEIL_SLACK:
+            cores += 1
+        return cores if self._busy_fraction(needs, cores) <= 1 + _CEIL_SLACK else None
+
+    @property
+    def partition_bound(self) -> bool:
+        """True when no core count lets the stages fit the window: some stage's partitions are too
+        few for its load, and only a repartition helps."""
+        return self.cores_for_partitions is None
 
     def __iter__(self) -> Iterator[OperatorEstimate]:
         return iter(self.operators)
@@ -227,7 +286,7 @@ def estimate(
             op.id, False, op.parallelism, len(op.instances), measured, processing, output, selectivity,
             target, optimal, required, clamped, note))
 
-    return Ds2Estimate(adjacency, tuple(results), tuple(warnings))
+    return Ds2Estimate(adjacency, tuple(results), tuple(warnings), target_utilization)
 
 
 def _true_rates(op: OperatorFigures) -> tuple[float, float, int]:
@@ -281,12 +340,29 @@ class Ds2Policy:
 
         actions = [Action.warn(reason, operator) for operator, reason in est.warnings]
 
-        cores = est.cores_needed
+        current = len(snapshot.executors)
+        current_cores = current * app.executor_cores
+        fits = est.cores_for_partitions
+        if fits is None:
+            cores = est.cores_needed
+            explanation.append(
+                f"partition-bound: the stages do not fit the window on their partitions with any core count; "
+                f"sized for the repartition this plan asks: cores needed = ceil(Σ exact needs) = {cores}")
+        else:
+            cores = fits
+            explanation.append(
+                f"cores needed = {cores}: ceil(Σ exact needs over non-source operators) = {est.cores_needed}, "
+                "raised until every stage fits the window with at most its partitions' tasks at once")
+        coeff = coefficient(history, snapshot.query if len(query_names(snapshot)) == 1 else None,
+                            ds2.scalability_min_coefficient, ds2.scalability_min_observations)
+        linear_cores = cores
+        cores = scaled_cores(cores, current_cores, coeff)
+        if coeff is not None:
+            explanation.append(f"{coeff.explain()}: {linear_cores} cores at linear scaling -> {cores}")
         wanted = math.ceil(cores / app.executor_cores)
         executors = min(max(wanted, app.min_executors), app.max_executors)
-        current = len(snapshot.executors)
         explanation.append(
-            f"total: cores needed = ceil(Σ exact needs over non-source operators) = {cores}; executors needed = "
+            f"total: {cores} cores; executors needed = "
             f"ceil({cores} / {app.executor_cores} cores each) = {wanted}, within [{app.min_executors}, "
             f"{app.max_executors}] -> {executors}; current executors {current} ({snapshot.cores} cores)"
         )
@@ -312,13 +388,36 @@ class Ds2Policy:
                 f"scale {direction}: {cores} cores needed at utilisation {_num(u)}, "
                 f"{executors} executor(s) of {app.executor_cores} core(s)"))
 
+        names = query_names(snapshot)
+        query_needs: dict[str, float] = {}
+        for op in est.operators:
+            if not op.source:
+                query = _query_of(names, op.id)
+                query_needs[query] = query_needs.get(query, 0.0) + (op.required or 0.0)
         for op in est.operators:
             if op.source or op.required is None or op.parallelism >= op.optimal_parallelism:
                 continue
+            # Spark has one partition count per query and a stage uses at most that many cores: the
+            # repartition gives at least the cores the query needs, as a count with many divisors.
+            needed = _ceil(query_needs.get(_query_of(names, op.id), 0.0))
+            to = max(op.optimal_parallelism, min(many_divisor_count(needed, ds2.max_parallelism), ds2.max_parallelism))
             actions.append(Action.set_parallelism(
-                op.id, op.parallelism, op.optimal_parallelism,
-                f"partition-bound: {op.parallelism} partitions < π = {op.optimal_parallelism} "
-                f"for {_num(op.target_input_rate)} rec/s at {_num(op.instance_rate)} rec/s per instance"))
+                op.id, op.parallelism, to,
+                f"partition-bound: {op.parallelism} partitions < π = {op.optimal_parallelism} for "
+                f"{_num(op.target_input_rate)} rec/s at {_num(op.instance_rate)} rec/s per instance; its query "
+                f"needs {needed} cores in all: {to} partitions"))
+
+        scale = next((a for a in actions if a.type == "scale_executors"), None)
+        observation = Observation(query=snapshot.query, diagnosis=None, figures=_capacity_figures(est, current_cores))
+        before = est.capacity_rps(current_cores)
+        if scale is not None and scale.to is not None and before is not None:
+            after_cores = scale.to * app.executor_cores
+            after = est.capacity_rps(after_cores)
+            diagnosis = "under_provisioning" if scale.to > current else "over_provisioning"
+            if after is not None:
+                # DS2's own expectation: the capacity its model gives the new cores (judged once they are registered).
+                observation = observation.merged(diagnosis=diagnosis, expected=ExpectedOutcome(
+                    diagnosis, "scale_executors", CAPACITY, before, after))
 
         return Plan(
             policy=self.name,
@@ -326,7 +425,21 @@ class Ds2Policy:
             parallelism={op.id: op.optimal_parallelism for op in est.operators},
             actions=tuple(actions),
             explanation=tuple(explanation),
+            observation=observation,
         )
+
+
+def _query_of(names: tuple[str, ...], operator_id: str) -> str:
+    try:
+        return split_operator(names, operator_id)[0]
+    except KeyError:
+        return operator_id
+
+
+def _capacity_figures(est: Ds2Estimate, cores: int) -> dict[str, float | None]:
+    capacity = est.capacity_rps(cores)
+    return {"capacity_rps": None if capacity is None else round(capacity, 6),
+            "target_rps": round(est.source_target_rate, 6), "cores": cores}
 
 
 def _explain(n: int, op: OperatorEstimate, u: float, catch_up_s: float, snapshot: Snapshot) -> str:

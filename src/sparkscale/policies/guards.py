@@ -10,10 +10,19 @@ Order, each step explained in the returned plan's explanation (lines starting "g
 2. scale-down delay (`guards.scale_down_delay_s`): a scale-down happens only once every
    recommendation over the delay was below the current count, and then to the largest of them
    (the recommendation is the clamped target, or the current count when the plan scales nothing).
-3. step cap (`guards.max_scale_up_factor` / `max_scale_down_factor`): at most x2 up or /2 down by
-   default, and always at least one executor.
-4. cooldown (`loop.cooldown_s`): no change within cooldown_s of the last executed one.
-5. migration (`loop.stabilization_s`): no change while a migration runs, nor within
+3. step cap (`guards.max_scale_up_factor` / `max_scale_down_factor`): at most /2 down by default
+   (up: no cap by default, a policy's computed target is reached in one step), and always at least
+   one executor.
+4. in progress: no change while an earlier action is still being carried out (the daemon runs
+   actions in the background; the next cycles see it here).
+5. starting executors: while Spark has not registered every executor asked for, a scale action is
+   kept only when it asks for more than were asked for already (the rest would undo or repeat it).
+6. settle: act on the first trustworthy window after a change: none whose window began before the
+   last change was done (its figures mix the old and the new executors).
+7. cooldown (`loop.cooldown_s`): no reversal of the last executor change (a scale-down after a
+   scale-up or the reverse), and no other kind of change, within cooldown_s of it; a further step in
+   the same direction (a scale-up still short of its target) is not held.
+8. migration (`loop.stabilization_s`): no change while a migration runs, nor within
    stabilization_s after one ended.
 
 Warnings always pass. Each guarded plan records its recommendation in its observation
@@ -61,6 +70,13 @@ class GuardInput:
     def executors(self) -> int:
         return len(self.snapshot.executors)
 
+    @property
+    def requested(self) -> int | None:
+        """Executors asked of Spark (the snapshot's, else the history's); None: unknown."""
+        app = self.snapshot.extensions.get("app")
+        value = app.get("requested_executors") if isinstance(app, dict) else None
+        return int(value) if isinstance(value, int) else self.history.requested_executors
+
 
 def apply_guards(plan: Plan, given: GuardInput, guards: GuardsConfig, loop: LoopConfig) -> Plan:
     """`plan` after every guard (module docstring), with one explanation line per change."""
@@ -73,6 +89,9 @@ def apply_guards(plan: Plan, given: GuardInput, guards: GuardsConfig, loop: Loop
     recommended = _target(actions, current)
     actions = _scale_down_delay(actions, current, recommended, given, guards.scale_down_delay_s, notes)
     actions = _step_cap(actions, guards.max_scale_up_factor, guards.max_scale_down_factor, notes)
+    actions = _in_progress(actions, given, notes)
+    actions = _starting(actions, given, notes)
+    actions = _settle(actions, given, notes)
     actions = _cooldown(actions, given, loop.cooldown_s, notes)
     actions = _migration(actions, given, loop.stabilization_s, notes)
 
@@ -166,12 +185,15 @@ def _scale_down_delay(actions: list[Action], current: int, recommended: int, giv
     return _replace_scale(actions, _retarget(action, target, why))
 
 
-def _step_cap(actions: list[Action], up_factor: float, down_factor: float, notes: list[str]) -> list[Action]:
+def _step_cap(actions: list[Action], up_factor: float | None, down_factor: float, notes: list[str]) -> list[Action]:
     action = _scale(actions)
     if action is None or action.from_ is None or action.to is None:
         return actions
     current, to = action.from_, action.to
+    if to > current and up_factor is None:
+        return actions
     if to > current:
+        assert up_factor is not None
         # Lecture, "Speculative: small changes ... one at a time" vs dataflow-wide: bound each step.
         limit = max(current + 1, math.floor(current * up_factor * (1 + _SLACK)))
         capped, word = min(to, limit), f"at most x{up_factor:g}"
@@ -192,17 +214,71 @@ def _drop_changes(actions: list[Action], notes: list[str], why: str) -> list[Act
     return [a for a in actions if a.type == "warn"]
 
 
+def _last_change(history: DecisionHistory) -> PastDecision | None:
+    return next((d for d in reversed(history.decisions) if d.plan.changes), None)
+
+
 def _last_action_at(history: DecisionHistory) -> float | None:
-    last: PastDecision | None = next((d for d in reversed(history.decisions) if d.plan.changes), None)
+    last = _last_change(history)
     return last.decided_at if last else None
+
+
+def _direction(action: Action) -> int:
+    """+1 adds executors, -1 removes some, 0 any other change."""
+    if action.type != "scale_executors" or action.from_ is None or action.to is None:
+        return 0
+    return (action.to > action.from_) - (action.to < action.from_)
+
+
+def _last_direction(given: GuardInput) -> int:
+    if given.history.last_action_direction is not None:
+        return given.history.last_action_direction
+    last = _last_change(given.history)
+    return _direction(last.plan.changes[0]) if last else 0
+
+
+def _in_progress(actions: list[Action], given: GuardInput, notes: list[str]) -> list[Action]:
+    if given.history.action_in_progress is None:
+        return actions
+    return _drop_changes(actions, notes, f"in progress ({given.history.action_in_progress} is still being "
+                                         "carried out)")
+
+
+def _starting(actions: list[Action], given: GuardInput, notes: list[str]) -> list[Action]:
+    requested = given.requested
+    action = _scale(actions)
+    if requested is None or requested <= given.executors or action is None or action.to is None:
+        return actions
+    starting = requested - given.executors
+    if action.to > requested:
+        notes.append(f"guard starting executors: {starting} of the {requested} asked for are still starting; "
+                     f"{action.summary()} asks for more: kept")
+        return actions
+    notes.append(f"guard starting executors: {action.summary()} dropped: {starting} of the {requested} executors "
+                 "asked for are still starting (counted as there)")
+    return _replace_scale(actions, None)
+
+
+def _settle(actions: list[Action], given: GuardInput, notes: list[str]) -> list[Action]:
+    last = given.last_action_at if given.last_action_at is not None else _last_action_at(given.history)
+    window_start = given.now - given.snapshot.window_s
+    if last is None or not last or window_start >= last:
+        return actions
+    return _drop_changes(actions, notes, f"settle (the window began {last - window_start:g} s before the last "
+                                         "change was done: waiting for a window after it)")
 
 
 def _cooldown(actions: list[Action], given: GuardInput, cooldown_s: float, notes: list[str]) -> list[Action]:
     last = given.last_action_at if given.last_action_at is not None else _last_action_at(given.history)
     if last is None or given.now - last >= cooldown_s:
         return actions
-    return _drop_changes(actions, notes, f"cooldown (last action {given.now - last:g} s ago, "
-                                         f"cooldown {cooldown_s:g} s)")
+    before = _last_direction(given)
+    held = [a for a in actions if a.type != "warn" and not (_direction(a) != 0 and _direction(a) * before >= 0)]
+    if not held:
+        return actions
+    notes.append(f"guard cooldown (last action {given.now - last:g} s ago, cooldown {cooldown_s:g} s): dropped "
+                 + ", ".join(a.summary() + (" (a reversal)" if _direction(a) else "") for a in held))
+    return [a for a in actions if a not in held]
 
 
 def _migration(actions: list[Action], given: GuardInput, stabilization_s: float, notes: list[str]) -> list[Action]:

@@ -40,6 +40,39 @@ class PastDecision:
 
 
 @dataclass(frozen=True)
+class ScalingObservation:
+    """One judged scale-up: the capacity (source records/s) before it, what the policy expected on
+    the new cores, and what was measured once they were registered (FLINK-30571's observed
+    scalability). `gain_ratio` is the share of the expected gain that came."""
+
+    query: str | None
+    at: float
+    cores_before: int
+    cores_after: int
+    before_rps: float
+    expected_rps: float
+    observed_rps: float
+
+    @property
+    def gain_ratio(self) -> float | None:
+        expected_gain = self.expected_rps - self.before_rps
+        if expected_gain <= 0:
+            return None
+        return (self.observed_rps - self.before_rps) / expected_gain
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"query": self.query, "at": self.at, "cores_before": self.cores_before, "cores_after": self.cores_after,
+                "before_rps": self.before_rps, "expected_rps": self.expected_rps, "observed_rps": self.observed_rps}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ScalingObservation:
+        query = data.get("query")
+        return cls(None if query is None else str(query), float(data["at"]), int(data["cores_before"]),
+                   int(data["cores_after"]), float(data["before_rps"]), float(data["expected_rps"]),
+                   float(data["observed_rps"]))
+
+
+@dataclass(frozen=True)
 class DecisionHistory:
     """Past decisions for one application, oldest first, and the state the guards and the blocklist
     read. Immutable: `with_decision` and `replace` return a new history, so a policy cannot change
@@ -47,7 +80,13 @@ class DecisionHistory:
 
     `last_action_at`: when an action was last carried out (None: take the last plan with a change;
     0.0: never). `migration_running` / `last_migration_end`: from the migration journal.
-    `partitions`: each query's state partitions now (for mapping stage wishes to a migration)."""
+    `partitions`: each query's state partitions now (for mapping stage wishes to a migration).
+    `requested_executors`: the executor count last asked of Spark (None: unknown; more than the
+    snapshot's executors: some are still starting). `last_action_direction`: +1 when the last
+    executed action added executors, -1 when it removed some, 0 for any other change (None: take
+    the last plan with a change). `action_in_progress`: the summary of an action still being
+    carried out (the daemon runs actions in the background). `scalability`: judged scale-ups,
+    oldest first."""
 
     decisions: tuple[PastDecision, ...] = ()
     blocklist: Blocklist = field(default_factory=Blocklist)
@@ -55,6 +94,10 @@ class DecisionHistory:
     migration_running: bool = False
     last_migration_end: float | None = None
     partitions: Mapping[str, int] = field(default_factory=dict, hash=False)
+    requested_executors: int | None = None
+    last_action_direction: int | None = None
+    action_in_progress: str | None = None
+    scalability: tuple[ScalingObservation, ...] = ()
 
     def __post_init__(self) -> None:
         decisions = tuple(self.decisions)
@@ -62,6 +105,11 @@ class DecisionHistory:
             raise ValueError("decisions must be in time order, oldest first")
         object.__setattr__(self, "decisions", decisions)
         object.__setattr__(self, "partitions", dict(self.partitions))
+        object.__setattr__(self, "scalability", tuple(self.scalability))
+
+    def with_scaling(self, observation: ScalingObservation, keep: int = 20) -> DecisionHistory:
+        """With one more judged scale-up (the newest `keep` are kept)."""
+        return replace(self, scalability=(*self.scalability, observation)[-keep:])
 
     @classmethod
     def empty(cls) -> DecisionHistory:
@@ -120,12 +168,16 @@ class DecisionHistory:
         return {
             "version": HISTORY_VERSION,
             "decisions": [d.to_dict() for d in self.decisions],
-            "blocklist": [{"app": e.app, "diagnosis": e.diagnosis, "action_type": e.action_type, "until": e.until}
-                          for e in self.blocklist.entries],
+            "blocklist": [{"app": e.app, "diagnosis": e.diagnosis, "action_type": e.action_type, "until": e.until,
+                           "policy": e.policy} for e in self.blocklist.entries],
             "last_action_at": self.last_action_at,
             "migration_running": self.migration_running,
             "last_migration_end": self.last_migration_end,
             "partitions": dict(self.partitions),
+            "requested_executors": self.requested_executors,
+            "last_action_direction": self.last_action_direction,
+            "action_in_progress": self.action_in_progress,
+            "scalability": [o.to_dict() for o in self.scalability],
         }
 
     @classmethod
@@ -137,14 +189,22 @@ class DecisionHistory:
             raise ValueError(f"version: expected {HISTORY_VERSION}, got {data.get('version')!r}")
         try:
             decisions = tuple(PastDecision.from_dict(d) for d in data.get("decisions", ()))
-            blocked = tuple(BlockedAction(str(e["app"]), str(e["diagnosis"]), str(e["action_type"]), float(e["until"]))
+            blocked = tuple(BlockedAction(str(e["app"]), str(e["diagnosis"]), str(e["action_type"]), float(e["until"]),
+                                          e.get("policy"))
                             for e in data.get("blocklist", ()))
             last_action_at = data.get("last_action_at")
             last_end = data.get("last_migration_end")
+            requested = data.get("requested_executors")
+            direction = data.get("last_action_direction")
+            in_progress = data.get("action_in_progress")
             return cls(decisions, Blocklist(blocked),
                        None if last_action_at is None else float(last_action_at),
                        bool(data.get("migration_running", False)),
                        None if last_end is None else float(last_end),
-                       {str(q): int(n) for q, n in (data.get("partitions") or {}).items()})
+                       {str(q): int(n) for q, n in (data.get("partitions") or {}).items()},
+                       None if requested is None else int(requested),
+                       None if direction is None else int(direction),
+                       None if in_progress is None else str(in_progress),
+                       tuple(ScalingObservation.from_dict(o) for o in data.get("scalability") or ()))
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"malformed decision history: {exc!r}") from None

@@ -17,6 +17,13 @@ Expectations:
 An action that did not bring `fraction` of the expected change is still met when the app keeps up
 (its backlog did not grow; with the backlog unknown, its batches fit their trigger interval): the
 symptom it was taken against is gone, so there is nothing to blame it for.
+
+What is blocked, and for whom:
+- an unmet outcome blocks its (diagnosis, action type) only for the policy whose semantics say so
+  (Dhalion §4: `blocks_unmet_outcomes` on the policy class), and only that policy's plans;
+- an ineffective scale-up (capacity grew by less than `effectiveness` of the expected gain: the
+  FLINK-30571 / Flink autoscaler's scaling-effectiveness detection) blocks further scale-ups of the
+  app for every policy: more executors did not help, so asking for more again would not either.
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ from sparkscale.policies.figures import load_figures
 from sparkscale.snapshot import Snapshot
 
 KEEPS_UP = "keeps_up"
+CAPACITY = "capacity_rps"  # source records/s the query can take in on the action's cores (DS2's model)
+INEFFECTIVE_SCALE_UP = "ineffective_scale_up"
 
 
 # Blocklist (lecture: "A blocklist records actions that did not produce the expected outcome")
@@ -37,15 +46,23 @@ KEEPS_UP = "keeps_up"
 
 @dataclass(frozen=True)
 class BlockedAction:
-    """`action_type` must not resolve `diagnosis` for `app` until `until` (seconds since the epoch)."""
+    """`action_type` must not resolve `diagnosis` for `app` until `until` (seconds since the epoch),
+    in the plans of `policy` (None: of every policy). The diagnosis `ineffective_scale_up` blocks
+    every scale-up of the app, whatever it answers."""
 
     app: str
     diagnosis: str
     action_type: ActionType
     until: float
+    policy: str | None = None
 
-    def applies(self, app: str, diagnosis: str, action_type: str, now: float) -> bool:
-        return (self.app, self.diagnosis, self.action_type) == (app, diagnosis, action_type) and now < self.until
+    def applies(self, app: str, diagnosis: str, action_type: str, now: float, policy: str | None = None,
+                scale_up: bool = False) -> bool:
+        if self.app != app or now >= self.until or (self.policy is not None and self.policy != policy):
+            return False
+        if self.diagnosis == INEFFECTIVE_SCALE_UP:
+            return scale_up and action_type == "scale_executors"
+        return (self.diagnosis, self.action_type) == (diagnosis, action_type)
 
 
 @dataclass(frozen=True)
@@ -57,14 +74,16 @@ class Blocklist:
     def __post_init__(self) -> None:
         object.__setattr__(self, "entries", tuple(self.entries))
 
-    def find(self, app: str, diagnosis: str, action_type: str, now: float) -> BlockedAction | None:
-        """The entry blocking this pair now, if any."""
-        return next((e for e in self.entries if e.applies(app, diagnosis, action_type, now)), None)
+    def find(self, app: str, diagnosis: str, action_type: str, now: float, policy: str | None = None,
+             scale_up: bool = False) -> BlockedAction | None:
+        """The entry blocking this pair now (for `policy`'s plans), if any."""
+        return next((e for e in self.entries if e.applies(app, diagnosis, action_type, now, policy, scale_up)), None)
 
-    def block(self, app: str, diagnosis: str, action_type: ActionType, now: float, ttl_s: float) -> Blocklist:
+    def block(self, app: str, diagnosis: str, action_type: ActionType, now: float, ttl_s: float,
+              policy: str | None = None) -> Blocklist:
         """This blocklist with the pair blocked until now + ttl_s (replacing an older entry for it)."""
         kept = tuple(e for e in self.entries if (e.app, e.diagnosis, e.action_type) != (app, diagnosis, action_type))
-        return Blocklist((*kept, BlockedAction(app, diagnosis, action_type, now + ttl_s)))
+        return Blocklist((*kept, BlockedAction(app, diagnosis, action_type, now + ttl_s, policy)))
 
     def active(self, now: float) -> Blocklist:
         """Without the expired entries."""
@@ -112,6 +131,7 @@ class Verdict:
     observed: float | None
     keeps_up: bool
     detail: str
+    ineffective: bool = False  # a scale-up whose capacity gain fell below `effectiveness` of the expected
 
 
 def expectation_for(plan: Plan, snapshot: Snapshot, app: AppConfig) -> Expectation | None:
@@ -152,8 +172,21 @@ def keeps_up(snapshot: Snapshot, app: AppConfig, backlog_before: float) -> bool:
     return fig.backlog <= max(backlog_before, usual_backlog)
 
 
-def judge(expected: Expectation, snapshot: Snapshot, app: AppConfig, fraction: float) -> Verdict:
-    """Did the action do what was expected, judged on a snapshot taken well after it?"""
+def measured(metric: str, snapshot: Snapshot, app: AppConfig, cores: int | None = None) -> float | None:
+    """The figure `metric` in `snapshot`; `capacity_rps` on `cores` cores (default: the snapshot's),
+    from the window's true rates, so that a later change of the count does not blur the judgement."""
+    if metric == CAPACITY:
+        from sparkscale.policies.ds2 import estimate  # the model the expectation came from
+
+        return estimate(snapshot).capacity_rps(cores if cores is not None else snapshot.cores)
+    fig = load_figures(snapshot, app)
+    return fig.processed_rate if metric == "processed_rate" else fig.batch_ratio
+
+
+def judge(expected: Expectation, snapshot: Snapshot, app: AppConfig, fraction: float, cores: int | None = None,
+          effectiveness: float = 0.1) -> Verdict:
+    """Did the action do what was expected, judged on a snapshot taken well after it (`cores`: the
+    count the action set, for `capacity_rps`)?"""
     fig = load_figures(snapshot, app)
     ok_now = keeps_up(snapshot, app, expected.backlog_before)
     if expected.metric == KEEPS_UP:
@@ -162,16 +195,21 @@ def judge(expected: Expectation, snapshot: Snapshot, app: AppConfig, fraction: f
         detail = "the app keeps up" if ok_now else (
             f"the app does not keep up: {backlog}, batch ratio {_show(fig.batch_ratio)}")
         return Verdict(ok_now, fig.batch_ratio, ok_now, detail)
-    observed = fig.processed_rate if expected.metric == "processed_rate" else fig.batch_ratio
+    observed = measured(expected.metric, snapshot, app, cores)
     if observed is None:
         return Verdict(ok_now, None, ok_now, f"{expected.metric} unknown in the window; app keeps up: {ok_now}")
     # Dhalion: an action met its outcome when the figure moved by at least `fraction` of the expected change.
     moved = evaluate_outcome(expected.after - expected.before, observed - expected.before, fraction)
     met = moved or ok_now
+    gain = expected.after - expected.before
+    # Flink autoscaler (scaling effectiveness): a scale-up that brought under `effectiveness` of the gain.
+    ineffective = (expected.metric in (CAPACITY, "processed_rate") and expected.action_type == "scale_executors"
+                   and gain > 0 and observed - expected.before < effectiveness * gain)
     detail = (f"{expected.metric} {expected.before:.3g} -> {observed:.3g} (expected {expected.after:.3g}, "
               f"at least {fraction:g} of the change: {'yes' if moved else 'no'}); app keeps up: "
-              f"{'yes' if ok_now else 'no'}")
-    return Verdict(met, observed, ok_now, detail)
+              f"{'yes' if ok_now else 'no'}" + (f"; ineffective: under {effectiveness:g} of the expected gain"
+                                                 if ineffective else ""))
+    return Verdict(met, observed, ok_now, detail, ineffective)
 
 
 def drop_blocked(plan: Plan, blocklist: Blocklist, now: float) -> Plan:
@@ -181,9 +219,14 @@ def drop_blocked(plan: Plan, blocklist: Blocklist, now: float) -> Plan:
     for action in plan.actions:
         if action.type != "warn":
             diagnosis = diagnosis_of(plan, action)
-            entry = blocklist.find(plan.app, diagnosis, action.type, now)
+            scale_up = (action.type == "scale_executors" and action.from_ is not None and action.to is not None
+                        and action.to > action.from_)
+            entry = blocklist.find(plan.app, diagnosis, action.type, now, plan.policy, scale_up)
             if entry is not None:
-                notes.append(f"blocklist: dropped {action.summary()}: {action.type} is blocked for {diagnosis} "
+                what = ("scale-ups are blocked: an earlier one did not raise the capacity"
+                        if entry.diagnosis == INEFFECTIVE_SCALE_UP
+                        else f"{action.type} is blocked for {diagnosis}")
+                notes.append(f"blocklist: dropped {action.summary()}: {what} "
                              f"until {entry.until:.0f} ({entry.until - now:.0f} s from now)")
                 continue
         kept.append(action)

@@ -46,6 +46,12 @@ def driver_key(prefix: str, app: str) -> str:
     return f"{prefix}{app}:driver"
 
 
+def executor_target_key(prefix: str, app: str) -> str:
+    """The executor count the app's agent last asked Spark for (a string int; absent: unknown). More
+    than the executors registered: some are still starting, which the planner counts."""
+    return f"{prefix}{app}:executors:target"
+
+
 # -- per query: what the agent publishes ------------------------------------------------------------
 
 

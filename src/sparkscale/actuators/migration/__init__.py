@@ -12,11 +12,13 @@ entry-point group `sparkscale.migration_strategies`):
   recomputed); restart. Sources keep admitting: the restarted query catches up.
 - DCR (dcr.py; §3.1, drain-checkpoint-restore): pause the sources; drain (the query finishes all it
   admitted); stop at that clean boundary (the last commit is the just-in-time checkpoint);
-  repartition; restart; restore (the new run has loaded its state); then resume the sources.
+  repartition; restart; restore (the new run has loaded its state: the phase, not the metric);
+  then resume the sources.
 - CCR (ccr.py; §3.2, capture-checkpoint-resume): pause and stop at the next batch boundary in one
-  step, without waiting to drain; capture what arrived but was not processed (source offsets and
-  stream positions) into the Redis DataStore; repartition; restart; resume at once: the captured
-  records come first in the ordered input streams, so they are replayed before any newer one.
+  step, without waiting to drain; capture the positions (source offsets and stream positions) of
+  what arrived but was not processed into the Redis DataStore (the records stay in the input
+  streams); repartition; restart; resume at once: the captured records come first in the ordered
+  input streams, so they are replayed before any newer one.
 
 A migration may also give the executors a new shape (cores, memory): Spark fixes both for an
 application's life, so then the restart step restarts the whole application (stop the driver,
@@ -31,8 +33,11 @@ or a running query), so a daemon that dies at any phase is replaced by one that 
 and completes the migration (`resume`). A failure before the state was repartitioned rolls back
 (restart with the old partitions, resume the sources); after it, the migration can only go forward.
 
-What is measured after a migration (catch-up, recovery, stabilisation) is the monitors' part:
-`sparkscale.monitors.migration_metrics`.
+The seed's metrics (§4), the same definitions for every strategy, in seconds from the request:
+`phase_metrics` (journal.py) gives restore (to the new run's first output), the boundary wait,
+drain (DCR), capture (CCR) and rebalance when the migration ends; catch-up, recovery and rate
+stabilisation come from the query's per-batch progress history from the request on, which is the
+monitors' part (`sparkscale.monitors.migration_metrics`, also the first-output finder used here).
 """
 
 from sparkscale.actuators.migration.base import (

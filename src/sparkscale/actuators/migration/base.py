@@ -16,15 +16,16 @@ the package `sparkscale.actuators.migration` is imported.
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 import structlog
 
+from sparkscale.monitors.migration_metrics import CLOCK_MARGIN_S, first_output, timeline_of
 from sparkscale.registry import STRATEGIES
 
 if TYPE_CHECKING:
     from sparkscale.actuators.migration.journal import Journal
+    from sparkscale.monitors.migration_metrics import BatchPoint
 
 log = structlog.get_logger(__name__)
 
@@ -52,8 +53,8 @@ class RestoreProbe(Protocol):
         """The query's status in the driver (the agent's report); None when it does not run."""
         ...
 
-    def query_progress(self, query: str) -> dict[str, str]:
-        """The query's last progress as published in Redis (empty when there is none)."""
+    def batches_since(self, query: str, since_s: float) -> list[BatchPoint]:
+        """The query's batches as the agent published them (its progress history) since `since_s`."""
         ...
 
 
@@ -75,20 +76,22 @@ class MigrationStrategy:
         committed). Default: yes, the query was stopped at a batch boundary."""
         return True
 
+    def waits_for_boundary(self) -> bool:
+        """Whether the stop waits for the running batch to end (`boundary_wait_s`). Default: yes."""
+        return True
+
     def restored(self, probe: RestoreProbe, journal: Journal) -> bool:
         """One look at whether the restarted query is up with its state (the runner polls this until
-        the phase timeout). Default: the new run's first batch with input (its time is recorded as
-        `first_output_at`); a query resumed without a run id (the agent's answer was lost) counts
-        once it runs."""
-        run_id = journal.marks.get("run_id")
-        restarted_at = journal.marks.get("app_restarted_at")
-        progress = probe.query_progress(journal.query)
-        new_run = (progress.get("run_id") == run_id if restarted_at is None
-                   else float(progress.get("published_at", 0)) >= restarted_at)  # a new driver's run
-        if new_run and int(progress.get("num_input_rows", 0)) > 0:
-            journal.marks["first_output_at"] = float(progress.get("published_at", time.time()))
+        the phase timeout). Default: the new run's first batch with input, found in the progress
+        history (its commit is recorded as `first_output_at`, the end of the restore metric); a query
+        resumed without a run id (the agent's answer was lost) counts once it runs."""
+        timeline = timeline_of(journal)
+        point = first_output(probe.batches_since(journal.query, journal.requested_at - CLOCK_MARGIN_S), timeline)
+        if point is not None:
+            journal.marks["first_output_at"] = point.committed_at_s
             return True
-        return run_id is None and restarted_at is None and probe.query_status(journal.query) is not None
+        return (journal.marks.get("run_id") is None and journal.marks.get("app_restarted_at") is None
+                and probe.query_status(journal.query) is not None)
 
 
 S = TypeVar("S", bound=type[MigrationStrategy])

@@ -19,6 +19,10 @@ class DefaultMigration(MigrationStrategy):
         """Abort at once: the running batch is abandoned (recomputed after the restart)."""
         return "abort_query", {"query": query, "hold": True}
 
+    def waits_for_boundary(self) -> bool:
+        """No: the abort does not wait for the running batch (its `boundary_wait_s` is 0)."""
+        return False
+
     def enforce_exactly_once_sink(self) -> bool:
         """No: a query stopped mid-batch has a failed last batch; skip it, it is recomputed."""
         return False

@@ -19,6 +19,7 @@ from kazoo.client import KazooClient
 from sparkscale.actuators.migration.base import MigrationBusy, MigrationError, get_strategy
 from sparkscale.actuators.migration.journal import Journal, JournalStore, PhaseCallback, phase_metrics
 from sparkscale.config import AppConfig, Config
+from sparkscale.monitors.migration_metrics import CLOCK_MARGIN_S, BatchPoint, first_output, read_batches, timeline_of
 from sparkscale.pipeline.submit import ExecutorShape, running, store_shape
 from sparkscale.protocol.commands import AckTimeout, send_command, wait_ack
 from sparkscale.protocol.keys import datastore_key, input_stream_key, paused_key, progress_key
@@ -77,6 +78,8 @@ class MigrationRunner:
                           from_partitions=from_partitions, to_partitions=to_partitions, requested_at=now,
                           by=by, epoch=self.epoch, shape=asdict(shape) if shape else None)
         journal.marks["input_at_request"] = self._input_position()
+        # The run that is stopped: a batch of another run after the stop is the restarted one's.
+        journal.marks["run_id_at_request"] = self.query_progress(query).get("run_id")
         self._complete(journal, "requested")
         _fault_hold("requested")
         return self.run(journal)
@@ -86,7 +89,7 @@ class MigrationRunner:
         steps: dict[str, Callable[[Journal], None]] = {
             "paused": self._pause, "drained": self._drain, "stopped": self._stop, "captured": self._capture,
             "repartitioned": self._repartition, "restarted": self._restart, "resumed": self._resume,
-            "restored": self._restored, "done": lambda j: None,
+            "restored": self._restored, "done": self._await_first_output,
         }
         for phase in journal.remaining:
             journal.next = phase
@@ -162,12 +165,14 @@ class MigrationRunner:
         journal.marks["replayed_records"] = max(latest - processed, 0)
 
     def _capture(self, journal: Journal) -> None:
-        """The admitted-but-unprocessed and arrived-but-unadmitted input, into the DataStore (for
-        a source that cannot be paused: its last reported positions and backlog)."""
+        """The positions of the input that arrived but was not processed (admitted to a batch or
+        not), into the DataStore: the records themselves stay in the replayable input streams and
+        are not copied (for a source that cannot be paused: its last reported positions and
+        backlog). `captured_records` counts them, `captured_in_flight_records` those admitted."""
         if not self.pausable(journal.query):
             fields = self.query_progress(journal.query)
             captured_any = {"sources": json.loads(fields.get("sources") or "[]"), "captured_at": time.time(),
-                            "batch_id": fields.get("batch_id")}
+                            "batch_id": fields.get("batch_id"), "what": "positions"}
             self.redis.set(datastore_key(self.prefix, self.app.name, journal.id), json.dumps(captured_any),
                            ex=int(self.mcfg.datastore_ttl_s))
             backlogs = [s.get("backlog_records") for s in captured_any["sources"]]
@@ -180,11 +185,17 @@ class MigrationRunner:
             "latest": StreamOffsets.from_json(status.latest or {}, parts).to_json(),
             "input_position": self._input_position(),
             "captured_at": time.time(),
+            "what": "positions",  # the records stay in the input streams, read first after the restart
         }
-        captured["records"] = captured["input_position"] - StreamOffsets.from_json(captured["processed"], parts).total
+        processed = StreamOffsets.from_json(captured["processed"], parts).total
+        # A script app reading the Redis streams source has no app-wide input position: the source's own backlog.
+        captured["records"] = (captured["input_position"] - processed if captured["input_position"] is not None
+                               else status.backlog)
+        captured["in_flight_records"] = max(StreamOffsets.from_json(captured["latest"], parts).total - processed, 0)
         self.redis.set(datastore_key(self.prefix, self.app.name, journal.id), json.dumps(captured),
                        ex=int(self.mcfg.datastore_ttl_s))
         journal.marks["captured_records"] = captured["records"]
+        journal.marks["captured_in_flight_records"] = captured["in_flight_records"]
 
     def _repartition(self, journal: Journal) -> None:
         if journal.from_partitions == journal.to_partitions:
@@ -203,12 +214,14 @@ class MigrationRunner:
         shape = journal.new_shape
         if shape is not None:
             self._restart_application(journal, shape)
-            return
-        detail = self._command("start_query", {"query": journal.query, "partitions": journal.to_partitions},
-                               timeout_s=self.mcfg.phase_timeout_s)
-        journal.marks["restart"] = detail
-        if isinstance(detail, dict) and detail.get("run_id"):
-            journal.marks["run_id"] = detail["run_id"]
+        else:
+            detail = self._command("start_query", {"query": journal.query, "partitions": journal.to_partitions},
+                                   timeout_s=self.mcfg.phase_timeout_s)
+            journal.marks["restart"] = detail
+            if isinstance(detail, dict) and detail.get("run_id"):
+                journal.marks["run_id"] = detail["run_id"]
+        # What arrived until the query ran again: held back by a migration that does not pause (DSM).
+        journal.marks["input_at_restart"] = self._input_position()
 
     def _restart_application(self, journal: Journal, shape: ExecutorShape) -> None:
         """A new executor shape: keep it (every later submit uses it), then stop the driver and submit
@@ -246,6 +259,26 @@ class MigrationRunner:
                                      f"{self.mcfg.phase_timeout_s:g} s")
             time.sleep(POLL_S)
 
+    def _await_first_output(self, journal: Journal) -> None:
+        """The end of the restore metric for every strategy (Shukla & Simmhan §4 (1)): the new run's
+        first batch with input. DSM and CCR found it in `restored`; DCR, whose `restored` is the
+        state loaded with the sources paused, meets it only after the resume. Waits at most the phase
+        timeout; never fails the migration (no input, no output: restore is then not measured)."""
+        if journal.marks.get("first_output_at") is not None:
+            return
+        timeline = timeline_of(journal)
+        deadline = time.monotonic() + self.mcfg.phase_timeout_s
+        while True:
+            point = first_output(self.batches_since(journal.query, journal.requested_at - CLOCK_MARGIN_S), timeline)
+            if point is not None:
+                journal.marks["first_output_at"] = point.committed_at_s
+                return
+            if time.monotonic() > deadline:
+                journal.marks["first_output"] = (f"no batch with input from the restarted query within "
+                                                 f"{self.mcfg.phase_timeout_s:g} s of its restore")
+                return
+            time.sleep(POLL_S)
+
     # -- what a strategy may read (base.RestoreProbe) ---------------------------------------------
 
     def query_status(self, query: str) -> dict[str, Any] | None:
@@ -263,6 +296,9 @@ class MigrationRunner:
 
     def query_progress(self, query: str) -> dict[str, str]:
         return self.redis.hgetall(progress_key(self.prefix, self.app.name, query))
+
+    def batches_since(self, query: str, since_s: float) -> list[BatchPoint]:
+        return read_batches(self.redis, self.prefix, self.app.name, query, since_s)
 
     # -- plumbing ---------------------------------------------------------------------------------
 
