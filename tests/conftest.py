@@ -16,15 +16,17 @@ from sparkscale.config import Config, load_config
 from sparkscale.localenv.ports import free_port, isolated_overrides
 
 
-def wait_until(condition, timeout_s: float, what: str, interval_s: float = 0.2):
-    """Poll `condition` until it returns something truthy; fail the test naming `what` otherwise."""
+def wait_until(condition, timeout_s: float, what: str, interval_s: float = 0.2, story=None):
+    """Poll `condition` until it returns something truthy; fail the test naming `what` otherwise
+    (and telling `story()`, what led there, when given)."""
     deadline = time.monotonic() + timeout_s
     while True:
         value = condition()
         if value:
             return value
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}")
+            told = f"\n{story()}" if story is not None else ""
+            pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}{told}")
         time.sleep(interval_s)
 
 

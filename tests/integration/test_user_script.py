@@ -92,6 +92,19 @@ def migrate(setup, app: str, query: str, partitions: int, strategy: str, exit_co
     return lines[-1]
 
 
+def decisions_told(daemon: DaemonProcess) -> str:
+    """The daemon's decisions and actions so far, one short line each, for a failure's message."""
+    lines = []
+    for e in daemon.events():
+        if e.get("event") == "cycle":
+            held = [x for x in e.get("explanation", []) if x.startswith(("guard", "blocklist", "total"))]
+            lines.append(f"{e.get('timestamp', '')[11:19]} {e.get('executors')} {e.get('mode')} {e.get('actions')} "
+                         f"{held[-2:]}")
+        elif e.get("event") in ("action.done", "outcome"):
+            lines.append(f"{e.get('timestamp', '')[11:19]} {e['event']} {e.get('results') or e.get('detail')}")
+    return "\n".join(lines[-60:])
+
+
 def executed(cfg, direction: str, after: float = 0.0) -> list:
     """The app's carried-out executor scalings in `direction` (up/down) decided after `after` (epoch
     seconds), from the action log."""
@@ -148,7 +161,9 @@ def test_an_unmodified_script_is_scaled_and_migrated_without_loss(setup):
         assert sources[0]["kind"] == "file" and sources[0]["backlog_estimate"] in ("file_listing", "unknown")
 
         # DS2 sizes the app from both queries' needs: the step up to 40 records/s takes a scale-up.
-        wait_until(lambda: executed(cfg, "up", after=fed_at + 30), 240, "a scale-up of clicks after the step up")
+        wait_until(lambda: executed(cfg, "up", after=fed_at + 30), 240,
+                   f"a scale-up of clicks after the step up (fed at {fed_at:.0f})",
+                   story=lambda: decisions_told(daemon))
         cycles = daemon.events("cycle", app=APP)
         assert any(set(q["query"] for q in e.get("queries", [])) == {"page_windows", "user_totals"}
                    for e in cycles), cycles[-1:]
@@ -170,7 +185,8 @@ def test_an_unmodified_script_is_scaled_and_migrated_without_loss(setup):
         assert psutil.pid_exists(driver.pid)
 
         # After the step down, DS2 releases what the app no longer needs.
-        wait_until(lambda: executed(cfg, "down", after=fed_at + 130), 300, "a scale-down of clicks after the step down")
+        wait_until(lambda: executed(cfg, "down", after=fed_at + 130), 300, "a scale-down of clicks after the step down",
+                   story=lambda: decisions_told(daemon))
         stop_feed.set()
         feeding.join(timeout=120)
         assert not feeding.is_alive()

@@ -101,9 +101,11 @@ def test_an_ineffective_scale_up_is_told_from_one_that_fell_short():
     # On 3 cores the new window's true rates give 20 rec/s of capacity: 50 % of the expected gain.
     fine = judge(expectation(10, 30), two_stages(15, 8, 8, executors=3), APP, fraction=0.5, cores=3)
     assert fine.met and not fine.ineffective and fine.observed == pytest.approx(20.0)
-    # Expected 10 -> 300: the 20 that came is 3.4 % of the gain, under the 10 % of Flink's detection.
-    poor = judge(expectation(10, 300), two_stages(15, 8, 8, executors=3), APP, fraction=0.5, cores=3)
+    # Expected 10 -> 300: the 20 that came is 3.4 % of the gain, under the 10 % of Flink's detection,
+    # and the backlog grew: ineffective. Had the app kept up, nothing would call for more anyway.
+    poor = judge(expectation(10, 300), two_stages(15, 8, 8, executors=3, backlog=5000), APP, fraction=0.5, cores=3)
     assert poor.ineffective and "ineffective" in poor.detail
+    assert not judge(expectation(10, 300), two_stages(15, 8, 8, executors=3), APP, fraction=0.5, cores=3).ineffective
 
 
 class _Log:
@@ -122,12 +124,12 @@ class _Store:
         self.entries.append(entry)
 
 
-def evaluate(policy: str, expected_after: float, due_at: float = 0.0):
+def evaluate(policy: str, expected_after: float, due_at: float = 0.0, arrival: float = 60.0):
     log, store = _Log(), _Store()
     pending = [PendingOutcome("d1", expectation(10, expected_after), Action.scale_executors(1, 3, "up"),
                               due_at=due_at, policy=policy, query="q")]
     learned = OutcomeEvaluator(log, store, DaemonMetrics()).judge_due(
-        APP, pending, two_stages(60, 8, 8, executors=3, backlog=5000), OutcomesConfig())
+        APP, pending, two_stages(arrival, 8, 8, executors=3, backlog=5000 if arrival >= 60 else 0), OutcomesConfig())
     return pending, log, store, learned
 
 
@@ -145,6 +147,12 @@ def test_a_ramp_does_not_blocklist_ds2_but_an_ineffective_scale_up_blocks_scale_
     # An ineffective scale-up blocks further scale-ups for every policy.
     _p, _l, store, _ = evaluate("ds2", 300.0)
     assert [e.blocked.diagnosis for e in store.entries] == [INEFFECTIVE_SCALE_UP]
+
+
+def test_a_lightly_loaded_window_teaches_nothing_about_scalability():
+    # 1 record/s against 20 rec/s of capacity: few records per task, the true rates are noise.
+    _pending, log, _store, learned = evaluate("ds2", 30.0, arrival=1.0)
+    assert log.outcomes and learned == []
 
 
 def test_nothing_is_judged_before_its_due_time():
@@ -196,3 +204,40 @@ def test_ds2_asks_for_more_cores_where_scaling_was_sub_linear():
     assert [a.to for a in learned.actions if a.type == "scale_executors"] == [5]
     assert any("observed scalability coefficient 0.50" in line for line in learned.explanation)
     assert scaled_cores(3, 4, None) == 3 and scaled_cores(2, 4, coefficient(history, "q")) == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Two-tier: partitions migrate only when partitions per core leave the band
+
+
+def band(plan: Plan, snap, partitions: int, executor_cores: int = 1) -> Plan:
+    from sparkscale.policies.two_tier import band_migrations
+
+    app = AppConfig(name="app", min_executors=1, max_executors=64, executor_cores=executor_cores)
+    return band_migrations(plan, snap, app, {"q": partitions}, 1.0, 12.0, {})
+
+
+def test_executor_changes_alone_while_partitions_per_core_stay_in_the_band():
+    snap = two_stages(15, 12, 12)
+    up = Plan("threshold", "app", actions=(Action.scale_executors(1, 4, "cpu"),))
+    assert band(up, snap, 12).actions == up.actions  # 12 partitions on 4 cores: 3 per core
+
+
+def test_a_target_beyond_the_partitions_migrates_up_to_a_count_with_many_divisors():
+    snap = two_stages(15, 4, 4)
+    up = Plan("threshold", "app", actions=(Action.scale_executors(1, 6, "cpu"),))
+    plan = band(up, snap, 4)
+    # 4 partitions on 6 cores leave 2 cores idle in every shuffled stage: 6 partitions (6 has 4 divisors).
+    assert [a.summary() for a in plan.actions] == ["scale_executors 1 -> 6", "set_parallelism a 4 -> 6"]
+    assert "two-tier: query q has 4 partitions for 6 cores" in plan.explanation[-1]
+
+
+def test_many_small_tasks_per_core_migrate_down_to_the_middle_of_the_band():
+    snap = two_stages(15, 60, 60, executors=4)
+    down = Plan("ds2", "app", actions=(Action.scale_executors(4, 1, "less"),))
+    plan = band(down, snap, 60)
+    # 60 per core on 1 core > 12: sqrt(1 x 12) = 3.46 per core -> the first many-divisor count >= 4.
+    assert [a.to for a in plan.actions if a.type == "set_parallelism"] == [4]
+    # A plan that migrates already is left alone.
+    migrating = Plan("ds2", "app", actions=(Action.set_parallelism("a", 60, 120, "bound"),))
+    assert band(migrating, snap, 60) is migrating

@@ -112,3 +112,24 @@ def test_an_unknown_policy_is_a_usage_error():
     result = invoke(str(FIXTURE), "--policy", "magic")
     assert result.exit_code == 2
     assert "magic" in result.output
+
+
+def test_a_history_file_replays_the_learned_scalability_coefficient(tmp_path):
+    # Three judged scale-ups that each brought half the capacity expected: DS2 adds twice the cores.
+    history = {"version": 1, "scalability": [
+        {"query": None, "at": float(k), "cores_before": 1, "cores_after": 3, "before_rps": 10.0,
+         "expected_rps": 30.0, "observed_rps": 20.0} for k in range(3)]}
+    path = tmp_path / "history.json"
+    path.write_text(json.dumps(history))
+    snapshot = json.loads(FIXTURE.read_text())
+    snapshot["operators"][0]["arrival_rate"] = 800.0  # 2 cores needed at linear scaling, 1 now
+    busy = tmp_path / "busy.json"
+    busy.write_text(json.dumps(snapshot))
+    plain = json.loads(invoke(str(busy), "--json").output)
+    result = invoke(str(busy), "--history", str(path), "--json")
+    assert result.exit_code == 0, result.output
+    replayed = json.loads(result.output)
+    line = next(x for x in replayed["explanation"] if "observed scalability coefficient" in x)
+    assert "0.50" in line and "3 judged scale-ups" in line
+    ups = [a["to"] for p in (plain, replayed) for a in p["actions"] if a["type"] == "scale_executors"]
+    assert ups == [2, 3]  # 1 core added at linear scaling; 1 / 0.5 = 2 added with the coefficient

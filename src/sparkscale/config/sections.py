@@ -252,6 +252,10 @@ class GuardsConfig(_Section):
     # Up: none by default (null): a policy's computed target is reached in one step.
     max_scale_up_factor: float | None = Field(None, ge=1)
     max_scale_down_factor: float = Field(2.0, ge=1)
+    # Two-tier scaling: a query's state partitions are migrated only when its partitions per core
+    # on the planned executors would leave [min, max] (policies/two_tier.py).
+    partitions_per_core_min: float = Field(1.0, gt=0)
+    partitions_per_core_max: float = Field(12.0, gt=0)
 
 
 class OutcomesConfig(_Section):

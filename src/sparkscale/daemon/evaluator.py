@@ -8,8 +8,9 @@ outcome, and blocks:
 - an ineffective scale-up (capacity grew by under `outcomes.effectiveness` of the expected gain),
   every further scale-up of the app, whatever the policy (Flink's scaling-effectiveness detection).
 
-A judged scale-up of the capacity metric also becomes a `ScalingObservation` for the query's
-observed scalability coefficient.
+A judged scale-up of the capacity metric, on a window loaded to at least `MIN_LOAD_SHARE` of the
+capacity measured, also becomes a `ScalingObservation` for the query's observed scalability
+coefficient.
 """
 
 from __future__ import annotations
@@ -30,6 +31,11 @@ from sparkscale.policies.outcomes import CAPACITY, INEFFECTIVE_SCALE_UP, Blocked
 from sparkscale.snapshot import Snapshot
 
 log = structlog.get_logger("sparkscale.daemon.service")
+
+# A judged scale-up teaches the scalability coefficient only when the window carried at least this
+# share of the capacity measured: on a lightly loaded window, tasks carry few records and their
+# fixed costs make the true rates (and so the capacity) noise.
+MIN_LOAD_SHARE = 0.5
 
 
 @dataclass
@@ -115,7 +121,7 @@ class OutcomeEvaluator:
                      met=verdict.met, ineffective=verdict.ineffective, detail=verdict.detail,
                      blocked_until=blocked_until)
             observation = scaling_observation(item.expected, item.action, verdict.observed, app, item.query, now)
-            if observation is not None:
+            if observation is not None and (verdict.load_share or 0.0) >= MIN_LOAD_SHARE:
                 learned.append(observation)
             pending.remove(item)
         return learned

@@ -132,6 +132,7 @@ class Verdict:
     keeps_up: bool
     detail: str
     ineffective: bool = False  # a scale-up whose capacity gain fell below `effectiveness` of the expected
+    load_share: float | None = None  # capacity_rps: the target rate over the capacity measured (None: unknown)
 
 
 def expectation_for(plan: Plan, snapshot: Snapshot, app: AppConfig) -> Expectation | None:
@@ -196,20 +197,27 @@ def judge(expected: Expectation, snapshot: Snapshot, app: AppConfig, fraction: f
             f"the app does not keep up: {backlog}, batch ratio {_show(fig.batch_ratio)}")
         return Verdict(ok_now, fig.batch_ratio, ok_now, detail)
     observed = measured(expected.metric, snapshot, app, cores)
+    load_share = None
+    if expected.metric == CAPACITY and observed:
+        from sparkscale.policies.ds2 import estimate
+
+        load_share = estimate(snapshot).source_target_rate / observed
     if observed is None:
         return Verdict(ok_now, None, ok_now, f"{expected.metric} unknown in the window; app keeps up: {ok_now}")
     # Dhalion: an action met its outcome when the figure moved by at least `fraction` of the expected change.
     moved = evaluate_outcome(expected.after - expected.before, observed - expected.before, fraction)
     met = moved or ok_now
     gain = expected.after - expected.before
-    # Flink autoscaler (scaling effectiveness): a scale-up that brought under `effectiveness` of the gain.
+    # Flink autoscaler (scaling effectiveness): a scale-up that brought under `effectiveness` of the
+    # gain, and after which the app still does not keep up (one that keeps up needs no more anyway,
+    # and a lightly loaded window's capacity figure is noise).
     ineffective = (expected.metric in (CAPACITY, "processed_rate") and expected.action_type == "scale_executors"
-                   and gain > 0 and observed - expected.before < effectiveness * gain)
+                   and gain > 0 and observed - expected.before < effectiveness * gain and not ok_now)
     detail = (f"{expected.metric} {expected.before:.3g} -> {observed:.3g} (expected {expected.after:.3g}, "
               f"at least {fraction:g} of the change: {'yes' if moved else 'no'}); app keeps up: "
               f"{'yes' if ok_now else 'no'}" + (f"; ineffective: under {effectiveness:g} of the expected gain"
                                                  if ineffective else ""))
-    return Verdict(met, observed, ok_now, detail, ineffective)
+    return Verdict(met, observed, ok_now, detail, ineffective, load_share)
 
 
 def drop_blocked(plan: Plan, blocklist: Blocklist, now: float) -> Plan:

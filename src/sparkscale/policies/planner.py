@@ -1,4 +1,4 @@
-"""The one decide path: policy -> guards -> blocklist -> Spark mapping.
+"""The one decide path: policy -> two-tier partitions -> guards -> blocklist -> Spark mapping.
 
 The daemon, `sparkscale plan` and `sparkscale simulate` all call `decide` (or `decide_app` with the
 snapshots of all the app's queries), so what `plan` shows offline is what the daemon would do given
@@ -16,6 +16,7 @@ from sparkscale.policies.base import get_policy
 from sparkscale.policies.guards import GuardInput, apply_guards
 from sparkscale.policies.history import DecisionHistory
 from sparkscale.policies.outcomes import drop_blocked
+from sparkscale.policies.two_tier import band_migrations
 from sparkscale.snapshot import Snapshot
 from sparkscale.snapshot_merge import merge_snapshots, query_names, split_operator
 
@@ -32,14 +33,16 @@ def decide(snapshot: Snapshot, history: DecisionHistory, config: Config, app: Ap
     """The plan to carry out for `snapshot` (`policy` overrides `config.policy.name`; `now` defaults
     to the snapshot's time)."""
     now = snapshot.taken_at if now is None else now
+    names = query_names(snapshot)
+    current = {q: history.partitions.get(q, app.shuffle_partitions) for q in names}
     raw = get_policy(policy or config.policy.name).decide(snapshot, history, config.policy, app)
+    raw = band_migrations(raw, snapshot, app, current, config.guards.partitions_per_core_min,
+                          config.guards.partitions_per_core_max, not_migratable(snapshot))
     guarded = apply_guards(raw, GuardInput(
         snapshot, history, app, migration_running=history.migration_running,
         last_migration_end=history.last_migration_end, last_action_at=history.last_action_at),
         config.guards, config.loop)
     allowed = drop_blocked(guarded, history.blocklist, now)
-    names = query_names(snapshot)
-    current = {q: history.partitions.get(q, app.shuffle_partitions) for q in names}
     return map_to_spark(allowed, snapshot.query, current if len(names) > 1 else current[snapshot.query],
                         not_migratable(snapshot))
 
