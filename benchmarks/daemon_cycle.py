@@ -97,6 +97,8 @@ def run_daemon(env, queries: int, cycles: int, variant: str) -> dict:
             rss = daemon.memory_info().rss
         except psutil.NoSuchProcess:
             break
+        if rss == 0:  # an exited process not yet reaped reads 0
+            break
         rss_samples.append(rss)
         done = _count_cycles(log_path)
         if rss_early is None and done >= 10 * queries:
