@@ -73,7 +73,10 @@ def setup(embedded_env, tmp_path_factory):
         "  - name: attached\n    min_executors: 1\n    max_executors: 1\n    initial_executors: 1\n"
         "loop: {interval_s: 5.0, window_s: 15.0, cooldown_s: 20.0, stabilization_s: 0.0}\n"
         "policy: {name: ds2}\n"
-        "guards: {scale_down_delay_s: 20.0}\n"
+        # Steps of at most x2: the first windows of a fresh script (Python workers starting, few
+        # records per task) make DS2 ask for several cores at 4 records/s, and straight to the
+        # target that is the maximum before the step up this test is about.
+        "guards: {scale_down_delay_s: 20.0, max_scale_up_factor: 2.0}\n"
         "outcomes: {evaluation_windows: 2}\n"
         "actuator: {ack_timeout_s: 30.0, confirm_timeout_s: 90.0}\n"
         "metrics: {port: 0}\n"
