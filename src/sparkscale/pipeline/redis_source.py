@@ -50,6 +50,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from sparkscale.protocol.keys import input_stream_key, paused_key, source_status_key
+from sparkscale.protocol.sinks import DEFAULT_REDIS
 from sparkscale.protocol.streams import START_ID, StreamOffsets, backlog_by_partition, stream_heads
 
 log = structlog.get_logger(__name__)
@@ -78,7 +79,7 @@ class RedisStreamsOptions:
     query: str
     partitions: int
     fields: tuple[str, ...] = ()
-    host: str = "127.0.0.1"
+    host: str = DEFAULT_REDIS.host
     port: int = 6380
     db: int = 0
     prefix: str = "sparkscale:"
@@ -140,7 +141,7 @@ class RedisStreamsOptions:
             query=required("query"),
             partitions=integer("partitions", None, 1) or _missing("partitions"),
             fields=fields,
-            host=get("host", "127.0.0.1") or "127.0.0.1",
+            host=get("host", DEFAULT_REDIS.host) or DEFAULT_REDIS.host,
             port=integer("port", "6380", 1) or 6380,
             db=integer("db", "0", 0) or 0,
             prefix=get("prefix", "sparkscale:") or "",

@@ -14,7 +14,11 @@ from typing import Any
 
 import redis
 
+from sparkscale.config.sections import RedisConfig
 from sparkscale.protocol.keys import output_base
+
+# Where nothing says otherwise, the config's Redis (one place for the defaults).
+DEFAULT_REDIS = RedisConfig()
 
 
 @dataclass(frozen=True)
@@ -23,7 +27,7 @@ class SinkTarget:
 
     app: str
     query: str
-    host: str = "127.0.0.1"
+    host: str = DEFAULT_REDIS.host
     port: int = 6380
     db: int = 0
     prefix: str = "sparkscale:"
@@ -70,6 +74,6 @@ class SinkTarget:
         app, query = get("app"), get("query")
         if not app or not query:
             raise ValueError("redis sink: options 'app' and 'query' are required")
-        return cls(app=app, query=query, host=get("host", "127.0.0.1") or "127.0.0.1",
+        return cls(app=app, query=query, host=get("host", DEFAULT_REDIS.host) or DEFAULT_REDIS.host,
                    port=int(get("port", "6380") or 6380), db=int(get("db", "0") or 0),
                    prefix=get("prefix", "sparkscale:") or "")
