@@ -107,6 +107,13 @@ class Action:
             query=data.get("query"),
         )
 
+    @property
+    def executor_direction(self) -> int:
+        """+1 when the action adds executors, -1 when it removes some, 0 for any other change."""
+        if self.type != "scale_executors" or self.from_ is None or self.to is None:
+            return 0
+        return (self.to > self.from_) - (self.to < self.from_)
+
     def summary(self) -> str:
         """One line for logs and tables."""
         if self.type == "scale_executors":

@@ -49,10 +49,7 @@ class TakenIn:
     @property
     def direction(self) -> int:
         """+1 when it added executors, -1 when it removed some, 0 for any other change."""
-        action = self.done
-        if action is None or action.type != "scale_executors" or action.to is None or action.from_ is None:
-            return 0
-        return (action.to > action.from_) - (action.to < action.from_)
+        return self.done.executor_direction if self.done is not None else 0
 
     def pending_outcome(self, after_s: float) -> PendingOutcome | None:
         """The outcome to judge `after_s` after the change showed (None: nothing expected or done)."""

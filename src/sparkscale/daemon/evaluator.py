@@ -63,8 +63,7 @@ def blocks_unmet(policy: str | None) -> bool:
 def scaling_observation(expected: Expectation, action: Action, observed: float | None, app: AppConfig,
                         query: str | None, at: float) -> ScalingObservation | None:
     """The judged scale-up as an observation of the query's scalability (capacity metric only)."""
-    if (expected.metric != CAPACITY or observed is None or action.type != "scale_executors"
-            or action.from_ is None or action.to is None or action.to <= action.from_):
+    if expected.metric != CAPACITY or observed is None or action.executor_direction <= 0:
         return None
     return ScalingObservation(query, at, action.from_ * app.executor_cores, action.to * app.executor_cores,
                               expected.before, expected.after, observed)

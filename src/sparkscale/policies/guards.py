@@ -223,18 +223,11 @@ def _last_action_at(history: DecisionHistory) -> float | None:
     return last.decided_at if last else None
 
 
-def _direction(action: Action) -> int:
-    """+1 adds executors, -1 removes some, 0 any other change."""
-    if action.type != "scale_executors" or action.from_ is None or action.to is None:
-        return 0
-    return (action.to > action.from_) - (action.to < action.from_)
-
-
 def _last_direction(given: GuardInput) -> int:
     if given.history.last_action_direction is not None:
         return given.history.last_action_direction
     last = _last_change(given.history)
-    return _direction(last.plan.changes[0]) if last else 0
+    return last.plan.changes[0].executor_direction if last else 0
 
 
 def _in_progress(actions: list[Action], given: GuardInput, notes: list[str]) -> list[Action]:
@@ -273,11 +266,12 @@ def _cooldown(actions: list[Action], given: GuardInput, cooldown_s: float, notes
     if last is None or given.now - last >= cooldown_s:
         return actions
     before = _last_direction(given)
-    held = [a for a in actions if a.type != "warn" and not (_direction(a) != 0 and _direction(a) * before >= 0)]
+    held = [a for a in actions
+            if a.type != "warn" and not (a.executor_direction != 0 and a.executor_direction * before >= 0)]
     if not held:
         return actions
     notes.append(f"guard cooldown (last action {given.now - last:g} s ago, cooldown {cooldown_s:g} s): dropped "
-                 + ", ".join(a.summary() + (" (a reversal)" if _direction(a) else "") for a in held))
+                 + ", ".join(a.summary() + (" (a reversal)" if a.executor_direction else "") for a in held))
     return [a for a in actions if a not in held]
 
 

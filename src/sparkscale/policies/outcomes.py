@@ -173,15 +173,19 @@ def keeps_up(snapshot: Snapshot, app: AppConfig, backlog_before: float) -> bool:
     return fig.backlog <= max(backlog_before, usual_backlog)
 
 
-def measured(metric: str, snapshot: Snapshot, app: AppConfig, cores: int | None = None) -> float | None:
-    """The figure `metric` in `snapshot`; `capacity_rps` on `cores` cores (default: the snapshot's),
-    from the window's true rates, so that a later change of the count does not blur the judgement."""
+def measured(metric: str, snapshot: Snapshot, app: AppConfig, cores: int | None = None) -> tuple[float | None,
+                                                                                              float | None]:
+    """The figure `metric` in `snapshot`, and for `capacity_rps` the share of it the window's target
+    rate took (else None). Capacity is on `cores` cores (default: the snapshot's), from the window's
+    true rates, so that a later change of the count does not blur the judgement."""
     if metric == CAPACITY:
         from sparkscale.policies.ds2 import estimate  # the model the expectation came from
 
-        return estimate(snapshot).capacity_rps(cores if cores is not None else snapshot.cores)
+        est = estimate(snapshot)
+        capacity = est.capacity_rps(cores if cores is not None else snapshot.cores)
+        return capacity, (est.source_target_rate / capacity if capacity else None)
     fig = load_figures(snapshot, app)
-    return fig.processed_rate if metric == "processed_rate" else fig.batch_ratio
+    return (fig.processed_rate if metric == "processed_rate" else fig.batch_ratio), None
 
 
 def judge(expected: Expectation, snapshot: Snapshot, app: AppConfig, fraction: float, cores: int | None = None,
@@ -196,12 +200,7 @@ def judge(expected: Expectation, snapshot: Snapshot, app: AppConfig, fraction: f
         detail = "the app keeps up" if ok_now else (
             f"the app does not keep up: {backlog}, batch ratio {_show(fig.batch_ratio)}")
         return Verdict(ok_now, fig.batch_ratio, ok_now, detail)
-    observed = measured(expected.metric, snapshot, app, cores)
-    load_share = None
-    if expected.metric == CAPACITY and observed:
-        from sparkscale.policies.ds2 import estimate
-
-        load_share = estimate(snapshot).source_target_rate / observed
+    observed, load_share = measured(expected.metric, snapshot, app, cores)
     if observed is None:
         return Verdict(ok_now, None, ok_now, f"{expected.metric} unknown in the window; app keeps up: {ok_now}")
     # Dhalion: an action met its outcome when the figure moved by at least `fraction` of the expected change.
@@ -227,9 +226,7 @@ def drop_blocked(plan: Plan, blocklist: Blocklist, now: float) -> Plan:
     for action in plan.actions:
         if action.type != "warn":
             diagnosis = diagnosis_of(plan, action)
-            scale_up = (action.type == "scale_executors" and action.from_ is not None and action.to is not None
-                        and action.to > action.from_)
-            entry = blocklist.find(plan.app, diagnosis, action.type, now, plan.policy, scale_up)
+            entry = blocklist.find(plan.app, diagnosis, action.type, now, plan.policy, action.executor_direction > 0)
             if entry is not None:
                 what = ("scale-ups are blocked: an earlier one did not raise the capacity"
                         if entry.diagnosis == INEFFECTIVE_SCALE_UP
