@@ -28,6 +28,8 @@ def many_divisor_count(at_least: int, at_most: int | None = None) -> int:
     none up to `at_most`. For the cores an app may reach, so that each core count in its range gets
     an even share of partitions."""
     at_least = max(1, at_least)
+    if at_most is not None and at_least > at_most:
+        return at_least  # none in range; without counting the divisors of every number up to a huge ask
     limit = max(at_least, at_most if at_most is not None else 2 * at_least + 12)
     best = 0
     for n in range(1, limit + 1):

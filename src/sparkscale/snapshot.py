@@ -12,26 +12,46 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sparkscale.config.apps import MAX_EXECUTOR_CORES, MAX_EXECUTORS, app_name_problem
+from sparkscale.fields import (
+    FieldError,
+    boolean,
+    describe,
+    get,
+    integer,
+    join,
+    list_at,
+    number,
+    object_at,
+    optional_integer,
+    optional_number,
+    optional_string,
+    parse_json,
+    read_json,
+    string,
+)
+
 SNAPSHOT_VERSION = 1
 
+# Bounds of a snapshot file's figures: far beyond any real stream, yet small enough that a policy's
+# arithmetic on them (rates from counts over times, their ratios) stays finite. A measured amount
+# other than 0 is at least SMALLEST: dividing by 5e-324 records or seconds overflows to inf.
+MAX_RECORDS = 1e15  # records in one window, or waiting
+MAX_RATE = 1e12  # records/s
+MAX_SECONDS = 1e9  # any duration (31 years)
+SMALLEST = 1e-6  # the smallest record count or duration other than 0 (Spark measures milliseconds)
+MAX_PARALLELISM = 100_000  # tasks of one stage
 
 
-class SnapshotError(ValueError):
-    """A snapshot that cannot be used; `path` is the field path (`operators[2].parallelism`)."""
-
-    def __init__(self, path: str, problem: str, source: str | None = None):
-        self.path = path
-        self.problem = problem
-        self.source = source
-        where = f"{source}: " if source else ""
-        super().__init__(f"{where}{path}: {problem}" if path else f"{where}{problem}")
+class SnapshotError(FieldError):
+    """A snapshot that cannot be used; `path` is the field path (`operators[2].parallelism`),
+    `source` the file it was read from."""
 
 
 def _frozen(mapping: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -195,27 +215,60 @@ class Snapshot:
 
     @classmethod
     def from_dict(cls, data: Any) -> Snapshot:
-        return _parse_snapshot(data)
+        try:
+            return _parse_snapshot(data)
+        except FieldError as exc:
+            raise _snapshot_error(exc) from None
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Snapshot:
         try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise SnapshotError("", f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
-        return _parse_snapshot(data)
+            data = parse_json(text)
+        except FieldError as exc:
+            raise _snapshot_error(exc) from None
+        return cls.from_dict(data)
+
+
+def _snapshot_error(exc: FieldError) -> SnapshotError:
+    return exc if isinstance(exc, SnapshotError) else SnapshotError(exc.path, exc.problem, exc.source)
 
 
 def load_snapshot(path: str | Path) -> Snapshot:
     """Read and validate a snapshot file; errors name the file and the field."""
+    [snapshot] = _load(path, allow_list=False)
+    return snapshot
+
+
+def load_snapshots(path: str | Path) -> list[Snapshot]:
+    """A snapshot file: one snapshot, or a JSON list of the snapshots of one app's queries (as
+    `sparkscale snapshot` writes); errors name the file and the field (`[1].operators[0].id`)."""
+    return _load(path, allow_list=True)
+
+
+def _load(path: str | Path, allow_list: bool) -> list[Snapshot]:
     try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise SnapshotError("", f"cannot read file: {exc.strerror}", source=str(path)) from None
-    try:
-        return Snapshot.from_json(text)
-    except SnapshotError as exc:
-        raise SnapshotError(exc.path, exc.problem, source=str(path)) from None
+        data = read_json(path)
+        if not allow_list or not isinstance(data, list):
+            return [Snapshot.from_dict(data)]
+        if not data:
+            raise FieldError("", "an empty list: expected a snapshot or a list of snapshots")
+        out: list[Snapshot] = []
+        for n, item in enumerate(data):
+            if not isinstance(item, Mapping):
+                raise FieldError(f"[{n}]", f"expected a snapshot object (got {describe(item)})")
+            try:
+                snap = Snapshot.from_dict(item)
+            except FieldError as exc:
+                raise exc.under(f"[{n}]") from None
+            if out and snap.app != out[0].app:
+                raise FieldError(f"[{n}].app", f"{snap.app!r}, but [0] is of app {out[0].app!r}: a list holds the "
+                                 "snapshots of one app's queries")
+            if any(s.query == snap.query for s in out):
+                raise FieldError(f"[{n}].query", f"query {snap.query!r} appears twice in the list")
+            out.append(snap)
+        return out
+    except FieldError as exc:
+        raise _snapshot_error(exc.in_file(str(path))) from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -289,99 +342,43 @@ _TOP_KEYS = {"version", "app", "query", "taken_at", "window_s", "trigger_interva
 _EXECUTOR_KEYS = {"id", "host", "cores"}
 _OPERATOR_KEYS = {"id", "source", "parallelism", "arrival_rate", "backlog", "backlog_known", "instances"}
 _INSTANCE_KEYS = {"records_in", "records_out", "useful_time_s", "executor"}
-
-_MISSING = object()
-
-
-def _join(path: str, key: str | int) -> str:
-    if isinstance(key, int):
-        return f"{path}[{key}]"
-    return f"{path}.{key}" if path else key
-
-
-def _describe(value: Any) -> str:
-    text = json.dumps(value) if isinstance(value, (str, int, float, bool, type(None))) else type(value).__name__
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def _get(obj: Mapping[str, Any], key: str, path: str, default: Any = _MISSING) -> Any:
-    if key in obj:
-        return obj[key]
-    if default is _MISSING:
-        raise SnapshotError(_join(path, key), "missing")
-    return default
-
-
-def _object(value: Any, path: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise SnapshotError(path, f"expected an object (got {_describe(value)})")
-    return value
-
-
-def _list(value: Any, path: str) -> Sequence[Any]:
-    if not isinstance(value, list):
-        raise SnapshotError(path, f"expected a list (got {_describe(value)})")
-    return value
-
-
-def _str(value: Any, path: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise SnapshotError(path, f"expected a non-empty string (got {_describe(value)})")
-    return value
-
-
-def _bool(value: Any, path: str) -> bool:
-    if not isinstance(value, bool):
-        raise SnapshotError(path, f"expected true or false (got {_describe(value)})")
-    return value
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _number(value: Any, path: str, minimum: float | None = None, strict: bool = False) -> float:
-    ok = _is_number(value) and (minimum is None or (value > minimum if strict else value >= minimum))
-    if not ok:
-        bound = "" if minimum is None else f" {'>' if strict else '>='} {minimum:g}"
-        raise SnapshotError(path, f"expected a number{bound} (got {_describe(value)})")
-    return value
-
-
-def _int(value: Any, path: str, minimum: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise SnapshotError(path, f"expected an integer >= {minimum} (got {_describe(value)})")
-    return value
-
-
-def _optional_number(value: Any, path: str, minimum: float, strict: bool = False) -> float | None:
-    return None if value is None else _number(value, path, minimum, strict)
+# Extension figures the policies and guards read (the rest of `extensions` is free-form).
+_FRACTIONS = ("cpu_fraction", "task_time_fraction", "memory_fraction")
 
 
 def _extra(obj: Mapping[str, Any], known: set[str]) -> dict[str, Any]:
     return {k: v for k, v in obj.items() if k not in known}
 
 
+def _seconds(value: Any, path: str, strict: bool = False) -> float:
+    return number(value, path, 0, MAX_SECONDS, strict=strict, smallest=SMALLEST)
+
+
 def _parse_snapshot(data: Any) -> Snapshot:
     """Fields are checked in the order DESIGN.md lists them, so the first error is the first field."""
-    top = _object(data, "snapshot")
-    version = _get(top, "version", "")
+    top = object_at(data, "snapshot")
+    version = get(top, "version", "")
     if version != SNAPSHOT_VERSION or isinstance(version, bool):
-        raise SnapshotError("version", f"expected {SNAPSHOT_VERSION} (got {_describe(version)})")
-    app = _str(_get(top, "app", ""), "app")
-    query = _str(_get(top, "query", ""), "query")
-    taken_at = _number(_get(top, "taken_at", ""), "taken_at")
-    window_s = _number(_get(top, "window_s", ""), "window_s", 0, strict=True)
-    trigger_interval_s = _optional_number(top.get("trigger_interval_s"), "trigger_interval_s", 0, strict=True)
-    batch_duration_s = _optional_number(top.get("batch_duration_s"), "batch_duration_s", 0)
-    executor_items = _list(_get(top, "executors", ""), "executors")
+        raise SnapshotError("version", f"expected {SNAPSHOT_VERSION} (got {describe(version)})")
+    app = string(get(top, "app", ""), "app")
+    problem = app_name_problem(app)
+    if problem:
+        raise SnapshotError("app", f"{problem}, as an app name in the config (got {describe(app)})")
+    query = string(get(top, "query", ""), "query")
+    taken_at = number(get(top, "taken_at", ""), "taken_at")
+    window_s = _seconds(get(top, "window_s", ""), "window_s", strict=True)
+    trigger = top.get("trigger_interval_s")
+    trigger_interval_s = None if trigger is None else _seconds(trigger, "trigger_interval_s", strict=True)
+    batch = top.get("batch_duration_s")
+    batch_duration_s = None if batch is None else _seconds(batch, "batch_duration_s")
+    executor_items = list_at(get(top, "executors", ""), "executors")
     executors = tuple(_parse_executor(item, f"executors[{i}]") for i, item in enumerate(executor_items))
-    operator_items = _list(_get(top, "operators", ""), "operators")
+    operator_items = list_at(get(top, "operators", ""), "operators")
     operators = tuple(_parse_operator(item, f"operators[{i}]") for i, item in enumerate(operator_items))
     if not operators:
         raise SnapshotError("operators", "expected at least one operator")
-    edges = tuple(_parse_edge(item, f"edges[{i}]") for i, item in enumerate(_list(_get(top, "edges", ""), "edges")))
-    extensions = _object(top.get("extensions", {}), "extensions")
+    edges = tuple(_parse_edge(item, f"edges[{i}]") for i, item in enumerate(list_at(get(top, "edges", ""), "edges")))
+    extensions = _check_extensions(top.get("extensions", {}), "extensions")
     return Snapshot(
         version=version,
         app=app,
@@ -399,32 +396,32 @@ def _parse_snapshot(data: Any) -> Snapshot:
 
 
 def _parse_executor(value: Any, path: str) -> ExecutorFigures:
-    obj = _object(value, path)
+    obj = object_at(value, path)
     return ExecutorFigures(
-        id=_str(_get(obj, "id", path), _join(path, "id")),
-        host=_str(_get(obj, "host", path), _join(path, "host")),
-        cores=_int(_get(obj, "cores", path), _join(path, "cores"), 1),
+        id=string(get(obj, "id", path), join(path, "id")),
+        host=string(get(obj, "host", path), join(path, "host")),
+        cores=integer(get(obj, "cores", path), join(path, "cores"), 1, MAX_EXECUTOR_CORES),
         extra=_extra(obj, _EXECUTOR_KEYS),
     )
 
 
 def _parse_operator(value: Any, path: str) -> OperatorFigures:
-    obj = _object(value, path)
-    op_id = _str(_get(obj, "id", path), _join(path, "id"))
-    source = _bool(obj.get("source", False), _join(path, "source"))
-    parallelism = _int(_get(obj, "parallelism", path), _join(path, "parallelism"), 1)
+    obj = object_at(value, path)
+    op_id = string(get(obj, "id", path), join(path, "id"))
+    source = boolean(obj.get("source", False), join(path, "source"))
+    parallelism = integer(get(obj, "parallelism", path), join(path, "parallelism"), 1, MAX_PARALLELISM)
     if source:
-        arrival = _number(_get(obj, "arrival_rate", path), _join(path, "arrival_rate"), 0)
-        backlog: float | None = _number(obj.get("backlog", 0), _join(path, "backlog"), 0)
-        if not _bool(obj.get("backlog_known", True), _join(path, "backlog_known")):
+        arrival = number(get(obj, "arrival_rate", path), join(path, "arrival_rate"), 0, MAX_RATE)
+        backlog: float | None = number(obj.get("backlog", 0), join(path, "backlog"), 0, MAX_RECORDS)
+        if not boolean(obj.get("backlog_known", True), join(path, "backlog_known")):
             if "backlog" in obj:
-                raise SnapshotError(_join(path, "backlog"), "given while backlog_known is false")
+                raise SnapshotError(join(path, "backlog"), "given while backlog_known is false")
             backlog = None
     else:
-        arrival = _optional_number(obj.get("arrival_rate"), _join(path, "arrival_rate"), 0)
-        backlog = _optional_number(obj.get("backlog"), _join(path, "backlog"), 0)
-    instances_path = _join(path, "instances")
-    instances = _list(_get(obj, "instances", path), instances_path)
+        arrival = optional_number(obj.get("arrival_rate"), join(path, "arrival_rate"), 0, MAX_RATE)
+        backlog = optional_number(obj.get("backlog"), join(path, "backlog"), 0, MAX_RECORDS)
+    instances_path = join(path, "instances")
+    instances = list_at(get(obj, "instances", path), instances_path)
     return OperatorFigures(
         id=op_id,
         source=source,
@@ -437,19 +434,42 @@ def _parse_operator(value: Any, path: str) -> OperatorFigures:
 
 
 def _parse_instance(value: Any, path: str) -> InstanceFigures:
-    obj = _object(value, path)
-    executor = obj.get("executor")
+    obj = object_at(value, path)
     return InstanceFigures(
-        records_in=_number(_get(obj, "records_in", path), _join(path, "records_in"), 0),
-        records_out=_number(_get(obj, "records_out", path), _join(path, "records_out"), 0),
-        useful_time_s=_number(_get(obj, "useful_time_s", path), _join(path, "useful_time_s"), 0),
-        executor=None if executor is None else _str(executor, _join(path, "executor")),
+        records_in=number(get(obj, "records_in", path), join(path, "records_in"), 0, MAX_RECORDS, smallest=SMALLEST),
+        records_out=number(get(obj, "records_out", path), join(path, "records_out"), 0, MAX_RECORDS,
+                           smallest=SMALLEST),
+        useful_time_s=_seconds(get(obj, "useful_time_s", path), join(path, "useful_time_s")),
+        executor=optional_string(obj.get("executor"), join(path, "executor")),
         extra=_extra(obj, _INSTANCE_KEYS),
     )
 
 
 def _parse_edge(value: Any, path: str) -> tuple[str, str]:
     if not isinstance(value, list) or len(value) != 2:
-        raise SnapshotError(path, f"expected a pair [upstream, downstream] of operator ids (got {_describe(value)})")
-    return _str(value[0], f"{path}[0]"), _str(value[1], f"{path}[1]")
+        raise SnapshotError(path, f"expected a pair [upstream, downstream] of operator ids (got {describe(value)})")
+    return string(value[0], f"{path}[0]"), string(value[1], f"{path}[1]")
 
+
+def _check_extensions(value: Any, path: str) -> Mapping[str, Any]:
+    """`extensions` is free-form, but what the policies and guards read of it must be what they
+    expect: fractions in [0, 1], the executors asked for, a query's migratable flag, and per-query
+    extensions (a merged snapshot's `queries`) of the same form."""
+    extensions = object_at(value, path)
+    for scope in ("app", "host"):
+        if scope in extensions:
+            section = object_at(extensions[scope], join(path, scope))
+            for key in _FRACTIONS:
+                optional_number(section.get(key), join(join(path, scope), key), 0, 1)
+    if "app" in extensions:
+        optional_integer(extensions["app"].get("requested_executors"), join(path, "app.requested_executors"), 0,
+                         MAX_EXECUTORS)
+    if "query" in extensions:
+        query = object_at(extensions["query"], join(path, "query"))
+        if "migratable" in query:
+            boolean(query["migratable"], join(path, "query.migratable"))
+    if "queries" in extensions:
+        queries_path = join(path, "queries")
+        for name, per_query in object_at(extensions["queries"], queries_path).items():
+            _check_extensions(per_query, join(queries_path, str(name)))
+    return extensions

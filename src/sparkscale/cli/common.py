@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -42,8 +42,15 @@ def load_or_exit(path: str | None, overrides: tuple[str, ...]) -> Config:
     try:
         return load_config(path, overrides)
     except ConfigError as exc:
-        click.echo(f"invalid config:\n{exc}", err=True)
-        sys.exit(EXIT_CONFIG)
+        exit_invalid("config", *exc.problems)
+
+
+def exit_invalid(what: str, *problems: object) -> NoReturn:
+    """Exit 2 for a bad input file or argument: one line per problem, each naming where it is
+    (file, key or field path) and what is wrong (`invalid snapshot: s.json: window_s: ...`)."""
+    for problem in problems:
+        click.echo(f"invalid {what}: {problem}", err=True)
+    sys.exit(EXIT_CONFIG)
 
 
 def require_app(cfg: Config, app_name: str) -> Config:

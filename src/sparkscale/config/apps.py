@@ -14,6 +14,19 @@ from sparkscale.config.base import _one_of
 from sparkscale.partitions import many_divisor_count
 from sparkscale.registry import WORKLOADS
 
+MAX_PARTITIONS = 4096  # state/shuffle partitions of a query
+# Far beyond any cluster, yet small enough that core and executor arithmetic stays within floats.
+MAX_EXECUTORS = 1_000_000  # executors of one app
+MAX_EXECUTOR_CORES = 10_000  # cores of one executor
+
+
+def app_name_problem(name: str) -> str | None:
+    """Why `name` cannot name an app (it is part of Redis keys, znodes and paths), or None. A
+    snapshot file's `app` is checked with the same rule, since `plan` looks the app up by it."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", name):
+        return "expected letters, digits, '_', '.', '-' (at most 64)"
+    return None
+
 
 class DagConfig(_Section):
     """The Shukla-Simmhan micro-DAGs: shape, and each operator's per-record cost and selectivity."""
@@ -59,9 +72,9 @@ class AppConfig(_Section):
     py_files: list[str] = Field(default_factory=list)  # as spark-submit --py-files
     pipeline: str | None = None
     min_executors: int = Field(1, ge=0)
-    max_executors: int = Field(8, ge=1)
+    max_executors: int = Field(8, ge=1, le=MAX_EXECUTORS)
     initial_executors: int = Field(1, ge=0)
-    executor_cores: int = Field(1, ge=1)
+    executor_cores: int = Field(1, ge=1, le=MAX_EXECUTOR_CORES)
     executor_memory_mb: int = Field(1024, ge=256)
     source_partitions: int = Field(4, ge=1, le=256)  # input streams <app>:in:0..N-1
     max_records_per_batch: int = Field(20000, ge=1)
@@ -70,7 +83,7 @@ class AppConfig(_Section):
     # Unset: the first count >= max_executors x executor_cores with many divisors (12 for 8 cores),
     # so that executor changes alone keep partitions per core even (two-tier scaling); a script's
     # own spark.sql.shuffle.partitions in spark_conf wins.
-    shuffle_partitions: int | None = Field(None, ge=1, le=4096)  # an int once validated
+    shuffle_partitions: int | None = Field(None, ge=1, le=MAX_PARTITIONS)  # an int once validated
     dag: DagConfig = DagConfig()
     taxi: TaxiConfig = TaxiConfig()
     dynamic_allocation: DynamicAllocationConfig = DynamicAllocationConfig()
@@ -107,8 +120,9 @@ class AppConfig(_Section):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", value):
-            raise ValueError("expected letters, digits, '_', '.', '-' (at most 64)")
+        problem = app_name_problem(value)
+        if problem:
+            raise ValueError(problem)
         return value
 
     @model_validator(mode="after")
@@ -117,10 +131,14 @@ class AppConfig(_Section):
             raise ValueError("give either script (your own job) or pipeline (a shipped one), not both")
         if self.script is None and self.pipeline is None:
             object.__setattr__(self, "pipeline", "wordcount")
+        given = self.spark_conf.get("spark.sql.shuffle.partitions")
+        if given is not None and not (given.isascii() and given.isdigit() and 1 <= int(given) <= MAX_PARTITIONS):
+            raise ValueError(f"spark_conf: spark.sql.shuffle.partitions: expected an integer in [1, {MAX_PARTITIONS}] "
+                             f"(got {given!r})")
         if self.shuffle_partitions is None:
-            given = self.spark_conf.get("spark.sql.shuffle.partitions")
-            object.__setattr__(self, "shuffle_partitions", int(given) if given and given.isdigit() else
-                               many_divisor_count(self.max_executors * self.executor_cores, at_most=4096))
+            # Capped as the key itself is: more cores than that share the partitions unevenly.
+            object.__setattr__(self, "shuffle_partitions", int(given) if given is not None else min(
+                many_divisor_count(self.max_executors * self.executor_cores, at_most=MAX_PARTITIONS), MAX_PARTITIONS))
         if self.min_executors > self.max_executors:
             raise ValueError(
                 f"min_executors ({self.min_executors}) is above max_executors ({self.max_executors})"

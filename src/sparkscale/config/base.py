@@ -8,10 +8,11 @@ from pydantic import BaseModel, ConfigDict
 
 
 class ConfigSection(BaseModel):
-    """A section of the config file: unknown keys are errors, values are frozen. Policies, actuators
+    """A section of the config file: unknown keys are errors, values are frozen, numbers finite
+    (YAML's .inf and an overflowing 1e400 are refused, not taken as "never"). Policies, actuators
     and strategies that bring settings of their own derive their section models from it."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 _Section = ConfigSection

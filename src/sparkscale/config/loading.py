@@ -55,23 +55,51 @@ def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] 
         raise ConfigError([_problem(err, source, set_keys, raw) for err in exc.errors()]) from None
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping: YAML keeps the last silently,
+    so a second `spark:` section would drop the first without a word."""
+
+    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, yaml.MappingNode):
+            seen: set[tuple[str, str]] = set()
+            for key_node, _value in node.value:
+                if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = (key_node.tag, key_node.value)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping", node.start_mark,
+                        f"found duplicate key {key_node.value!r}", key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def _read_yaml(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text()
+        data = path.read_bytes()
+    except IsADirectoryError:
+        raise ConfigError([ConfigProblem(str(path), "", "is a directory, not a file")]) from None
     except OSError as exc:
-        raise ConfigError([ConfigProblem(str(path), "", f"cannot read file: {exc.strerror}")]) from None
+        raise ConfigError([ConfigProblem(str(path), "", f"cannot read file: {exc.strerror or exc}")]) from None
     try:
-        data = yaml.safe_load(text)
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        problem = f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})"
+        raise ConfigError([ConfigProblem(str(path), "", problem)]) from None
+    try:
+        document = yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
         problem = getattr(exc, "problem", None) or str(exc)
         raise ConfigError([ConfigProblem(where, "", f"invalid YAML: {problem}")]) from None
-    if data is None:
+    except RecursionError:
+        raise ConfigError([ConfigProblem(str(path), "", "invalid YAML: nested too deeply")]) from None
+    if document is None:
         return {}
-    if not isinstance(data, dict):
+    if not isinstance(document, dict):
         raise ConfigError([ConfigProblem(str(path), "", "expected a mapping of sections at the top level")])
-    return data
+    return document
 
 
 _DEFAULTS_JSON: dict[str, Any] | None = None
@@ -85,9 +113,14 @@ def _apply_override(raw: dict[str, Any], item: str) -> str:
     if not sep or not key:
         raise ConfigError([ConfigProblem("--set", item, "expected KEY=VALUE, e.g. policy.target_utilization=0.7")])
     try:
-        value = yaml.safe_load(text) if text.strip() else ""
-    except yaml.YAMLError:
-        value = text
+        value = yaml.load(text, Loader=_Loader) if text.strip() else ""  # noqa: S506 (a SafeLoader)
+    except yaml.YAMLError as exc:
+        if text.strip().startswith(("{", "[")):  # meant as a list or mapping: say what is wrong with it
+            problem = getattr(exc, "problem", None) or str(exc)
+            raise ConfigError([ConfigProblem("--set", key, f"invalid YAML: {problem}", text, True)]) from None
+        value = text  # anything else that is not YAML is a plain string
+    except RecursionError:
+        raise ConfigError([ConfigProblem("--set", key, "invalid YAML: nested too deeply")]) from None
     if isinstance(value, (dict, list)) and not text.strip().startswith(("{", "[")):
         value = text  # `prefix=foo:` is the string "foo:", not the mapping {"foo": None}
     if _DEFAULTS_JSON is None:

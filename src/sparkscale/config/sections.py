@@ -167,7 +167,7 @@ class PolicyConfig(_Section):
     model_config = ConfigDict(extra="allow", frozen=True)
 
     name: str = "ds2"
-    target_utilization: float = Field(0.8, gt=0, le=1)
+    target_utilization: float = Field(0.8, ge=0.01, le=1)  # below 1 %, every need overflows
 
     @field_validator("name")
     @classmethod
@@ -256,6 +256,14 @@ class GuardsConfig(_Section):
     # on the planned executors would leave [min, max] (policies/two_tier.py).
     partitions_per_core_min: float = Field(1.0, gt=0)
     partitions_per_core_max: float = Field(12.0, gt=0)
+
+    @model_validator(mode="after")
+    def _band(self) -> GuardsConfig:
+        # An empty band would migrate on every plan.
+        if self.partitions_per_core_min > self.partitions_per_core_max:
+            raise ValueError(f"partitions_per_core_min ({self.partitions_per_core_min:g}) is above "
+                             f"partitions_per_core_max ({self.partitions_per_core_max:g})")
+        return self
 
 
 class OutcomesConfig(_Section):

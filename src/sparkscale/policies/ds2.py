@@ -50,9 +50,11 @@ from sparkscale.snapshot_merge import query_names, split_operator
 class Ds2Config(ConfigSection):
     """`policy.ds2`: DS2's catch-up time and the bounds of an operator's parallelism."""
 
-    catch_up_s: float = Field(60.0, gt=0)
+    # At least 1 s: the backlog is drained over it (backlog / catch_up_s), and a vanishing one makes
+    # any backlog an infinite target rate.
+    catch_up_s: float = Field(60.0, ge=1)
     min_parallelism: int = Field(1, ge=1)
-    max_parallelism: int = Field(64, ge=1)
+    max_parallelism: int = Field(64, ge=1, le=100_000)
     # The observed scalability coefficient (policies/scalability.py): its lower bound, and how many
     # judged scale-ups it needs before it is used.
     scalability_min_coefficient: float = Field(0.5, gt=0, le=1)

@@ -11,12 +11,39 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
-from sparkscale.plan import Figure, Observation, Plan
+from sparkscale.config.apps import MAX_EXECUTORS, MAX_PARTITIONS
+from sparkscale.fields import (
+    FieldError,
+    boolean,
+    describe,
+    get,
+    integer,
+    join,
+    list_at,
+    number,
+    object_at,
+    only_known,
+    optional_integer,
+    optional_number,
+    optional_string,
+    read_json,
+    string,
+)
+from sparkscale.plan import Action, ExpectedOutcome, Figure, Observation, Plan, registered_action_types
 from sparkscale.policies.outcomes import BlockedAction, Blocklist
+from sparkscale.snapshot import MAX_RATE
 
 HISTORY_VERSION = 1
+MAX_TIME = 1e11  # seconds since the epoch (the year 5138)
+MAX_FIGURE = 1e30  # far beyond any figure a window yields, so that their differences stay finite
+
+
+class HistoryError(FieldError):
+    """A decision history that cannot be used: `path` is the field path (`decisions[3].plan.app`),
+    `source` the file it was read from."""
 
 
 @dataclass(frozen=True)
@@ -35,8 +62,7 @@ class PastDecision:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> PastDecision:
-        observation = Observation.from_dict(data.get("observation"))
-        return cls(float(data["decided_at"]), Plan.from_dict(data["plan"], observation))
+        return _checked(_parse_decision, data, "")
 
 
 @dataclass(frozen=True)
@@ -66,10 +92,7 @@ class ScalingObservation:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ScalingObservation:
-        query = data.get("query")
-        return cls(None if query is None else str(query), float(data["at"]), int(data["cores_before"]),
-                   int(data["cores_after"]), float(data["before_rps"]), float(data["expected_rps"]),
-                   float(data["observed_rps"]))
+        return _checked(_parse_scaling, data, "")
 
 
 @dataclass(frozen=True)
@@ -181,30 +204,188 @@ class DecisionHistory:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> DecisionHistory:
-        """Raises ValueError naming what is wrong (a history file is user input)."""
-        if not isinstance(data, Mapping):
-            raise ValueError("a decision history must be a JSON object")
-        if data.get("version", HISTORY_VERSION) != HISTORY_VERSION:
-            raise ValueError(f"version: expected {HISTORY_VERSION}, got {data.get('version')!r}")
-        try:
-            decisions = tuple(PastDecision.from_dict(d) for d in data.get("decisions", ()))
-            blocked = tuple(BlockedAction(str(e["app"]), str(e["diagnosis"]), str(e["action_type"]), float(e["until"]),
-                                          e.get("policy"))
-                            for e in data.get("blocklist", ()))
-            last_action_at = data.get("last_action_at")
-            last_end = data.get("last_migration_end")
-            requested = data.get("requested_executors")
-            direction = data.get("last_action_direction")
-            in_progress = data.get("action_in_progress")
-            return cls(decisions, Blocklist(blocked),
-                       None if last_action_at is None else float(last_action_at),
-                       bool(data.get("migration_running", False)),
-                       None if last_end is None else float(last_end),
-                       {str(q): int(n) for q, n in (data.get("partitions") or {}).items()},
-                       None if requested is None else int(requested),
-                       None if direction is None else int(direction),
-                       None if in_progress is None else str(in_progress),
-                       tuple(ScalingObservation.from_dict(o) for o in data.get("scalability") or ()))
-        except (KeyError, TypeError, AttributeError) as exc:
-            raise ValueError(f"malformed decision history: {exc!r}") from None
+    def from_dict(cls, data: Any) -> DecisionHistory:
+        """Raises HistoryError (a ValueError) naming the field and the problem (a history file is
+        user input)."""
+        return _checked(_parse_history, data, "history")
+
+
+def load_history(path: str | Path) -> DecisionHistory:
+    """Read and validate a decision history file (`sparkscale actions --history`); errors name the
+    file and the field."""
+    try:
+        return DecisionHistory.from_dict(read_json(path))
+    except FieldError as exc:
+        raise _history_error(exc.in_file(str(path))) from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Parsing with field paths: every key known, every number finite and bounded, every name a string
+
+
+_HISTORY_KEYS = ("version", "decisions", "blocklist", "last_action_at", "migration_running", "last_migration_end",
+                 "partitions", "requested_executors", "last_action_direction", "action_in_progress", "scalability")
+_DECISION_KEYS = ("decided_at", "plan", "observation")
+_PLAN_KEYS = ("policy", "app", "parallelism", "actions", "explanation")
+_ACTION_KEYS = ("type", "query", "operator", "executor", "from", "to", "reason")
+_OBSERVATION_KEYS = ("query", "figures", "diagnosis", "expected", "recommended_executors")
+_EXPECTED_KEYS = ("diagnosis", "action_type", "metric", "before", "after")
+_BLOCKED_KEYS = ("app", "diagnosis", "action_type", "until", "policy")
+_SCALING_KEYS = ("query", "at", "cores_before", "cores_after", "before_rps", "expected_rps", "observed_rps")
+
+
+def _history_error(exc: FieldError) -> HistoryError:
+    return exc if isinstance(exc, HistoryError) else HistoryError(exc.path, exc.problem, exc.source)
+
+
+def _checked(parse: Any, data: Any, path: str) -> Any:
+    """`parse(data, path)`, its errors (and the constructors' ValueErrors) as HistoryErrors."""
+    try:
+        return parse(data, path)
+    except FieldError as exc:
+        raise _history_error(exc) from None
+
+
+def _time(value: Any, path: str) -> float:
+    return number(value, path, 0, MAX_TIME)
+
+
+def _optional_time(value: Any, path: str) -> float | None:
+    return None if value is None else _time(value, path)
+
+
+def _built(path: str, build: Any, *args: Any, **kwargs: Any) -> Any:
+    """An object from checked fields; a ValueError of its own checks is the field's error."""
+    try:
+        return build(*args, **kwargs)
+    except ValueError as exc:
+        raise FieldError(path, str(exc)) from None
+
+
+def _parse_history(data: Any, path: str) -> DecisionHistory:
+    top = object_at(data, path)
+    only_known(top, _HISTORY_KEYS, "")
+    version = top.get("version", HISTORY_VERSION)
+    if version != HISTORY_VERSION or isinstance(version, bool):
+        raise FieldError("version", f"expected {HISTORY_VERSION} (got {describe(version)})")
+    decisions = tuple(_parse_decision(d, f"decisions[{i}]")
+                      for i, d in enumerate(list_at(top.get("decisions", []), "decisions")))
+    for i in range(1, len(decisions)):
+        if decisions[i].decided_at < decisions[i - 1].decided_at:
+            raise FieldError(f"decisions[{i}].decided_at", "earlier than the decision before it: decisions are "
+                             "oldest first")
+    blocked = tuple(_parse_blocked(e, f"blocklist[{i}]")
+                    for i, e in enumerate(list_at(top.get("blocklist", []), "blocklist")))
+    partitions = {str(q): integer(n, join("partitions", str(q)), 1, MAX_PARTITIONS)
+                  for q, n in object_at(_or(top.get("partitions"), {}), "partitions").items()}
+    direction = optional_integer(top.get("last_action_direction"), "last_action_direction", -1, 1)
+    scalability = tuple(_parse_scaling(o, f"scalability[{i}]")
+                        for i, o in enumerate(list_at(_or(top.get("scalability"), []), "scalability")))
+    return DecisionHistory(
+        decisions, Blocklist(blocked),
+        _optional_time(top.get("last_action_at"), "last_action_at"),
+        boolean(top.get("migration_running", False), "migration_running"),
+        _optional_time(top.get("last_migration_end"), "last_migration_end"),
+        partitions,
+        optional_integer(top.get("requested_executors"), "requested_executors", 0, MAX_EXECUTORS),
+        direction,
+        _optional_text(top.get("action_in_progress"), "action_in_progress"),
+        scalability,
+    )
+
+
+def _parse_decision(value: Any, path: str) -> PastDecision:
+    obj = object_at(value, path)
+    only_known(obj, _DECISION_KEYS, path)
+    decided_at = _time(get(obj, "decided_at", path), join(path, "decided_at"))
+    observation = _parse_observation(obj.get("observation"), join(path, "observation"))
+    return PastDecision(decided_at, _parse_plan(get(obj, "plan", path), join(path, "plan"), observation))
+
+
+def _parse_plan(value: Any, path: str, observation: Observation) -> Plan:
+    obj = object_at(value, path)
+    only_known(obj, _PLAN_KEYS, path)
+    parallelism_path = join(path, "parallelism")
+    parallelism = {str(op): integer(n, join(parallelism_path, str(op)), 1, MAX_PARTITIONS)
+                   for op, n in object_at(obj.get("parallelism", {}), parallelism_path).items()}
+    actions = tuple(_parse_action(a, f"{join(path, 'actions')}[{i}]")
+                    for i, a in enumerate(list_at(obj.get("actions", []), join(path, "actions"))))
+    explanation = tuple(_text(line, f"{join(path, 'explanation')}[{i}]")
+                        for i, line in enumerate(list_at(obj.get("explanation", []), join(path, "explanation"))))
+    policy, app = (string(get(obj, key, path), join(path, key)) for key in ("policy", "app"))
+    return Plan(policy, app, parallelism, actions, explanation, observation)
+
+
+def _parse_action(value: Any, path: str) -> Action:
+    obj = object_at(value, path)
+    only_known(obj, _ACTION_KEYS, path)
+    fields = {name: optional_string(obj.get(key), join(path, key))
+              for name, key in (("operator", "operator"), ("executor", "executor"), ("query", "query"))}
+    counts = {name: optional_integer(obj.get(key), join(path, key), 0, MAX_EXECUTORS)
+              for name, key in (("from_", "from"), ("to", "to"))}
+    kind = string(get(obj, "type", path), join(path, "type"))
+    if kind not in registered_action_types():
+        raise FieldError(join(path, "type"), f"unknown action type (expected one of "
+                         f"{', '.join(registered_action_types())}; got {describe(kind)})")
+    return _built(path, Action, kind, **fields, **counts, reason=_text(obj.get("reason", ""), join(path, "reason")))
+
+
+def _parse_observation(value: Any, path: str) -> Observation:
+    if value is None:
+        return Observation()
+    obj = object_at(value, path)
+    only_known(obj, _OBSERVATION_KEYS, path)
+    figures_path = join(path, "figures")
+    figures = {str(k): optional_number(v, join(figures_path, str(k)), -MAX_FIGURE, MAX_FIGURE)
+               for k, v in object_at(_or(obj.get("figures"), {}), figures_path).items()}
+    expected = obj.get("expected")
+    return Observation(
+        optional_string(obj.get("query"), join(path, "query")), figures,
+        _optional_text(obj.get("diagnosis"), join(path, "diagnosis")),
+        None if expected is None else _parse_expected(expected, join(path, "expected")),
+        optional_integer(obj.get("recommended_executors"), join(path, "recommended_executors"), 0, MAX_EXECUTORS),
+    )
+
+
+def _parse_expected(value: Any, path: str) -> ExpectedOutcome:
+    obj = object_at(value, path)
+    only_known(obj, _EXPECTED_KEYS, path)
+    names = [string(get(obj, key, path), join(path, key)) for key in ("diagnosis", "action_type", "metric")]
+    before, after = (number(get(obj, key, path), join(path, key), -MAX_FIGURE, MAX_FIGURE)
+                     for key in ("before", "after"))
+    return ExpectedOutcome(*names, before, after)
+
+
+def _parse_blocked(value: Any, path: str) -> BlockedAction:
+    obj = object_at(value, path)
+    only_known(obj, _BLOCKED_KEYS, path)
+    app, diagnosis, action_type = (string(get(obj, key, path), join(path, key)) for key in ("app", "diagnosis",
+                                                                                           "action_type"))
+    return BlockedAction(app, diagnosis, action_type, _time(get(obj, "until", path), join(path, "until")),
+                         optional_string(obj.get("policy"), join(path, "policy")))
+
+
+def _parse_scaling(value: Any, path: str) -> ScalingObservation:
+    obj = object_at(value, path)
+    only_known(obj, _SCALING_KEYS, path)
+    cores = [integer(get(obj, key, path), join(path, key), 0, MAX_EXECUTORS) for key in ("cores_before", "cores_after")]
+    rates = [number(get(obj, key, path), join(path, key), 0, MAX_RATE)
+             for key in ("before_rps", "expected_rps", "observed_rps")]
+    return ScalingObservation(optional_string(obj.get("query"), join(path, "query")),
+                              _time(get(obj, "at", path), join(path, "at")), *cores, *rates)
+
+
+def _or(value: Any, default: Any) -> Any:
+    """`value`, or `default` when it is null (as absent); a wrong type is still the field's error."""
+    return default if value is None else value
+
+
+def _text(value: Any, path: str) -> str:
+    """A string, possibly empty (a reason, an explanation line)."""
+    if not isinstance(value, str):
+        raise FieldError(path, f"expected a string (got {describe(value)})")
+    return value
+
+
+def _optional_text(value: Any, path: str) -> str | None:
+    return None if value is None else _text(value, path)

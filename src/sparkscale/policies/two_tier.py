@@ -42,7 +42,10 @@ def band_migrations(plan: Plan, snapshot: Snapshot, app: AppConfig, partitions: 
             continue
         # Back inside the band: at least one partition per core; from above, to its geometric middle.
         wanted = cores * (low if per_core < low else math.sqrt(low * high))
-        target = min(many_divisor_count(max(1, math.ceil(wanted - 1e-9))), max_partitions)
+        need = max(1, math.ceil(wanted - 1e-9))
+        # Above the cap the answer is the cap; searching a count with many divisors up there first
+        # would take as long as the (configurable) band makes the number large.
+        target = max_partitions if need >= max_partitions else min(many_divisor_count(need), max_partitions)
         stage = _shuffled_stage(snapshot, names, query, current)
         if target == current or stage is None:
             continue
