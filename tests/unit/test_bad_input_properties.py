@@ -53,7 +53,7 @@ HISTORY_DOC: dict[str, Any] = {
 }
 
 # Modest counts (the file runs in seconds on one slow core); no example database in the work tree.
-PROPERTY = settings(max_examples=80, deadline=None, database=None,
+PROPERTY = settings(max_examples=80, deadline=None, database=None, derandomize=True,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 # -- strategies -------------------------------------------------------------------------------------
