@@ -113,7 +113,8 @@ class ExecutorChange:
     def _command(self, kind: str, args: dict[str, Any], epoch: int, started: float) -> tuple[str, float, Any]:
         if not self.is_leader():
             raise _Failed("not sent: this daemon is no longer the leader")
-        name = send_command(self.zk, self.zk_root, self.app, kind, args, epoch)
+        # The ack timeout is the command's lifetime: a late agent skips it rather than act unasked.
+        name = send_command(self.zk, self.zk_root, self.app, kind, args, epoch, ttl_s=self.cfg.ack_timeout_s)
         try:
             ack = wait_ack(self.zk, self.zk_root, self.app, name, self.cfg.ack_timeout_s)
         except AckTimeout:

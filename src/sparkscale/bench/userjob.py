@@ -33,6 +33,7 @@ import structlog
 from kazoo.client import KazooClient
 
 import sparkscale
+from sparkscale import zkconn
 from sparkscale.actuators.base import ActuationContext
 from sparkscale.actuators.migration import JournalStore, registered_strategies
 from sparkscale.bench.clickcheck import wait_for_outputs
@@ -158,7 +159,7 @@ def run_userjob_bench(spec: UserJobSpec, out: str, command: str) -> UserJobResul
                                  [APP, ONE_QUERY_APP])
         results.spec["work_dir"] = str(work)  # input, output and checkpoints, left for inspection
         client = connect(cfg.redis)
-        zk = KazooClient(hosts=cfg.zookeeper.hosts, timeout=cfg.zookeeper.session_timeout_s)
+        zk = zkconn.client(cfg.zookeeper)
         zk.start(timeout=30)
         feed = Background(land_files, data, f"constant:{spec.rate}", seed=spec.seed, files_per_s=spec.files_per_s,
                           window_s=spec.window_s, watermark_s=spec.watermark_s)

@@ -3,7 +3,7 @@
 A cycle for one app (the daemon owns time; each stage below is a module of its own):
 
 1. leadership: try the app's ZooKeeper lock (leader.py); a new leader reloads the app's recent
-   decisions from the action log and fences older leaders with a `report` command at its epoch;
+   decisions from the action log (agents take commands only from the lock's live holder);
 2. monitor: `collect_snapshots`, one per query (Spark REST, Redis, psutil); an app not running, or
    with no query yet, is reported, not scaled; an unreachable service: back-off and no action;
 3. manual requests (leader): carry out `sparkscale scale-executors` requests (manual.py);
@@ -64,7 +64,6 @@ from sparkscale.pipeline.submit import with_stored_shape
 from sparkscale.policies.history import DecisionHistory
 from sparkscale.policies.outcomes import expectation_for
 from sparkscale.policies.planner import decide_app
-from sparkscale.protocol.commands import send_command
 from sparkscale.protocol.streams import query_partitions
 from sparkscale.redisconn import connect
 from sparkscale.snapshot import Snapshot
@@ -109,7 +108,7 @@ class Daemon:
         self._reload_requested = threading.Event()
         self._apps_to_wake: set[str] = set()
         self._apps_to_wake_lock = threading.Lock()
-        self.zk = zk_client(cfg.zookeeper.hosts, cfg.zookeeper.session_timeout_s)
+        self.zk = zk_client(cfg.zookeeper)
         self.redis = connect(cfg.redis)
         self.action_log = ActionLog(self.redis, cfg.redis.key_prefix, cfg.action_log)
         self.blocklist = BlocklistStore(self.redis, cfg.redis.key_prefix)
@@ -397,8 +396,7 @@ class Daemon:
                            d.decision.policy, d.decision.plan.observation.query)
             for d in acted if d.outcome is None and d.decision.expected is not None and d.decision.plan.changes
         ]
-        # Fence: the agent keeps the highest epoch it has seen and refuses older leaders' commands.
-        send_command(self.zk, self.cfg.zookeeper.root, app.name, "report", {}, election.epoch)
+        # No fencing command needed: the agent checks each command against the live lock holder.
         journal = JournalStore(self.zk, self.cfg.zookeeper.root, app.name).read()
         if journal is not None and journal.status == "running" and not self.cfg.loop.dry_run:
             # A leader died during a migration: finish it (or roll it back) before anything else.

@@ -51,7 +51,13 @@ from sparkscale.actuators.migration.base import (
     register_strategy,
     registered_strategies,
 )
-from sparkscale.actuators.migration.journal import Journal, JournalStore, PhaseCallback, phase_metrics
+from sparkscale.actuators.migration.journal import (
+    Journal,
+    JournalFenced,
+    JournalStore,
+    PhaseCallback,
+    phase_metrics,
+)
 from sparkscale.actuators.migration.runner import FAULT_HOLD_ENV, MigrationRunner
 
 # The built-in strategies register on import, in this order (that of registered_strategies()): not sorted.
@@ -60,6 +66,7 @@ from sparkscale.actuators.migration import dsm, dcr, ccr  # noqa: F401  isort: s
 __all__ = [
     "FAULT_HOLD_ENV",
     "Journal",
+    "JournalFenced",
     "JournalStore",
     "MigrationBusy",
     "MigrationError",

@@ -17,7 +17,13 @@ import structlog
 from kazoo.client import KazooClient
 
 from sparkscale.actuators.migration.base import MigrationBusy, MigrationError, get_strategy
-from sparkscale.actuators.migration.journal import Journal, JournalStore, PhaseCallback, phase_metrics
+from sparkscale.actuators.migration.journal import (
+    Journal,
+    JournalFenced,
+    JournalStore,
+    PhaseCallback,
+    phase_metrics,
+)
 from sparkscale.config import AppConfig, Config
 from sparkscale.monitors.migration_metrics import CLOCK_MARGIN_S, BatchPoint, first_output, read_batches, timeline_of
 from sparkscale.pipeline.submit import ExecutorShape, running, store_shape
@@ -50,7 +56,8 @@ class MigrationRunner:
         self.restart_app = restart_app
         self.root = cfg.zookeeper.root
         self.prefix = cfg.redis.key_prefix
-        self.store = JournalStore(zk, self.root, app.name)
+        # Its writes check this leader's own lock znode (at `epoch`): once deposed, even `_fail` writes nothing.
+        self.store = JournalStore(zk, self.root, app.name, epoch=epoch)
         self.mcfg = cfg.migration
 
     # -- entry points -----------------------------------------------------------------------------
@@ -96,6 +103,8 @@ class MigrationRunner:
             self._write(journal)  # before the step: a successor knows what may have been under way
             try:
                 steps[phase](journal)
+            except JournalFenced:
+                raise  # no longer this leader's migration: no rollback, nothing more written
             except (MigrationError, AckTimeout, redis.RedisError) as exc:
                 return self._fail(journal, phase, str(exc))
             _fault_hold(phase)
@@ -305,8 +314,9 @@ class MigrationRunner:
     def _command(self, kind: str, args: dict[str, Any], timeout_s: float | None = None) -> Any:
         if not self.is_leader():
             raise MigrationError(f"{kind} not sent: no longer the leader")
-        name = send_command(self.zk, self.root, self.app.name, kind, args, self.epoch)
-        ack = wait_ack(self.zk, self.root, self.app.name, name, timeout_s or self.cfg.actuator.ack_timeout_s)
+        timeout_s = timeout_s or self.cfg.actuator.ack_timeout_s
+        name = send_command(self.zk, self.root, self.app.name, kind, args, self.epoch, ttl_s=timeout_s)
+        ack = wait_ack(self.zk, self.root, self.app.name, name, timeout_s)
         if not ack.ok:
             raise MigrationError(f"{kind} refused: {ack.detail}")
         return ack.detail
@@ -336,6 +346,7 @@ class MigrationRunner:
         journal.detail = f"{phase}: {reason}"
         if "repartitioned" in journal.phases or not self.is_leader():
             # Past the point of no return (or fenced off): leave it running for a successor to finish.
+            # A deposed leader's write is refused (JournalFenced, `migration.fenced`), not made.
             journal.status = "failed" if self.is_leader() else "running"
             self._write(journal)
             raise MigrationError(f"migration {journal.id} stopped at {phase}: {reason}")
