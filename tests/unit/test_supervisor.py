@@ -104,3 +104,26 @@ def test_drivers_config_refuses_a_unit_without_the_app():
     with pytest.raises(ValueError, match="unit name"):
         DriversConfig(systemd_unit="sparkscale-app.service")
     assert DriversConfig().unit("wc") == "sparkscale-app@wc.service"
+
+
+def test_after_a_crash_a_failed_relaunch_is_retried_within_the_budget(env, monkeypatch):
+    cfg, run, launched, runs = env
+    real = submit_mod.launch_driver
+    calls = {"n": 0}
+
+    def flaky(*args):
+        calls["n"] += 1
+        if calls["n"] == 2:  # the relaunch after the crash: Redis is away
+            raise ConnectionError("redis down")
+        return real(*args)
+
+    monkeypatch.setattr(submit_mod, "launch_driver", flaky)
+    # The 1st run crashes after starting; its relaunch fails (retried: it follows a crash); the next ends normally.
+    assert run([{"start": True, "code": 1}, {"start": True, "code": 0}]) == 0
+    assert calls["n"] == 3 and runs.read_text() == "2"
+
+
+def test_after_a_crash_a_relaunch_that_fails_before_starting_is_retried(env):
+    cfg, run, launched, runs = env
+    assert run([{"start": True, "code": 1}, {"start": False, "code": 1}, {"start": True, "code": 0}]) == 0
+    assert runs.read_text() == "3"

@@ -79,3 +79,15 @@ def zk_or_exit(cfg: Config) -> Any:
         click.echo(f"ZooKeeper at {cfg.zookeeper.hosts} is unreachable", err=True)
         sys.exit(1)
     return zk
+
+
+def leader_lock_or_exit(zk: Any, cfg: Config, app_name: str, by: str, timeout_s: float = 10.0) -> Any:
+    """The app's leader lock for a one-shot command that acts without a daemon (exit 1 if another
+    process holds it past `timeout_s`): commands are only taken from the lock's holder."""
+    from sparkscale.daemon.leader import LeaderElection
+
+    election = LeaderElection(zk, cfg.zookeeper.root, app_name, by)
+    if not election.acquire(timeout_s=timeout_s):
+        click.echo(f"could not take the leader lock of {app_name} within {timeout_s:g} s", err=True)
+        sys.exit(1)
+    return election

@@ -5,8 +5,9 @@ pipelines down) and come back after a crash. So every driver runs under `sparksc
 APP`, this loop: it starts the driver (spark-submit of agent/bootstrap.py), waits, and restarts a
 driver that crashed after its queries had started (their checkpoints carry the state and the input
 positions, so the restarted queries go on where the last commit left them), with back-off. A driver
-that fails before its queries start is a bad script or config: restarting it would only repeat the
-failure, so the supervisor exits with its code and `pipeline submit` shows the log.
+whose first start fails before its queries run is a bad script or config: restarting it would only
+repeat the failure, so the supervisor exits with its code and `pipeline submit` shows the log. After
+a crash, a failed relaunch (Redis or the master briefly away) is retried within the same budget.
 
 Where it runs (`drivers.supervisor`): under systemd as its own unit (systemd/sparkscale-app@.service,
 Restart=on-failure restarts the supervisor itself), or, in the embedded environment and on hosts
@@ -90,32 +91,40 @@ def run_supervised(cfg: Config, app_name: str, config_path: str | None, override
     while True:
         marker = started_marker(cfg, app_name)
         marker.unlink(missing_ok=True)
-        proc = launch_driver(cfg, app_name, config_path, overrides)
-        record = DriverRecord(app_name, proc.pid, psutil.Process(proc.pid).create_time(), time.time(), restarts)
-        driver_record_path(cfg, app_name).write_text(json.dumps(asdict(record)))
-        log.info("supervisor.driver_started", app=app_name, pid=proc.pid, restarts=restarts)
-        while proc.poll() is None and not stop.is_set():
-            stop.wait(POLL_S)
-        if stop.is_set():
-            if proc.poll() is None:
-                stop_trees([psutil.Process(proc.pid)])
-            log.info("supervisor.stopped", app=app_name, pid=proc.pid)
-            return 0
-        code = proc.returncode
-        if code == 0:
-            log.info("supervisor.driver_ended", app=app_name, pid=proc.pid)
-            return 0
-        if not marker.exists():
-            # It failed before its queries ran: a bad script or config, which a restart repeats.
-            log.error("supervisor.driver_failed_to_start", app=app_name, pid=proc.pid, exit_code=code)
-            return code if code > 0 else 1
+        try:
+            proc = launch_driver(cfg, app_name, config_path, overrides)
+        except Exception as exc:  # noqa: BLE001 - Redis down (the stored shape), Java missing, ...
+            if restarts == 0:
+                raise  # the first start: `pipeline submit` reports it
+            code, reason = 1, f"the driver could not be launched: {exc!r}"
+        else:
+            record = DriverRecord(app_name, proc.pid, psutil.Process(proc.pid).create_time(), time.time(), restarts)
+            driver_record_path(cfg, app_name).write_text(json.dumps(asdict(record)))
+            log.info("supervisor.driver_started", app=app_name, pid=proc.pid, restarts=restarts)
+            while proc.poll() is None and not stop.is_set():
+                stop.wait(POLL_S)
+            if stop.is_set():
+                if proc.poll() is None:
+                    stop_trees([psutil.Process(proc.pid)])
+                log.info("supervisor.stopped", app=app_name, pid=proc.pid)
+                return 0
+            code = proc.returncode
+            if code == 0:
+                log.info("supervisor.driver_ended", app=app_name, pid=proc.pid)
+                return 0
+            reason = f"exit code {code}"
+            if not marker.exists() and restarts == 0:
+                # Its first start failed before its queries ran: a bad script or config, which a
+                # restart repeats. (After a crash, a failed restart may be passing: Redis down.)
+                log.error("supervisor.driver_failed_to_start", app=app_name, pid=proc.pid, exit_code=code)
+                return code if code > 0 else 1
         delay_s = budget.next_delay_s(time.time())
         if delay_s is None:
-            log.error("supervisor.giving_up", app=app_name, exit_code=code, crashes=cfg.drivers.max_restarts,
+            log.error("supervisor.giving_up", app=app_name, reason=reason, crashes=cfg.drivers.max_restarts,
                       within_s=cfg.drivers.restart_window_s)
             return code if code > 0 else 1
         restarts += 1
-        log.warning("supervisor.driver_crashed", app=app_name, pid=proc.pid, exit_code=code, restart_in_s=delay_s,
+        log.warning("supervisor.driver_crashed", app=app_name, reason=reason, restart_in_s=delay_s,
                     restarts=restarts, action="restart from the checkpoints")
         if stop.wait(delay_s):
             return 0

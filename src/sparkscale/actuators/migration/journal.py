@@ -23,7 +23,7 @@ from kazoo.exceptions import (
     RuntimeInconsistency,
 )
 
-from sparkscale.actuators.migration.base import MigrationError, get_strategy
+from sparkscale.actuators.migration.base import MigrationError, UnknownMigration, get_strategy
 from sparkscale.pipeline.submit import ExecutorShape
 from sparkscale.protocol.fencing import LiveLock, read_live_lock, refusal
 from sparkscale.protocol.znodes import app_path, journal_path
@@ -31,6 +31,14 @@ from sparkscale.protocol.znodes import app_path, journal_path
 log = structlog.get_logger(__name__)
 
 ABSENT = -1  # the journal's version when there is none: the next write creates it
+
+# Statuses (docs/internals.md, "The migration journal"). Active: a runner carries it on, and a new
+# leader resumes it. Open: not ended, so no other migration of the app starts and the operator may
+# `--resume` or `--abort` it. "failed" is written only by versions before the recovery (recovery.py).
+ACTIVE = ("running", "recovering")
+NEEDS_ATTENTION = ("needs_attention", "failed")
+OPEN = (*ACTIVE, *NEEDS_ATTENTION)
+ENDED = ("done", "done_degraded", "rolled_back", "aborted")
 
 
 class JournalFenced(MigrationError):
@@ -51,7 +59,7 @@ class Journal:
     requested_at: float
     by: str
     epoch: int
-    status: str = "running"  # running | done | rolled_back | failed
+    status: str = "running"  # one of OPEN or ENDED
     next: str = "requested"  # the phase whose step runs (or ran) now
     phases: dict[str, float] = field(default_factory=dict)  # phase -> completed at (seconds since the epoch)
     marks: dict[str, Any] = field(default_factory=dict)  # positions, run ids, figures for the metrics
@@ -61,6 +69,24 @@ class Journal:
     @property
     def new_shape(self) -> ExecutorShape | None:
         return ExecutorShape(**self.shape) if self.shape else None
+
+    @property
+    def active(self) -> bool:
+        return self.status in ACTIVE
+
+    @property
+    def open(self) -> bool:
+        return self.status in OPEN
+
+    @property
+    def needs_attention(self) -> bool:
+        """Stopped short with the query perhaps not running: only the operator continues it."""
+        return self.status in NEEDS_ATTENTION
+
+    @property
+    def phase_reached(self) -> str | None:
+        """The last phase completed, in the strategy's order (None: not even `requested`)."""
+        return next((p for p in reversed(self.phase_plan) if p in self.phases), None)
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self)).encode()
@@ -191,6 +217,30 @@ def transaction_refusal(results: list[Any], version: int, epoch: int) -> str | N
 
 
 PhaseCallback = Callable[[Journal, str, float], None]
+
+
+def operator_commands(journal: Journal) -> tuple[str, str]:
+    """The commands that continue (`--resume`) or undo (`--abort`) a journaled migration."""
+    base = f"sparkscale migrate --app {journal.app}"
+    return f"{base} --resume {journal.id}", f"{base} --abort {journal.id}"
+
+
+def check_operable(journal: Journal | None, app: str, migration_id: str, verb: str) -> Journal:
+    """The app's journal if it is migration `migration_id` and still open; else UnknownMigration
+    naming the id and what the journal holds (the CLI's exit 2)."""
+    if journal is None or journal.id != migration_id:
+        held = f"its journal holds {journal.id} ({journal.status})" if journal else "it has no journal"
+        raise UnknownMigration(f"no migration {migration_id} of {app} to {verb}: {held}")
+    if not journal.open:
+        raise UnknownMigration(f"migration {migration_id} of {app} is {journal.status}: nothing to {verb}")
+    return journal
+
+
+def attention_line(journal: Journal) -> str:
+    """One line for an operator: where the migration stopped, why, and how to go on."""
+    resume, abort = operator_commands(journal)
+    return (f"{journal.app}/{journal.query} migration {journal.id} {journal.status} (reached "
+            f"{journal.phase_reached}; {journal.detail or 'no detail'}): {resume} | {abort}")
 
 
 def phase_metrics(journal: Journal) -> dict[str, Any]:
