@@ -203,6 +203,9 @@ class LoopConfig(_Section):
     # The daemon host's CPU: 0 = the change since the previous cycle (no wait); > 0 = a blocking
     # sample of this many seconds in each cycle (what the cycle did before; kept for comparison).
     host_cpu_sample_s: float = Field(0.0, ge=0, le=5)
+    # Read where the app's executors run from the standalone master's and workers' /json/ (one
+    # request to the master and one per alive worker a cycle) for the spread rule; off: no rule.
+    cluster_view: bool = True
 
 
 class PolicyConfig(_Section):
@@ -302,6 +305,12 @@ class GuardsConfig(_Section):
     # on the planned executors would leave [min, max] (policies/two_tier.py).
     partitions_per_core_min: float = Field(1.0, gt=0)
     partitions_per_core_max: float = Field(12.0, gt=0)
+    # Spread a stateful app's executors over the workers (policies/spread.py): one replace_executor
+    # off a worker holding more than ceil(n / w) of them, in a cycle that changes nothing else ...
+    spread_executors: bool = True
+    # ... and, after a move that left the counts as they were (the master placed the replacement on
+    # the crowded worker again), no further move for this long, in seconds.
+    spread_hold_s: float = Field(600.0, ge=0)
 
     @model_validator(mode="after")
     def _band(self) -> GuardsConfig:
