@@ -247,3 +247,58 @@ def test_bench_chaos_refuses_unknown_faults_before_starting_anything(tmp_path):
     assert not (tmp_path / "results.json").exists()
     out = CliRunner().invoke(main, ["bench", "chaos", "--help"])
     assert out.exit_code == 0 and "--quick" in out.output and "zookeeper_expiry" in out.output
+
+
+def with_variant(run: dict, variant: str, **figures) -> dict:
+    return {**run, "variant": variant, "app": app_name(run["fault"], variant), **figures}
+
+
+def test_report_puts_each_faults_variants_side_by_side_with_their_breakdown(tmp_path):
+    """Runs with variants and breakdowns, next to a run written before either existed (driver_kill)."""
+    base = run_result("executor_kill", 21.0)
+    runs = [with_variant(base, "default", detected_s=0.41, detected_by="Remote RPC client disassociated.",
+                         replaced_s=6.2, reload_ms=1830.0, loaded_from_dfs=2, replay_ms=0.0, replayed_files=0,
+                         reload_batches=[31], reload_batch_ms=5400.0, executors_before=2),
+            with_variant(base, "changelog", detected_s=0.38, replaced_s=5.9, reload_ms=2410.0, loaded_from_dfs=2,
+                         replay_ms=600.0, replayed_files=9, reload_batches=[30, 32], reload_batch_ms=6100.0),
+            with_variant({**base, "recovery_s": 12.0}, "spare", detected_s=0.4, replaced_s=None, reload_ms=900.0,
+                         loaded_from_dfs=1, reload_batches=[29], executors_before=3),
+            run_result("driver_kill", 30.0)]
+    data = chaos_results(runs, [{"fault": "worker_kill", "variant": "spare", "error": "FaultError('x')"}])
+    (tmp_path / "results.json").write_text(json.dumps(data))
+    out = CliRunner().invoke(main, ["report", str(tmp_path)])
+    assert out.exit_code == 0, out.output
+    page = (tmp_path / "results.md").read_text()
+    rows = {line.split("|")[1].strip(): line for line in page.splitlines() if line.startswith("| ")}
+    assert rows["executor_kill"].startswith("| executor_kill | yes | 21 | 100 |")
+    assert rows["executor_kill (changelog)"].startswith("| executor_kill (changelog) | yes | 21 |")
+    assert rows["executor_kill (spare)"].startswith("| executor_kill (spare) | yes | 12 |")
+    assert rows["worker_kill (spare)"].startswith("| worker_kill (spare) | **failed** |")
+    assert rows["driver_kill"].startswith("| driver_kill | yes | 30 |")
+    side = page.split("### executor_kill\n\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert side[0] == "|  | default | changelog | spare |"
+    cells = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in side[2:]}
+    assert cells["detected (s after the fault)"] == ["0.41", "0.38", "0.4"]
+    assert cells["replacement registered (s)"] == ["6.2", "5.9", "-"]
+    assert cells["reload: load time summed over tasks (ms)"] == ["1830", "2410", "900"]
+    assert cells["state loaded from the checkpoint (store instances)"] == ["2", "2", "1"]
+    assert cells["of which changelog replay, summed (ms) / files"] == ["0 / 0", "600 / 9", "- / -"]
+    assert cells["reload batches (ids) / longest, wall (ms)"] == ["31 / 5400", "30, 32 / 6100", "29 / -"]
+    assert cells["recovery to 90 % (s)"] == ["21", "21", "12"]
+    assert cells["executors before the fault"] == ["2", "-", "3"]
+    old = page.split("### driver_kill\n\n", 1)[1].split("\n\n", 1)[0]
+    assert "| detected (s after the fault) | - |" in old and "| recovery to 90 % (s) | 30 |" in old
+    assert "task time summed, not wall time" in page and "removeTime" in page and "rocksdbNumLoadedFromDfs" in page
+    assert "- `changelog`: `spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled=true`" in page
+    assert "- `spare`: one executor more than the daemon's target" in page and "standby executor, not" in page
+    assert "## executor_kill (changelog)" in page and "](timeline-executor_kill-changelog.png)" in page
+    for name in ("executor_kill", "executor_kill-changelog", "executor_kill-spare", "driver_kill"):
+        assert (tmp_path / f"timeline-{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_default_only_report_names_no_variants(tmp_path):
+    data = chaos_results([run_result("driver_kill", 21.0)])
+    (tmp_path / "results.json").write_text(json.dumps(data))
+    assert CliRunner().invoke(main, ["report", str(tmp_path)]).exit_code == 0
+    page = (tmp_path / "results.md").read_text()
+    assert "ran once per variant" not in page and "## Recovery breakdown" in page and "| driver_kill | yes |" in page

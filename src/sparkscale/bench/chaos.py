@@ -7,9 +7,12 @@ daemon_kill a second one in standby), and a constant load runs that its two exec
 with. After a warm-up and a pre-fault phase the fault is injected; a Recorder samples the app all
 along (bench.timeline, bench.probes), and the recovery time is read from its output rate
 (bench.chaos_report). Then the load stops, the app drains, and the verifier counts lost and
-duplicated records. The daemons' JSON logs tell what they did. Each fault runs on a fresh embedded
-environment, or with `shared_environment` (`--quick`) all on one, with `cluster up` after each run
-to start again whatever a fault left stopped. Results: results.json, results.md, a timeline per fault.
+duplicated records. The daemons' JSON logs tell what they did, and the recovery is split into
+detection, replacement and the state reload (bench.chaos_breakdown). A fault that kills executors
+runs once per variant (bench.chaos_variants: checkpoint settings, a spare executor), each on its own
+app. Each run is on a fresh embedded environment, or with `shared_environment` (`--quick`) all on
+one, with `cluster up` after each run to start again whatever a fault left stopped. Results:
+results.json, results.md, a timeline per run.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ import redis
 import structlog
 
 from sparkscale.actuators.migration import FAULT_HOLD_ENV
-from sparkscale.bench.chaos_faults import FAULT_NAMES, Fault, FaultContext, get_fault
+from sparkscale.bench.chaos_breakdown import measure
+from sparkscale.bench.chaos_faults import FAULT_NAMES, FAULTS, Fault, FaultContext, get_fault
 from sparkscale.bench.chaos_report import (
     RECOVERY_FRACTION,
     acted_without_lead,
@@ -35,6 +39,7 @@ from sparkscale.bench.chaos_report import (
     pre_fault_rate,
     recovery_time_s,
 )
+from sparkscale.bench.chaos_variants import DEFAULT, Variant, get_variant, plan_runs, run_label
 from sparkscale.bench.daemon_process import DaemonProcess
 from sparkscale.bench.demo import _drain, _wait_settled
 from sparkscale.bench.environment import BenchEnv, embedded_environment, wait_for
@@ -63,6 +68,7 @@ SETTLE_LIMIT_S = 180.0  # after the submit, for the executors to settle at the i
 @dataclass(frozen=True)
 class ChaosSpec:
     faults: tuple[str, ...] = FAULT_NAMES
+    variants: tuple[str, ...] = (DEFAULT,)  # each fault that kills executors runs under each
     rate: int = 1000  # lines/s: 2 wordcount executors keep up with it on 2 cores (14k/s with one)
     seed: int = 11
     warmup_s: float = 40.0
@@ -84,22 +90,27 @@ class ChaosSpec:
                       "drain_timeout_s": 180.0, "shared_environment": True, "quick": True, **kwargs})
 
 
-def app_name(fault: str) -> str:
-    return "chaos-" + fault.replace("_", "-")
+def app_name(fault: str, variant: str = DEFAULT) -> str:
+    return "chaos-" + run_label(fault, variant).replace("_", "-")
 
 
-def app_yaml(app: str) -> str:
-    """Two executors (at most three) of one core; 4 state partitions (daemon_kill migrates to 8)."""
-    return (f"\n  - name: {app}\n    pipeline: wordcount\n    min_executors: 2\n    max_executors: 3\n"
-            "    initial_executors: 2\n    executor_memory_mb: 512\n    source_partitions: 2\n"
-            "    shuffle_partitions: 4\n    max_records_per_batch: 2000\n")
+def app_yaml(app: str, variant: str = DEFAULT) -> str:
+    """Two executors (at most three) of one core, plus the variant's extra ones and spark_conf; 4
+    state partitions (daemon_kill migrates to 8)."""
+    v: Variant = get_variant(variant)
+    low, high = 2 + v.extra_executors, 3 + v.extra_executors
+    conf = "".join(f"      {json.dumps(k)}: {json.dumps(val)}\n" for k, val in v.spark_conf.items())
+    return (f"\n  - name: {app}\n    pipeline: wordcount\n    min_executors: {low}\n    max_executors: {high}\n"
+            f"    initial_executors: {low}\n    executor_memory_mb: 512\n    source_partitions: 2\n"
+            "    shuffle_partitions: 4\n    max_records_per_batch: 2000\n"
+            + ("    spark_conf:\n" + conf if conf else ""))
 
 
-def fault_env(env: BenchEnv, app: str, directory: Path) -> BenchEnv:
-    """A config naming only this fault's app, on the environment's ports (its overrides)."""
+def fault_env(env: BenchEnv, app: str, directory: Path, variant: str = DEFAULT) -> BenchEnv:
+    """A config naming only this run's app, on the environment's ports (its overrides)."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{app}.yaml"
-    path.write_text("apps:" + app_yaml(app) + "logging:\n  level: warning\n" + CHAOS_YAML)
+    path.write_text("apps:" + app_yaml(app, variant) + "logging:\n  level: warning\n" + CHAOS_YAML)
     return BenchEnv(load_config(path, env.overrides), str(path), env.overrides)
 
 
@@ -189,10 +200,11 @@ def watch(recorder: Recorder, t0: float, fault_at: float, pre_rps: float | None,
         time.sleep(spec.sample_s)  # the next sample
 
 
-def run_fault(spec: ChaosSpec, fault: Fault, env: BenchEnv, work: Path) -> dict[str, Any]:
-    """One fault on its own app in `env`: load, pre-fault phase, the fault, recovery, drain, verify."""
-    app = app_name(fault.name)
-    fenv = fault_env(env, app, work)
+def run_fault(spec: ChaosSpec, fault: Fault, env: BenchEnv, work: Path, variant: str = DEFAULT) -> dict[str, Any]:
+    """One fault on its own app in `env` under `variant`: load, pre-fault phase, the fault, recovery
+    (and its breakdown), drain, verify."""
+    app = app_name(fault.name, variant)
+    fenv = fault_env(env, app, work, variant)
     cfg = fenv.cfg
     notes: list[str] = []
     with ExitStack() as cleanup:
@@ -220,7 +232,10 @@ def run_fault(spec: ChaosSpec, fault: Fault, env: BenchEnv, work: Path) -> dict[
         settled = (lambda: check(ctx, fault_at)) if check is not None else None
         recovery, story_ended = watch(recorder, t0, fault_at, pre_rps, spec, settled)
         watched_until = time.time()
-        log.info("chaos.recovery", fault=fault.name, recovery_s=recovery, daemon_story_ended=story_ended)
+        log.info("chaos.recovery", fault=fault.name, variant=variant, recovery_s=recovery,
+                 daemon_story_ended=story_ended)
+        until = watched_until if recovery is None else fault_at + recovery
+        parts = measure(cfg, app, list(recorder.samples), t0, fault_at, until, fault.loses_executors)
         notes += ctx.notes
         if not story_ended:
             notes.append(f"the daemon had not ended its reaction {spec.recovery_timeout_s:g} s after the fault")
@@ -244,8 +259,9 @@ def run_fault(spec: ChaosSpec, fault: Fault, env: BenchEnv, work: Path) -> dict[
         actions = logged_actions(ActionLog(client, cfg.redis.key_prefix), t0, app)
         verified = verify_app(cfg, app)
         client.close()
+    before = [s.executors for s in samples if s.t_s <= fault_at - t0 and s.executors is not None]
     return {
-        "fault": fault.name, "app": app, "what": fault.what, "started_at": t0,
+        "fault": fault.name, "variant": variant, "app": app, "what": fault.what, "started_at": t0,
         "recovery_s": recovery, "recovered": recovery is not None,
         "lost": verified.lost, "duplicated": verified.duplicated, "unexpected": verified.unexpected,
         "total_expected": verified.total_expected, "drained": left == 0,
@@ -253,24 +269,33 @@ def run_fault(spec: ChaosSpec, fault: Fault, env: BenchEnv, work: Path) -> dict[
         "input_rps": None if input_rps is None else round(input_rps, 1),
         "fault_at_s": round(fault_at - t0, 2),
         "recovered_at_s": None if recovery is None else round(fault_at - t0 + recovery, 2),
+        "executors_before": before[-1] if before else None, **parts.to_dict(),
         "daemon_actions": daemon_actions(events, began, watched_until, fault_at),
         "notes": notes, "actions": [a.to_dict() for a in actions], "samples": [s.to_dict() for s in samples],
     }
 
 
-def _attempt(spec: ChaosSpec, name: str, env: BenchEnv, work: Path, results: dict[str, Any]) -> None:
-    """One fault; a failure is recorded under `failed_runs` and the run goes on with the next."""
+def _attempt(spec: ChaosSpec, name: str, variant: str, env: BenchEnv, work: Path, results: dict[str, Any]) -> None:
+    """One run; a failure is recorded under `failed_runs` and the bench goes on with the next."""
     try:
-        results["runs"].append(run_fault(spec, get_fault(name), env, work / name))
+        results["runs"].append(run_fault(spec, get_fault(name), env, work / run_label(name, variant), variant))
     except Exception as exc:  # noqa: BLE001 - one failed fault must not end the others
-        log.exception("chaos.fault_failed", fault=name)
-        results["failed_runs"].append({"fault": name, "error": repr(exc)})
+        log.exception("chaos.fault_failed", fault=name, variant=variant)
+        results["failed_runs"].append({"fault": name, "variant": variant, "error": repr(exc)})
+
+
+def planned_runs(spec: ChaosSpec) -> list[tuple[str, str]]:
+    """(fault, variant) of each run; an unknown fault or variant fails before anything starts."""
+    for name in spec.faults:
+        get_fault(name)
+    for variant in spec.variants:
+        get_variant(variant)
+    return plan_runs(spec.faults, spec.variants, {n: f.loses_executors for n, f in FAULTS.items()})
 
 
 def run_chaos(spec: ChaosSpec, out_dir: Path, command: str) -> dict[str, Any]:
-    """Every fault of `spec` in turn; results.json is saved after each."""
-    for name in spec.faults:
-        get_fault(name)  # an unknown one fails before anything starts
+    """Every run of `spec` in turn; results.json is saved after each."""
+    runs = planned_runs(spec)
     out_dir.mkdir(parents=True, exist_ok=True)
     work = out_dir / "work"
     path = out_dir / "results.json"
@@ -282,19 +307,22 @@ def run_chaos(spec: ChaosSpec, out_dir: Path, command: str) -> dict[str, Any]:
 
     save()
     if spec.shared_environment:
-        with embedded_environment("sparkscale-chaos-", app_yaml(app_name(spec.faults[0])), CHAOS_YAML) as env:
-            for name in spec.faults:
-                _attempt(spec, name, env, work, results)
+        first = app_yaml(app_name(*runs[0]), runs[0][1])
+        with embedded_environment("sparkscale-chaos-", first, CHAOS_YAML) as env:
+            for name, variant in runs:
+                _attempt(spec, name, variant, env, work, results)
                 save()
                 LocalEnvironment(env.cfg).up()  # what the fault left stopped (a killed worker) runs again
     else:
-        for name in spec.faults:
+        for name, variant in runs:
+            label = run_label(name, variant)
             try:
-                with embedded_environment(f"sparkscale-chaos-{name}-", app_yaml(app_name(name)), CHAOS_YAML) as env:
-                    _attempt(spec, name, env, work, results)
+                with embedded_environment(f"sparkscale-chaos-{label}-", app_yaml(app_name(name, variant), variant),
+                                          CHAOS_YAML) as env:
+                    _attempt(spec, name, variant, env, work, results)
             except Exception as exc:  # noqa: BLE001 - an environment that did not start: the next one may
-                log.exception("chaos.environment_failed", fault=name)
-                results["failed_runs"].append({"fault": name, "error": repr(exc)})
+                log.exception("chaos.environment_failed", fault=name, variant=variant)
+                results["failed_runs"].append({"fault": name, "variant": variant, "error": repr(exc)})
             save()
     return results
 

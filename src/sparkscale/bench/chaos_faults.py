@@ -64,7 +64,8 @@ class FaultContext:
 class Fault:
     """A named fault. `holds_migration`: its leading daemon runs with the migration hold (the
     daemon_kill fault); `standby`: a second daemon runs in standby; `settled(ctx, at)`: the daemon's
-    side of the story has ended (the watch goes on until it has, or the timeout)."""
+    side of the story has ended (the watch goes on until it has, or the timeout); `loses_executors`:
+    executors die while the driver lives, so their state is reloaded elsewhere (runs each variant)."""
 
     name: str
     what: str  # how it is injected, one line for results.md
@@ -72,6 +73,7 @@ class Fault:
     holds_migration: bool = False
     standby: bool = False
     settled: Callable[[FaultContext, float], bool] | None = None
+    loses_executors: bool = False
 
 
 FAULTS: dict[str, Fault] = {}
@@ -270,8 +272,9 @@ def _migration_finished(ctx: FaultContext, at: float) -> bool:
 
 
 for _fault in (
-    Fault("executor_kill", "SIGKILL of one executor JVM of the app", executor_kill),
-    Fault("worker_kill", "SIGKILL of the standalone worker running the app's executors, with them", worker_kill),
+    Fault("executor_kill", "SIGKILL of one executor JVM of the app", executor_kill, loses_executors=True),
+    Fault("worker_kill", "SIGKILL of the standalone worker running the app's executors, with them", worker_kill,
+          loses_executors=True),
     Fault("driver_kill", "SIGKILL of the driver; its supervisor restarts it from the checkpoints", driver_kill),
     Fault("daemon_kill", "SIGKILL of the leading daemon mid-migration (CCR); a standby daemon takes over",
           daemon_kill, holds_migration=True, standby=True, settled=_migration_finished),

@@ -1,6 +1,7 @@
 """The pure side of `sparkscale bench chaos`: the pre-fault throughput and the recovery time from a
 run's samples, the daemon's JSON log condensed into what it did around the fault, and results.md
-with a timeline per fault (also what `sparkscale report DIR` re-renders from results.json).
+with a timeline per run and, per fault, its variants' recovery breakdowns side by side (also what
+`sparkscale report DIR` re-renders from results.json, older ones without variants too).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from sparkscale.bench.chaos_variants import DEFAULT, VARIANTS, run_label
 from sparkscale.bench.timeline import RatePoint, Sample
 
 RECOVERY_FRACTION = 0.9
@@ -167,15 +169,95 @@ def highlights(actions: Sequence[str], width: int = 240) -> str:
     return _clip("; ".join(told) or "cycles only (no_change / standby)", width).replace("|", "/")
 
 
+def variant_of(run: Mapping[str, Any]) -> str:
+    return str(run.get("variant") or DEFAULT)
+
+
+def label(run: Mapping[str, Any]) -> str:
+    """The run in tables and headings: its fault, with the variant unless the default."""
+    variant = variant_of(run)
+    return run["fault"] if variant == DEFAULT else f"{run['fault']} ({variant})"
+
+
+def _markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+                      *["| " + " | ".join(row) + " |" for row in rows]])
+
+
 def chaos_table(results: Mapping[str, Any]) -> str:
     header = ["fault", "recovered", "recovery (s)", "pre-fault (records/s)", "lost", "duplicated",
               "what the daemon did"]
-    rows = [[r["fault"], "yes" if r["recovered"] else "**no**", _num(r["recovery_s"]), _num(r["pre_fault_rps"], 0),
+    rows = [[label(r), "yes" if r["recovered"] else "**no**", _num(r["recovery_s"]), _num(r["pre_fault_rps"], 0),
              str(r["lost"]), str(r["duplicated"]), highlights(r["daemon_actions"])] for r in results.get("runs", [])]
-    rows += [[r["fault"], "**failed**", "-", "-", "-", "-", _clip(r["error"], 120).replace("|", "/")]
+    rows += [[label(r), "**failed**", "-", "-", "-", "-", _clip(r["error"], 120).replace("|", "/")]
              for r in results.get("failed_runs", [])]
-    return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
-                      *["| " + " | ".join(row) + " |" for row in rows]])
+    return _markdown(header, rows)
+
+
+# (row title, how a run's value is shown): the breakdown rows of `breakdown_table`.
+BREAKDOWN_ROWS: list[tuple[str, Callable[[Mapping[str, Any]], str]]] = [
+    ("detected (s after the fault)", lambda r: _num(r.get("detected_s"), 2)),
+    ("replacement registered (s)", lambda r: _num(r.get("replaced_s"), 2)),
+    ("state loaded from the checkpoint (store instances)", lambda r: _num(r.get("loaded_from_dfs"), 0)),
+    ("reload: load time summed over tasks (ms)", lambda r: _num(r.get("reload_ms"), 0)),
+    ("of which changelog replay, summed (ms) / files",
+     lambda r: f"{_num(r.get('replay_ms'), 0)} / {_num(r.get('replayed_files'), 0)}"),
+    ("reload batches (ids) / longest, wall (ms)",
+     lambda r: f"{', '.join(map(str, r.get('reload_batches') or [])) or '-'} / {_num(r.get('reload_batch_ms'), 0)}"),
+    ("recovery to 90 % (s)", lambda r: _num(r.get("recovery_s"))),
+    ("executors before the fault", lambda r: _num(r.get("executors_before"), 0)),
+    ("pre-fault (records/s)", lambda r: _num(r.get("pre_fault_rps"), 0)),
+    ("lost / duplicated", lambda r: f"{r['lost']} / {r['duplicated']}"),
+    ("detected by", lambda r: _clip(r.get("detected_by"), 60).replace("|", "/") or "-"),
+]
+
+
+def breakdown_table(runs: Sequence[Mapping[str, Any]]) -> str:
+    """One fault's runs side by side, a column per variant: the recovery breakdown (chaos_breakdown)."""
+    header = ["", *[variant_of(r) for r in runs]]
+    return _markdown(header, [[title, *[show(r) for r in runs]] for title, show in BREAKDOWN_ROWS])
+
+
+def breakdown_tables(results: Mapping[str, Any]) -> list[str]:
+    """results.md's breakdown section: per fault (in run order), its variants side by side."""
+    by_fault: dict[str, list[Mapping[str, Any]]] = {}
+    for r in results.get("runs", []):
+        by_fault.setdefault(r["fault"], []).append(r)
+    parts: list[str] = []
+    for fault, runs in by_fault.items():
+        parts += [f"### {fault}", "", breakdown_table(runs), ""]
+    return parts
+
+
+BREAKDOWN_METHOD = (
+    "Each run's recovery is split into what can be measured, so that the reload from the checkpoint is never "
+    "folded into detection. Spark keeps one live copy of each state partition and no replica: a partition "
+    "whose executor died is reloaded from the checkpoint by whichever executor runs its task next (there is "
+    "no warm standby of state to build without changing Spark).\n\n"
+    "- **detected**: from the fault to the driver removing the lost executor (`removeTime` in the driver's "
+    "`/allexecutors`, its own clock; `detected by` is its `removeReason`). When the driver did not answer, "
+    "for a fault that kills executors: the first sample (one a second) whose active executor count dropped.\n"
+    "- **replacement registered**: from the fault to the first executor added after it (`addTime`), counted "
+    "only once a loss was detected; `-` when none came within the watch.\n"
+    "- **reload**: the progress reports of the batches that ended after the fault, up to the recovery (else "
+    "the end of the watch), that loaded state from the checkpoint (`rocksdbNumLoadedFromDfs` > 0, the store "
+    "instances loaded): their `rocksdbLoadLatencyMs` (the whole `RocksDB.load`: copying the snapshot, opening "
+    "it, replaying changelogs), and of it `rocksdbReplayChangeLogLatencyMs` and `rocksdbNumReplayChangelogFiles`. "
+    "Spark sums these over the batch's tasks: they are **task time summed, not wall time** (two partitions "
+    "loading in parallel for 1 s each show 2000 ms). The wall time those batches took (`triggerExecution`, "
+    "which also holds their processing and commits) is the `longest, wall` figure. 0: nothing was reloaded.\n"
+    "- **recovery**: as in the table above (E-Storm's 90 % rule).")
+
+
+def variants_method(results: Mapping[str, Any]) -> str:
+    """What the variants of this run were; '' when only the default ran."""
+    used = list(dict.fromkeys(variant_of(r) for r in [*results.get("runs", []), *results.get("failed_runs", [])]))
+    if used == [DEFAULT] or not used:
+        return ""
+    lines = [f"- `{v}`: {VARIANTS[v].what}." if v in VARIANTS else f"- `{v}`" for v in used]
+    return ("The faults that kill executors (executor_kill, worker_kill) ran once per variant, each on its own "
+            "fresh app; the other faults once, under the default. The variants are the levers Spark has "
+            "without a change to Spark; `spare` is a standby executor, not standby state:\n\n" + "\n".join(lines))
 
 
 def method(spec: Mapping[str, Any]) -> str:
@@ -197,20 +279,23 @@ def render_chaos(results_dir: Path, results: Mapping[str, Any]) -> str:
     from sparkscale.bench.plots import timeline
 
     table = chaos_table(results)
-    parts = ["# Chaos run", "", method(results["spec"]), "", table, ""]
+    variants = variants_method(results)
+    parts = ["# Chaos run", "", method(results["spec"]), "", *([variants, ""] if variants else []), table, ""]
+    if results.get("runs"):
+        parts += ["## Recovery breakdown", "", BREAKDOWN_METHOD, "", *breakdown_tables(results)]
     for r in results.get("runs", []):
         samples = [Sample.from_dict(s) for s in r["samples"]]
         end = r["recovered_at_s"] if r["recovered_at_s"] is not None else (samples[-1].t_s if samples else 0.0)
         verdict = f"recovered in {r['recovery_s']:g} s" if r["recovered"] else "NOT recovered"
-        title = (f"{r['fault']}: {verdict} (pre-fault {_num(r['pre_fault_rps'], 0)} records/s); "
+        title = (f"{label(r)}: {verdict} (pre-fault {_num(r['pre_fault_rps'], 0)} records/s); "
                  f"lost {r['lost']}, duplicated {r['duplicated']}")
-        plot = f"timeline-{r['fault']}.png"
+        plot = f"timeline-{run_label(r['fault'], variant_of(r))}.png"
         timeline(samples, r.get("actions", []), title, results_dir / plot,
                  shaded=[(r["fault_at_s"], max(end, r["fault_at_s"]), "fault → recovered")])
-        parts += [f"## {r['fault']}", "", f"Injected: {r['what']}.", "",
+        parts += [f"## {label(r)}", "", f"Injected: {r['what']}.", "",
                   *[f"- {n}" for n in r["notes"]], "", "What the daemon did (seconds from the fault):", "",
                   *[f"    {a}" for a in r["daemon_actions"] or ["(nothing logged)"]], "",
-                  f"![{r['fault']}]({plot})", ""]
+                  f"![{label(r)}]({plot})", ""]
     parts.append(f"Command: `{results['command']}`")
     (results_dir / "results.md").write_text("\n".join(parts) + "\n")
     return table
