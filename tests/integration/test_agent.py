@@ -228,6 +228,9 @@ def test_bad_commands_are_answered_not_ignored(agent, zk, embedded_env, leader):
     ack = command(embedded_env, zk, "set_executors", {"total": 99})
     assert not ack.ok and "outside [min_executors, max_executors]" in ack.detail
 
+    ack = command(embedded_env, zk, "set_executors", {"total": 5, "surge": True})  # 3 active: a surge adds one
+    assert not ack.ok and "a surge adds exactly one executor (3 active, asked 5)" in ack.detail
+
     ack = command(embedded_env, zk, "set_executors", {"total": "four"})
     assert not ack.ok and "'total' must be an integer" in ack.detail
 

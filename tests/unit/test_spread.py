@@ -79,7 +79,8 @@ def test_three_executors_on_one_worker_and_none_on_another_with_room_move_one_of
     assert ("would lose 3/3 = 100% of the executors and about that share of the state partitions, reloaded from "
             "the checkpoint") in move.reason
     assert "target at most 2 per worker" in move.reason
-    assert "the master picks its replacement's worker" in move.reason and "most free cores, B here" in move.reason
+    assert "a replacement is asked for first and the master picks its worker" in move.reason
+    assert "most free cores, B here" in move.reason and "then executor 3 is decommissioned" in move.reason
     assert notes(plan) == ["spread: A 3, B 0 (3 executors over 2 workers, at most 2 each): move executor 3 off A"]
     assert plan.observation.diagnosis == SPREAD_DIAGNOSIS
     assert plan.observation.figures == {"spread_executors": 3, "spread_workers": 2, "spread_excess": 1,

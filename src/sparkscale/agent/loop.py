@@ -29,7 +29,7 @@ from pyspark.sql import SparkSession
 
 from sparkscale import zkconn
 from sparkscale.agent.admission import CommandGate
-from sparkscale.agent.args import CommandRefused, int_arg
+from sparkscale.agent.args import CommandRefused, bool_arg, int_arg
 from sparkscale.agent.executors import SparkExecutors
 from sparkscale.agent.hooks import HOOKS, QueryHooks
 from sparkscale.agent.progress import ProgressPublisher
@@ -346,7 +346,14 @@ class ControlAgent:
 
     def _set_executors(self, command: Command) -> dict[str, Any]:
         total = int_arg(command.args, "total")
-        if not self.app.min_executors <= total <= self.app.max_executors:
+        # A surge is the first half of a replacement (one more, then the old one goes): it may
+        # exceed max_executors by one for as long as the replacement takes.
+        surge = bool_arg(command.args, "surge", False)
+        active = [e for e in self.executors.list() if e.active]
+        if surge and total != len(active) + 1:
+            raise CommandRefused(f"a surge adds exactly one executor ({len(active)} active, asked {total})")
+        ceiling = self.app.max_executors + (1 if surge else 0)
+        if not self.app.min_executors <= total <= ceiling:
             raise CommandRefused(
                 f"total {total} is outside [min_executors, max_executors] = "
                 f"[{self.app.min_executors}, {self.app.max_executors}]"
@@ -354,7 +361,6 @@ class ControlAgent:
         self._set_target(total)
         if not self.executors.request_total(total):
             raise CommandRefused(f"Spark did not accept the executor target {total}")
-        active = [e for e in self.executors.list() if e.active]
         removed = self.executors.remove([e.id for e in active[total:][::-1]]) if len(active) > total else []
         return {"target": total, "active_before": len(active), "removed": removed, "graceful": self.executors.graceful}
 

@@ -106,8 +106,9 @@ def spark_conf(cfg: Config, app: AppConfig) -> dict[str, str]:
     return {
         "spark.app.name": app.name,
         # Standalone mode starts as many executors as cores.max allows; the agent then sets the
-        # target to initial_executors (DESIGN.md), and the daemon moves it within [min, max].
-        "spark.cores.max": str(app.max_executors * app.executor_cores),
+        # target to initial_executors (DESIGN.md), and the daemon moves it within [min, max]. One
+        # executor of headroom: a replacement starts before the executor it replaces leaves.
+        "spark.cores.max": str((app.max_executors + 1) * app.executor_cores),
         "spark.executor.cores": str(app.executor_cores),
         "spark.executor.memory": f"{app.executor_memory_mb}m",
         "spark.driver.memory": "1g",

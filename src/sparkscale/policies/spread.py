@@ -12,9 +12,10 @@ executors stay crowded on the survivors.
 The rule, on `extensions["cluster"]` (`sparkscale.placement`): n executors over the w ALIVE workers
 that hold one or have room for one more; the spread is broken when a worker holds more than
 ceil(n / w) while another holds fewer and has room (free cores and memory for one executor of the
-app's shape). Then one `replace_executor` of the newest executor on the most crowded worker. The
-master picks the replacement's worker (spreadOutApps with the default CORES_FREE_DESC: the one with
-the most free cores, usually the under-filled one); when a move leaves the counts as they were, no
+app's shape). Then one `replace_executor` of the newest executor on the most crowded worker: the
+actuator first asks for one executor more, which the master places (spreadOutApps with the default
+CORES_FREE_DESC: the worker with the most free cores, usually the under-filled one), then
+decommissions the old one; when a move leaves the counts as they were, no
 further move for `guards.spread_hold_s` after it (read back from the decision history: each move
 records its counts in the plan's observation). Only for an app with a stateful query, at most one
 move a cycle, never in a cycle whose plan changes something already, nor while asked-for executors
@@ -191,17 +192,15 @@ def _reason(spread: Spread, placement: Placement) -> str:
             f"({target.host}) holds {spread.counts[target.id]} and has room: losing {crowded.id} would lose "
             f"{held}/{spread.executors} = {spread.at_risk:.0%} of the executors and about that share of the state "
             f"partitions, reloaded from the checkpoint (Spark keeps no replica); target at most {spread.cap} per "
-            f"worker (E-Storm's ceil(n/m)). Executor {spread.newest} is the newest there; the master picks its "
-            f"replacement's worker (spreadOutApps with the default CORES_FREE_DESC: the one with the most free "
-            f"cores, {where})")
+            f"worker (E-Storm's ceil(n/m)). Executor {spread.newest} is the newest there; a replacement is "
+            f"asked for first and the master picks its worker (spreadOutApps with the default CORES_FREE_DESC: "
+            f"the one with the most free cores, {where}), then executor {spread.newest} is decommissioned")
 
 
 def _likely_worker(spread: Spread, placement: Placement) -> str | None:
-    """Where CORES_FREE_DESC would put the replacement once the executor is gone: of the workers with
-    room, the one with the most free cores (the crowded one gets the leaving executor's back); None
-    on a tie."""
-    free = {w.id: w.cores_free + (spread.cores if w.id == spread.crowded.id else 0)
-            for w in placement.workers if w.id in spread.counts}
+    """Where CORES_FREE_DESC puts the replacement, asked for while the old executor still runs: of
+    the workers with room, the one with the most free cores; None on a tie."""
+    free = {w.id: w.cores_free for w in placement.workers if w.id in spread.counts}
     usable = {w: c for w, c in free.items() if c >= spread.cores}
     best = max(usable.values(), default=None)
     top = [w for w, c in usable.items() if c == best]
