@@ -27,6 +27,8 @@ step = json.loads(plan_path.read_text())[min(runs, len(json.loads(plan_path.read
 if step["start"]:
     marker.write_text("started")
 time.sleep(step.get("run_s", 0.2))
+if step.get("unlink"):
+    marker.unlink()  # as the real driver's `finally` does on its way out, even after a crash
 sys.exit(step["code"])
 """
 
@@ -61,6 +63,14 @@ def test_a_driver_that_crashes_after_starting_is_restarted_until_it_ends_normall
     code = run([{"start": True, "code": 1}, {"start": True, "code": -9 % 256}, {"start": True, "code": 0}])
     assert code == 0
     assert runs.read_text() == "3" and len(set(launched)) == 3
+
+
+def test_a_crashed_driver_that_removed_its_marker_on_the_way_out_is_still_restarted(env):
+    # SIGKILL of spark-submit's JVM orphans the Python driver, whose `finally` removes the marker
+    # before the supervisor looks: the supervisor remembers that it saw the queries start.
+    cfg, run, launched, runs = env
+    code = run([{"start": True, "code": 137, "run_s": 1.5, "unlink": True}, {"start": True, "code": 0}])
+    assert code == 0 and runs.read_text() == "2"
 
 
 def test_a_driver_that_fails_before_its_queries_start_is_not_restarted(env):

@@ -101,8 +101,13 @@ def run_supervised(cfg: Config, app_name: str, config_path: str | None, override
             record = DriverRecord(app_name, proc.pid, psutil.Process(proc.pid).create_time(), time.time(), restarts)
             driver_record_path(cfg, app_name).write_text(json.dumps(asdict(record)))
             log.info("supervisor.driver_started", app=app_name, pid=proc.pid, restarts=restarts)
+            # Whether the queries started is watched while the driver runs: a driver whose JVM was
+            # killed removes its marker on the way out, before its exit can be seen here.
+            started = False
             while proc.poll() is None and not stop.is_set():
+                started = started or marker.exists()
                 stop.wait(POLL_S)
+            started = started or marker.exists()
             if stop.is_set():
                 if proc.poll() is None:
                     stop_trees([psutil.Process(proc.pid)])
@@ -113,7 +118,7 @@ def run_supervised(cfg: Config, app_name: str, config_path: str | None, override
                 log.info("supervisor.driver_ended", app=app_name, pid=proc.pid)
                 return 0
             reason = f"exit code {code}"
-            if not marker.exists() and restarts == 0:
+            if not started and restarts == 0:
                 # Its first start failed before its queries ran: a bad script or config, which a
                 # restart repeats. (After a crash, a failed restart may be passing: Redis down.)
                 log.error("supervisor.driver_failed_to_start", app=app_name, pid=proc.pid, exit_code=code)
