@@ -24,6 +24,7 @@ from sparkscale.bench.chaos_report import (
     highlights,
     pre_fault_rate,
     recovery_time_s,
+    reference_rate,
 )
 from sparkscale.bench.timeline import Sample, rates
 from sparkscale.cli import main
@@ -68,6 +69,18 @@ def test_no_recovery_without_a_pre_fault_rate_before_the_sustain_is_observed_or_
     assert recovery_time_s(early, FAULT_AT, 100.0, sustain_s=10.0) is None
     stalled = rates(series(stall_s=200), 10.0)
     assert recovery_time_s(stalled, FAULT_AT, 100.0, sustain_s=10.0) is None
+
+
+def test_the_reference_is_the_pre_fault_rate_but_never_above_the_offered_rate():
+    # The quick chaos run's redis_restart: 644 records/s finished before the fault while 500/s
+    # arrived (a start-up backlog draining); afterwards it kept up at 500/s and was judged
+    # "not recovered" against 90 % of 644.
+    assert reference_rate(644.1, 500.1) == 500.1
+    assert reference_rate(480.0, 500.0) == 480.0  # behind before the fault: its own rate
+    assert reference_rate(480.0, None) == 480.0 and reference_rate(None, 500.0) is None
+    points = [SimpleNamespace(t_s=40.0 + i, output_rate=500.0) for i in range(1, 40)]
+    assert recovery_time_s(points, 40.0, 644.1, sustain_s=10.0) is None
+    assert recovery_time_s(points, 40.0, reference_rate(644.1, 500.1), sustain_s=10.0) == 1.0
 
 
 def test_a_fault_the_throughput_does_not_feel_recovers_at_the_first_point_after_it():
@@ -224,8 +237,8 @@ def test_report_renders_the_table_each_fault_and_its_timeline(tmp_path):
     assert out.exit_code == 0, out.output
     page = (tmp_path / "results.md").read_text()
     rows = {line.split("|")[1].strip(): line for line in page.splitlines() if line.startswith("| ")}
-    assert rows["driver_kill"].startswith("| driver_kill | yes | 21 | 100 | 0 | 0 | +2 s d1: cycle unreachable")
-    assert rows["redis_restart"].startswith("| redis_restart | **no** | - | 100 | 3 | 0 |")
+    assert rows["driver_kill"].startswith("| driver_kill | yes | 21 | 100 / 100 | 0 | 0 | +2 s d1: cycle unreachable")
+    assert rows["redis_restart"].startswith("| redis_restart | **no** | - | 100 / 100 | 3 | 0 |")
     assert rows["worker_kill"].startswith("| worker_kill | **failed** |")
     assert "E-Storm" in page and "90%" in page and "Command: `sparkscale bench chaos --quick`" in page
     assert "## driver_kill" in page and "    -4 s d1: cycle no_change ×2" in page
@@ -270,7 +283,7 @@ def test_report_puts_each_faults_variants_side_by_side_with_their_breakdown(tmp_
     assert out.exit_code == 0, out.output
     page = (tmp_path / "results.md").read_text()
     rows = {line.split("|")[1].strip(): line for line in page.splitlines() if line.startswith("| ")}
-    assert rows["executor_kill"].startswith("| executor_kill | yes | 21 | 100 |")
+    assert rows["executor_kill"].startswith("| executor_kill | yes | 21 | 100 / 100 |")
     assert rows["executor_kill (changelog)"].startswith("| executor_kill (changelog) | yes | 21 |")
     assert rows["executor_kill (spare)"].startswith("| executor_kill (spare) | yes | 12 |")
     assert rows["worker_kill (spare)"].startswith("| worker_kill (spare) | **failed** |")

@@ -38,6 +38,7 @@ from sparkscale.bench.chaos_report import (
     daemon_actions,
     pre_fault_rate,
     recovery_time_s,
+    reference_rate,
 )
 from sparkscale.bench.chaos_variants import DEFAULT, Variant, get_variant, plan_runs, run_label
 from sparkscale.bench.daemon_process import DaemonProcess
@@ -225,12 +226,13 @@ def run_fault(spec: ChaosSpec, fault: Fault, env: BenchEnv, work: Path, variant:
         input_rps = pre_fault_rate(so_far, began - t0, spec.pre_fault_s, arrived=True)
         if pre_rps is None or input_rps is None or pre_rps < RECOVERY_FRACTION * input_rps:
             notes.append(f"the app was not keeping up before the fault: {pre_rps} of {input_rps} records/s")
+        reference_rps = reference_rate(pre_rps, input_rps)
         ctx = FaultContext(cfg, app, daemons, hold_phase=spec.hold_phase, migrate_to=spec.migrate_to)
         log.info("chaos.inject", fault=fault.name, app=app, pre_fault_rps=pre_rps)
         fault_at = fault.inject(ctx)
         check = fault.settled
         settled = (lambda: check(ctx, fault_at)) if check is not None else None
-        recovery, story_ended = watch(recorder, t0, fault_at, pre_rps, spec, settled)
+        recovery, story_ended = watch(recorder, t0, fault_at, reference_rps, spec, settled)
         watched_until = time.time()
         log.info("chaos.recovery", fault=fault.name, variant=variant, recovery_s=recovery,
                  daemon_story_ended=story_ended)
@@ -267,6 +269,7 @@ def run_fault(spec: ChaosSpec, fault: Fault, env: BenchEnv, work: Path, variant:
         "total_expected": verified.total_expected, "drained": left == 0,
         "pre_fault_rps": None if pre_rps is None else round(pre_rps, 1),
         "input_rps": None if input_rps is None else round(input_rps, 1),
+        "reference_rps": None if reference_rps is None else round(reference_rps, 1),
         "fault_at_s": round(fault_at - t0, 2),
         "recovered_at_s": None if recovery is None else round(fault_at - t0 + recovery, 2),
         "executors_before": before[-1] if before else None, **parts.to_dict(),
