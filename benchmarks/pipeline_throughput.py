@@ -18,14 +18,14 @@ import argparse
 import statistics
 import time
 
-from kazoo.client import KazooClient
-from sparkscale.actuators.control_channel import send_command, wait_ack
-
+from sparkscale import zkconn
 from sparkscale.bench.environment import embedded_environment, write_results
+from sparkscale.daemon.leader import LeaderElection
 from sparkscale.pipeline.check import unprocessed_records
 from sparkscale.pipeline.loadgen import run_loadgen
 from sparkscale.pipeline.submit import stop, submit
 from sparkscale.pipeline.workloads import workload
+from sparkscale.protocol.commands import send_command, wait_ack
 from sparkscale.redisconn import connect
 
 # Backlog per run: large enough for tens of batches at the expected rate, small enough to write fast.
@@ -55,13 +55,18 @@ def measure(cfg, app_name: str, pipeline: str, repeat: int) -> list[dict]:
     query = workload(pipeline).query
     client = connect(cfg.redis)
     history = f"{cfg.redis.key_prefix}{app_name}:progress:{query}:history"
-    zk = KazooClient(hosts=cfg.zookeeper.hosts)
+    zk = zkconn.client(cfg.zookeeper)
     zk.start(timeout=15)
+    # The agent runs commands only from the holder of the app's leader lock, at its epoch.
+    election = LeaderElection(zk, cfg.zookeeper.root, app_name, "benchmark:pipeline_throughput")
+    if not election.acquire(timeout_s=30.0) or election.epoch is None:
+        raise RuntimeError(f"could not take the leader lock of {app_name}")
+    epoch = election.epoch
     runs = []
     try:
         for i in range(repeat + 1):  # run 0 warms up
             ack = wait_ack(zk, cfg.zookeeper.root, app_name,
-                           send_command(zk, cfg.zookeeper.root, app_name, "pause_sources", {}, epoch=1), 60)
+                           send_command(zk, cfg.zookeeper.root, app_name, "pause_sources", {}, epoch=epoch), 60)
             assert ack.ok, ack.detail
             _wait(lambda: unprocessed_records(client, cfg, app) == 0, 600)
             rate = WRITE_RATE[pipeline]
@@ -70,7 +75,7 @@ def measure(cfg, app_name: str, pipeline: str, repeat: int) -> list[dict]:
             since = last_entry[0][0] if last_entry else "0-0"
             started = time.monotonic()
             ack = wait_ack(zk, cfg.zookeeper.root, app_name,
-                           send_command(zk, cfg.zookeeper.root, app_name, "resume_sources", {}, epoch=1), 60)
+                           send_command(zk, cfg.zookeeper.root, app_name, "resume_sources", {}, epoch=epoch), 60)
             assert ack.ok, ack.detail
             _wait(lambda: unprocessed_records(client, cfg, app) == 0, 900)
             drain_s = time.monotonic() - started
@@ -95,6 +100,7 @@ def measure(cfg, app_name: str, pipeline: str, repeat: int) -> list[dict]:
             if i > 0:
                 runs.append(run)
     finally:
+        election.release()
         zk.stop()
         zk.close()
         client.close()

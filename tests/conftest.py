@@ -7,7 +7,9 @@ import shutil
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 import redis
@@ -28,6 +30,21 @@ def wait_until(condition, timeout_s: float, what: str, interval_s: float = 0.2, 
             told = f"\n{story()}" if story is not None else ""
             pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}{told}")
         time.sleep(interval_s)
+
+
+@contextmanager
+def leader_lock(zk: Any, root: str, app: str, identity: str = "tests", timeout_s: float = 30.0) -> Iterator[int]:
+    """Hold `app`'s leader lock as a daemon does (`LeaderElection`) and yield its epoch: an agent
+    runs a command only if it comes from the live lock holder's session, at its epoch."""
+    from sparkscale.daemon.leader import LeaderElection
+
+    election = LeaderElection(zk, root, app, identity)
+    if not election.acquire(timeout_s=timeout_s) or election.epoch is None:
+        pytest.fail(f"could not take the leader lock of {app} within {timeout_s:g} s")
+    try:
+        yield election.epoch
+    finally:
+        election.release()
 
 
 @dataclass

@@ -1,14 +1,78 @@
-"""One way to open a Redis connection from the config, so timeouts and db are never forgotten."""
+"""One way to open a Redis connection from the config, so timeouts, db and authentication are never
+forgotten; and `RedisAuth`, the same settings as plain values for clients made elsewhere (a data
+source's readers and writers on executors get them as options)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import redis
 
 from sparkscale.config import RedisConfig
+from sparkscale.config.secrets import redis_password
+
+
+@dataclass(frozen=True)
+class RedisAuth:
+    """AUTH and TLS settings with the password resolved. `repr` leaves the password out."""
+
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    tls: bool = False
+    ca_file: str | None = None
+
+    @classmethod
+    def from_config(cls, cfg: RedisConfig) -> RedisAuth:
+        """Reads the password now (file or environment): ConfigError if it cannot be had."""
+        ca_file = str(Path(cfg.ca_file).expanduser()) if cfg.ca_file else None
+        return cls(cfg.username, redis_password(cfg), cfg.tls, ca_file)
+
+    def client_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of `redis.Redis` for these settings; none at all without auth or TLS."""
+        kwargs: dict[str, Any] = {}
+        if self.username is not None:
+            kwargs["username"] = self.username
+        if self.password is not None:
+            kwargs["password"] = self.password
+        if self.tls:
+            kwargs["ssl"] = True
+            if self.ca_file is not None:
+                kwargs["ssl_ca_certs"] = self.ca_file
+        return kwargs
+
+    def as_options(self) -> dict[str, str]:
+        """Spark data source options; only those set, so an unauthenticated source's options are as
+        they were. The password's option is named `password`, which Spark's `spark.redaction.regex`
+        hides in query plans and the UI."""
+        opts: dict[str, str] = {}
+        if self.username is not None:
+            opts["username"] = self.username
+        if self.password is not None:
+            opts["password"] = self.password
+        if self.tls:
+            opts["tls"] = "true"
+        if self.ca_file is not None:
+            opts["caFile"] = self.ca_file
+        return opts
+
+    @classmethod
+    def from_options(cls, get: Callable[[str], str | None]) -> RedisAuth:
+        """From options read with `get(name)` (None when absent); the inverse of `as_options`."""
+        tls = (get("tls") or "false").strip().lower()
+        if tls not in ("true", "false"):
+            raise ValueError(f"Redis option 'tls' must be true or false, got {tls!r}")
+        return cls(get("username") or None, get("password") or None, tls == "true", get("caFile") or None)
+
+
+NO_AUTH = RedisAuth()
 
 
 def connect(cfg: RedisConfig, decode_responses: bool = True) -> redis.Redis:
     return redis.Redis(
         host=cfg.host, port=cfg.port, db=cfg.db, decode_responses=decode_responses,
         socket_timeout=cfg.socket_timeout_s, socket_connect_timeout=cfg.socket_timeout_s,
+        **RedisAuth.from_config(cfg).client_kwargs(),
     )

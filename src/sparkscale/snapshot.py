@@ -36,6 +36,7 @@ from sparkscale.fields import (
     read_json,
     string,
 )
+from sparkscale.placement import Placement
 
 SNAPSHOT_VERSION = 1
 
@@ -453,8 +454,9 @@ def _parse_edge(value: Any, path: str) -> tuple[str, str]:
 
 def _check_extensions(value: Any, path: str) -> Mapping[str, Any]:
     """`extensions` is free-form, but what the policies and guards read of it must be what they
-    expect: fractions in [0, 1], the executors asked for, a query's migratable flag, and per-query
-    extensions (a merged snapshot's `queries`) of the same form."""
+    expect: fractions in [0, 1], the executors asked for, a query's migratable flag, the executors'
+    workers (`cluster`, read by the spread rule), and per-query extensions (a merged snapshot's
+    `queries`) of the same form."""
     extensions = object_at(value, path)
     for scope in ("app", "host"):
         if scope in extensions:
@@ -468,6 +470,8 @@ def _check_extensions(value: Any, path: str) -> Mapping[str, Any]:
         query = object_at(extensions["query"], join(path, "query"))
         if "migratable" in query:
             boolean(query["migratable"], join(path, "query.migratable"))
+    if "cluster" in extensions:
+        Placement.from_extension(extensions["cluster"], join(path, "cluster"))
     if "queries" in extensions:
         queries_path = join(path, "queries")
         for name, per_query in object_at(extensions["queries"], queries_path).items():

@@ -17,7 +17,7 @@ from sparkscale.snapshot import ExecutorFigures, Snapshot
 
 QUERY_SEPARATOR = "/"
 # Extensions that describe the app or the host, not one query: kept at the top of a merged snapshot.
-SHARED_EXTENSIONS = ("host", "app", "spark")
+SHARED_EXTENSIONS = ("host", "app", "spark", "cluster")
 
 
 def merge_snapshots(snapshots: Sequence[Snapshot]) -> Snapshot:
@@ -64,6 +64,13 @@ def query_names(snapshot: Snapshot) -> tuple[str, ...]:
     if isinstance(queries, Mapping) and len(queries) > 1:
         return tuple(queries)
     return (snapshot.query,)
+
+
+def query_extensions(snapshot: Snapshot) -> dict[str, Mapping[str, Any]]:
+    """Each query's own extensions, by name: those merged into the snapshot, else its own."""
+    queries = snapshot.extensions.get("queries")
+    per_query = queries if isinstance(queries, Mapping) and queries else {snapshot.query: snapshot.extensions}
+    return {str(name): ext for name, ext in per_query.items() if isinstance(ext, Mapping)}
 
 
 def split_operator(names: Sequence[str], operator_id: str) -> tuple[str, str]:

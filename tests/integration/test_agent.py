@@ -23,14 +23,23 @@ from structlog.testing import capture_logs
 from sparkscale.agent import ControlAgent
 from sparkscale.config import AppConfig
 from sparkscale.monitors.spark_master import SparkMasterClient, SparkUnreachable
-from sparkscale.protocol.commands import Ack, command_seq, send_command, wait_ack
+from sparkscale.protocol.commands import (
+    EXPIRY_GRACE_S,
+    Ack,
+    Command,
+    command_seq,
+    send_command,
+    wait_ack,
+    wait_for_znode,
+)
+from sparkscale.protocol.fencing import read_live_lock
 from sparkscale.protocol.znodes import acks_path, agent_epoch_path, agent_path, commands_path
-from tests.conftest import wait_until
+from tests.conftest import leader_lock, wait_until
 
 pytestmark = pytest.mark.integration
 
 APP = AppConfig(name="agenttest", min_executors=1, max_executors=6, initial_executors=2)
-EPOCH = 7  # the acting leader's epoch in these tests
+# The acting leader's epoch in these tests is the sequence number of the lock `leader` holds.
 ACK_TIMEOUT_S = 60.0
 # Set by the test that needs it: the next batch of `ticks` then runs until LONG_BATCH_S has passed,
 # far longer than its 1 s trigger, so no idle trigger comes while the stop watches for one.
@@ -79,6 +88,14 @@ def zk(embedded_env) -> Iterator[KazooClient]:
     client.close()
 
 
+@pytest.fixture(scope="module", autouse=True)
+def leader(embedded_env, zk) -> Iterator[int]:
+    """These tests act as the app's leader: they hold its lock, as the daemon does (the agent runs
+    commands only from the live holder's session at its epoch), and yield that epoch."""
+    with leader_lock(zk, embedded_env.cfg.zookeeper.root, APP.name) as epoch:
+        yield epoch
+
+
 @pytest.fixture(scope="module")
 def rds(embedded_env) -> redis.Redis:
     return redis.Redis(port=embedded_env.cfg.redis.port, decode_responses=True)
@@ -117,9 +134,14 @@ def agent(spark, embedded_env, queries) -> Iterator[ControlAgent]:
     control.stop()
 
 
-def command(env, zk: KazooClient, type: str, args: dict | None = None, epoch: int = EPOCH) -> Ack:
-    """Send one command exactly as the daemon does and wait for the agent's ack."""
+def command(env, zk: KazooClient, type: str, args: dict | None = None, epoch: int | None = None) -> Ack:
+    """Send one command exactly as the daemon does (by default at the live lock's epoch) and wait
+    for the agent's ack."""
     root = env.cfg.zookeeper.root
+    if epoch is None:
+        live = read_live_lock(zk, root, APP.name)
+        assert live is not None, "nobody holds the leader lock"
+        epoch = live.epoch
     name = send_command(zk, root, APP.name, type, args, epoch)
     return wait_ack(zk, root, APP.name, name, ACK_TIMEOUT_S)
 
@@ -165,7 +187,7 @@ def test_agent_registers_an_ephemeral_znode(agent, zk, spark, embedded_env):
     assert info["driver_host"] == "127.0.0.1" and isinstance(info["pid"], int)
 
 
-def test_initial_target_then_set_executors(agent, spark, zk, embedded_env, record_property):
+def test_initial_target_then_set_executors(agent, spark, zk, embedded_env, record_property, leader):
     # Standalone launches up to spark.cores.max (6) executors at first; the agent trims to 2.
     wait_until(settled(agent, spark, embedded_env, 2), 150, "the initial 2 executors (the burst's surplus trimmed)")
 
@@ -177,7 +199,7 @@ def test_initial_target_then_set_executors(agent, spark, zk, embedded_env, recor
     record_property("scale_out_2_to_4_s", round(time.monotonic() - started, 1))
     # The new leader's epoch is remembered in ZooKeeper for a restarted agent.
     data, _ = zk.get(agent_epoch_path(embedded_env.cfg.zookeeper.root, APP.name))
-    assert int(data) == EPOCH
+    assert int(data) == leader
 
 
 def test_decommission_removes_the_newest_executor(agent, spark, zk, embedded_env, record_property):
@@ -195,16 +217,19 @@ def test_decommission_removes_the_newest_executor(agent, spark, zk, embedded_env
     assert agent.target_executors == 3
 
 
-def test_bad_commands_are_answered_not_ignored(agent, zk, embedded_env):
+def test_bad_commands_are_answered_not_ignored(agent, zk, embedded_env, leader):
     ack = command(embedded_env, zk, "defragment_universe", {})
     assert not ack.ok and "unknown command type 'defragment_universe'" in ack.detail
 
-    ack = command(embedded_env, zk, "set_executors", {"total": 2}, epoch=EPOCH - 4)
-    assert not ack.ok and ack.detail == f"stale epoch {EPOCH - 4} < {EPOCH}"
+    ack = command(embedded_env, zk, "set_executors", {"total": 2}, epoch=leader - 4)
+    assert not ack.ok and ack.detail == f"stale epoch {leader - 4} < {leader}"
     assert agent.target_executors == 3  # the stale command changed nothing
 
     ack = command(embedded_env, zk, "set_executors", {"total": 99})
     assert not ack.ok and "outside [min_executors, max_executors]" in ack.detail
+
+    ack = command(embedded_env, zk, "set_executors", {"total": 5, "surge": True})  # 3 active: a surge adds one
+    assert not ack.ok and "a surge adds exactly one executor (3 active, asked 5)" in ack.detail
 
     ack = command(embedded_env, zk, "set_executors", {"total": "four"})
     assert not ack.ok and "'total' must be an integer" in ack.detail
@@ -217,6 +242,50 @@ def test_bad_commands_are_answered_not_ignored(agent, zk, embedded_env):
     path = zk.create(f"{commands_path(root, APP.name)}/cmd-", b"{not json", sequence=True)
     ack = wait_ack(zk, root, APP.name, path.rsplit("/", 1)[1], ACK_TIMEOUT_S)
     assert not ack.ok and ack.detail.startswith("malformed command")
+
+
+def test_a_forged_command_with_a_high_epoch_is_refused_and_does_not_change_the_stored_epoch(
+        agent, zk, embedded_env, leader):
+    root = embedded_env.cfg.zookeeper.root
+    epoch_path = agent_epoch_path(root, APP.name)
+    before = int(zk.get(epoch_path)[0])
+    # Anyone who can write a znode can claim an epoch; stored, 2^31 would fence every real leader out.
+    ack = command(embedded_env, zk, "set_executors", {"total": 2}, epoch=2**31)
+    assert not ack.ok and ack.detail == f"not the current leader: epoch {2**31}, live lock epoch {leader}"
+    # The live epoch, claimed by a session that does not hold the lock: forged as well.
+    forger = KazooClient(hosts=embedded_env.cfg.zookeeper.hosts, timeout=10)
+    forger.start(timeout=15)
+    try:
+        ack = command(embedded_env, forger, "abort_query", {"query": "ticks"}, epoch=leader)
+    finally:
+        forger.stop()
+        forger.close()
+    assert not ack.ok and "not the current leader: written by session" in ack.detail
+    assert int(zk.get(epoch_path)[0]) == before == leader and agent.highest_epoch == leader
+    assert agent.target_executors == 3  # neither ran
+    assert command(embedded_env, zk, "report").ok  # the real leader still acts
+
+
+def test_answered_commands_leave_no_znodes_behind(agent, zk, embedded_env):
+    root = embedded_env.cfg.zookeeper.root
+    for _ in range(3):
+        assert command(embedded_env, zk, "report").ok
+    # Each sender deleted its command and then its ack once answered (refused ones included).
+    assert zk.get_children(commands_path(root, APP.name)) == []
+    assert zk.get_children(acks_path(root, APP.name)) == []
+
+
+def test_a_stale_expired_command_is_skipped(agent, zk, embedded_env, leader, rds):
+    root = embedded_env.cfg.zookeeper.root
+    now = time.time()
+    # Written as the leader's session writes it, but its sender stopped waiting 570 s ago.
+    stale = Command("pause_sources", {}, epoch=leader, issued_at=now - 600, expires_at=now - 570)
+    with capture_logs() as events:
+        path = zk.create(f"{commands_path(root, APP.name)}/cmd-", stale.to_json(), ephemeral=True, sequence=True)
+        ack = wait_ack(zk, root, APP.name, path.rsplit("/", 1)[1], ACK_TIMEOUT_S)
+    assert not ack.ok and ack.detail.startswith("expired 57") and ack.detail.endswith("s ago: not run")
+    assert not rds.exists(f"{embedded_env.cfg.redis.key_prefix}{APP.name}:paused")  # it did not run
+    assert any(e["event"] == "agent.command_expired" for e in events)
 
 
 def test_pause_and_resume_sources(agent, rds, zk, embedded_env):
@@ -274,22 +343,31 @@ def test_stop_query_at_a_batch_boundary(agent, zk, embedded_env, queries, rds):
     assert not rds.exists(f"{embedded_env.cfg.redis.key_prefix}{APP.name}:paused")
 
 
-def test_restarted_agent_keeps_its_epoch_and_runs_nothing_twice(agent, zk, embedded_env, spark, rds):
+def test_restarted_agent_keeps_its_epoch_and_runs_nothing_twice(agent, zk, embedded_env, spark, rds, leader):
     root = embedded_env.cfg.zookeeper.root
+    # Answered, but its sender never cleaned up (it died first): the next agent must not run it again.
+    answered = send_command(zk, root, APP.name, "report", {}, leader)
+    assert wait_for_znode(zk, f"{acks_path(root, APP.name)}/{answered}", ACK_TIMEOUT_S) is not None
     agent.stop()
     wait_until(lambda: zk.exists(agent_path(root, APP.name)) is None, 10, "the agent znode to go")
     done = set(zk.get_children(acks_path(root, APP.name)))
+    assert answered in done
+    # Sent while no agent runs, its sender waiting 1 s only: timed out long before the next agent.
+    timed_out = send_command(zk, root, APP.name, "pause_sources", {}, leader, ttl_s=1.0)
+    time.sleep(1.0 + EXPIRY_GRACE_S + 2.0)
     # Sent while no agent runs: the next one must pick it up.
-    pending = send_command(zk, root, APP.name, "resume_sources", {}, EPOCH)
+    pending = send_command(zk, root, APP.name, "resume_sources", {}, leader)
 
     with capture_logs() as events:
         successor = ControlAgent(spark, embedded_env.cfg, APP)
         successor.start()
         try:
+            expired = wait_ack(zk, root, APP.name, timed_out, ACK_TIMEOUT_S)
+            assert not expired.ok and "s ago: not run" in expired.detail
             ack = wait_ack(zk, root, APP.name, pending, ACK_TIMEOUT_S)
             assert ack.ok and not rds.exists(f"{embedded_env.cfg.redis.key_prefix}{APP.name}:paused")
-            stale = command(embedded_env, zk, "report", epoch=EPOCH - 1)
-            assert not stale.ok and stale.detail == f"stale epoch {EPOCH - 1} < {EPOCH}"
+            stale = command(embedded_env, zk, "report", epoch=leader - 1)
+            assert not stale.ok and stale.detail == f"stale epoch {leader - 1} < {leader}"
             assert successor.last_seq >= command_seq(pending)
         finally:
             successor.stop()

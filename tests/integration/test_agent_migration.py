@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import psutil
@@ -25,7 +26,7 @@ from sparkscale.protocol.keys import partitions_key
 from sparkscale.protocol.queries import read_queries
 from sparkscale.protocol.znodes import agent_path
 from sparkscale.redisconn import connect
-from tests.conftest import wait_until
+from tests.conftest import leader_lock, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -44,7 +45,6 @@ apps:
     max_records_per_batch: 2000
 """
 LOAD = "50"  # records per second until stopped: well below what 2 executors process here
-EPOCH = 1  # a fresh app: no leader ever wrote to it
 ACK_TIMEOUT_S = 120.0
 
 
@@ -57,15 +57,18 @@ def setup(embedded_env, tmp_path_factory) -> tuple[Config, str, list[str]]:
 
 
 class Channel:
-    """Commands to the app's agent exactly as the daemon sends them."""
+    """Commands to the app's agent exactly as the daemon sends them: holding the app's leader lock,
+    at its epoch (the agent runs only the live lock holder's commands)."""
 
     def __init__(self, cfg: Config):
         self.root = cfg.zookeeper.root
         self.zk = KazooClient(hosts=cfg.zookeeper.hosts, timeout=10)
         self.zk.start(timeout=15)
+        self._held = ExitStack()
+        self.epoch = self._held.enter_context(leader_lock(self.zk, self.root, APP))
 
     def send(self, type: str, **args) -> Ack:
-        name = send_command(self.zk, self.root, APP, type, args, EPOCH)
+        name = send_command(self.zk, self.root, APP, type, args, self.epoch, ttl_s=ACK_TIMEOUT_S)
         return wait_ack(self.zk, self.root, APP, name, ACK_TIMEOUT_S)
 
     def ok(self, type: str, **args) -> dict:
@@ -84,6 +87,7 @@ class Channel:
         return json.loads(data)["pid"], stat.czxid
 
     def close(self) -> None:
+        self._held.close()
         self.zk.stop()
         self.zk.close()
 

@@ -33,6 +33,8 @@ from sparkscale.pipeline.check import drained, verify_app
 from sparkscale.pipeline.loadgen import run_loadgen
 from sparkscale.pipeline.submit import stop, submit
 from sparkscale.protocol.commands import send_command, wait_ack
+from sparkscale.protocol.fencing import read_live_lock
+from sparkscale.protocol.znodes import agent_epoch_path
 from sparkscale.redisconn import connect
 from tests.conftest import wait_until
 
@@ -131,7 +133,8 @@ def test_ds2_scales_dag_up_after_the_step_up_and_down_after_the_step_down(setup)
     samples: list[tuple[float, int | None]] = []
     try:
         wait_until(lambda: daemon.events("cycle", app="dscale"), 90, "the daemon's first cycle on dscale")
-        assert active_executors(cfg, "dscale") == 1
+        # Standalone launches up to cores.max at first and the agent trims to initial_executors.
+        wait_until(lambda: active_executors(cfg, "dscale") == 1, 90, "dscale to settle at its initial executor")
         started = time.time()
         stop_load = threading.Event()
         with ThreadPoolExecutor(1) as pool:
@@ -258,10 +261,18 @@ def test_two_daemons_one_acts_and_the_other_takes_over_after_sigkill(setup):
         assert out.exit_code == 0 and "by beta" in out.output, out.output
         manual = [d for d in decisions(cfg, "fo") if d.decision.mode == "manual"]
         assert manual[-1].decision.daemon == "beta" and manual[-1].decision.epoch > old_epoch
-        # A paused old leader waking up: its epoch is refused by the agent.
+        # A paused old leader waking up: its epoch is refused by the agent. (It holds no lock any
+        # more, which is the point: this test's session stands in for it.)
         name = send_command(zk, root, "fo", "set_executors", {"total": 3}, old_epoch)
         ack = wait_ack(zk, root, "fo", name, 30)
         assert not ack.ok and "stale epoch" in str(ack.detail)
+        # Nor can it pass for beta: beta's live epoch, claimed from a session without the lock.
+        live = read_live_lock(zk, root, "fo")
+        assert live is not None and live.epoch == manual[-1].decision.epoch
+        name = send_command(zk, root, "fo", "set_executors", {"total": 3}, live.epoch)
+        ack = wait_ack(zk, root, "fo", name, 30)
+        assert not ack.ok and "not the current leader" in str(ack.detail)
+        assert int(zk.get(agent_epoch_path(root, "fo"))[0]) == live.epoch  # neither changed it
         assert active_executors(cfg, "fo") == 1
         # status shows the new leader, and (from its next cycle on) the new executor count.
 

@@ -189,6 +189,56 @@ def test_a_new_executor_shape_restarts_the_whole_app_without_loss(setup):
         fresh(cfg, app)
 
 
+def test_a_failure_after_the_repartition_leaves_the_app_running_with_its_sources_resumed(setup, monkeypatch):
+    """CCR 4 -> 8 whose restart step fails (SPARKSCALE_MIGRATION_FAIL=restarted, read by the runner,
+    which `migrate` runs in this process: the step fails before it runs, so the query is stopped on
+    8 partitions with its sources paused, where a failure used to leave it): the runner restarts it
+    forward and resumes the sources (`done_degraded`), and nothing is lost or duplicated."""
+    import threading
+
+    from kazoo.client import KazooClient
+
+    from sparkscale.actuators.migration import FAULT_FAIL_ENV, JournalStore
+    from sparkscale.protocol.keys import paused_key
+
+    cfg, path, overrides = setup
+    app, query = "mwc", "counts"
+    client = connect(cfg.redis)
+    fresh(cfg, app)
+    submit(cfg, app, path, overrides)
+    stop_load = threading.Event()
+    loader = threading.Thread(target=run_loadgen, args=(cfg, app, "constant:400"), daemon=True,
+                              kwargs={"seed": 41, "stop": stop_load})
+    zk = KazooClient(hosts=cfg.zookeeper.hosts)
+    zk.start(timeout=15)
+    try:
+        loader.start()
+        wait_until(lambda: state_partitions(cfg, app, query) == 4, 90, "batches with 4 partitions under load")
+        monkeypatch.setenv(FAULT_FAIL_ENV, "restarted")
+        out = migrate(setup, app, 8, "ccr")  # exit 0: recovered forward counts as done
+        monkeypatch.delenv(FAULT_FAIL_ENV)
+        result = out[-1]
+        assert result["ok"] and result["figures"]["status"] == "done_degraded", result
+        assert f"done_degraded: restarted: injected failure before restarted ({FAULT_FAIL_ENV}" in result["detail"]
+        steps = [(line["recovery"], line["step"], line["ok"]) for line in out if "recovery" in line]
+        assert steps == [("forward", "start_query", True), ("forward", "resume_sources", True)], out
+        journal = JournalStore(zk, cfg.zookeeper.root, app).read()
+        assert journal.status == "done_degraded" and "repartitioned" in journal.phases
+        assert "restarted" not in journal.phases  # the walk's step failed; the recovery started it
+        assert not client.exists(paused_key(cfg.redis.key_prefix, app)), "the sources were left paused"
+        wait_until(lambda: state_partitions(cfg, app, query) == 8, 90, "batches with 8 partitions after the recovery")
+        stop_load.set()
+        loader.join()
+        wait_until(lambda: drained(client, cfg, cfg.app(app)), 180, f"{app} to process all its input")
+        verified = verify_app(cfg, app)
+        assert (verified.lost, verified.duplicated, verified.unexpected) == (0, 0, 0), verified.summary()
+    finally:
+        stop_load.set()
+        zk.stop()
+        stop(cfg, app)
+        fresh(cfg, app)
+
+
 CCR_PHASES_TO_KILL = ("requested", "paused", "stopped", "captured", "repartitioned", "restarted", "resumed",
                       "restored")
 

@@ -4,6 +4,8 @@ against a direct computation over the input."""
 
 from __future__ import annotations
 
+import os
+import signal
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -14,15 +16,17 @@ from sparkscale.cli import main
 from sparkscale.config import Config, load_config
 from sparkscale.pipeline.check import drained, verify_app
 from sparkscale.pipeline.loadgen import run_loadgen
-from sparkscale.pipeline.submit import stop, submit
+from sparkscale.pipeline.submit import running, started_marker, stop, submit
+from sparkscale.pipeline.supervisor import current_driver
 from sparkscale.pipeline.verify import read_input_records, read_keyed_sink
 from sparkscale.pipeline.workloads.taxi import expected_output as taxi_expected
 from sparkscale.pipeline.workloads.taxi import top_routes
 from sparkscale.protocol.commands import send_command, wait_ack
+from sparkscale.protocol.keys import progress_key
 from sparkscale.protocol.sinks import SinkTarget
 from sparkscale.protocol.streams import StreamOffsets, read_source_status, stream_heads
 from sparkscale.redisconn import connect
-from tests.conftest import wait_until
+from tests.conftest import leader_lock, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -93,7 +97,10 @@ def pause_then_resume(cfg: Config, client) -> None:
         return sum(h.entries_added for h in stream_heads(client, keys))
 
     def command(zk: KazooClient, kind: str) -> None:
-        ack = wait_ack(zk, cfg.zookeeper.root, "wc", send_command(zk, cfg.zookeeper.root, "wc", kind, {}, epoch=1), 30)
+        # As the daemon does: from the holder of the app's leader lock, at its epoch.
+        with leader_lock(zk, cfg.zookeeper.root, "wc") as epoch:
+            name = send_command(zk, cfg.zookeeper.root, "wc", kind, {}, epoch=epoch, ttl_s=30)
+            ack = wait_ack(zk, cfg.zookeeper.root, "wc", name, 30)
         assert ack.ok, ack.detail
 
     wait_until(lambda: admitted() > 500, 120, "the first batches to admit records")
@@ -139,8 +146,25 @@ def test_wordcount_under_steps_loses_and_duplicates_nothing(setup):
     assert read_keyed_sink(client, target(cfg, "wc", "counts")) == direct
 
 
-def test_dag_linear_under_steps_loses_and_duplicates_nothing(setup):
-    summary, result, _ = run_and_verify(setup, "dagl", "steps:100@20s,400@20s,100@20s", seed=2)
+def crash_the_driver(cfg: Config, client) -> None:
+    """SIGKILL the driver once batches run: its supervisor starts a new one, which goes on from the
+    queries' checkpoints (the supervisor itself stays)."""
+    supervisor = running(cfg, "dagl")
+    first = current_driver(cfg, "dagl")
+    assert supervisor is not None and first is not None
+    wait_until(lambda: int(client.hget(progress_key(cfg.redis.key_prefix, "dagl", "dag"), "batch_id") or -1) >= 2,
+               120, "dagl to commit a few batches")
+    os.kill(first.pid, signal.SIGKILL)
+    wait_until(lambda: (d := current_driver(cfg, "dagl")) is not None and d.pid != first.pid
+               and started_marker(cfg, "dagl").exists(), 180, "the supervisor to restart dagl's driver")
+    restarted = current_driver(cfg, "dagl")
+    assert restarted.restarts == 1
+    assert running(cfg, "dagl").pid == supervisor.pid
+
+
+def test_dag_linear_under_steps_loses_and_duplicates_nothing_across_a_driver_crash(setup):
+    summary, result, _ = run_and_verify(setup, "dagl", "steps:100@20s,400@20s,100@20s", seed=2,
+                                        while_loading=crash_the_driver)
     assert summary.duration_s >= 60
     # Selectivity 1.5 at each of 4 tasks: about 1.5^4 = 5 counted records per input record.
     assert result.total_expected > 3 * summary.records_sent

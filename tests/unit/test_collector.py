@@ -101,6 +101,9 @@ def world(monkeypatch):
     monkeypatch.setattr(collector, "connect", lambda cfg: world.redis)
     monkeypatch.setattr(collector, "sample_host", lambda sample_s: HostFigures(0.5, 0.25, 2, sample_s, "head"))
     monkeypatch.setattr(collector, "time", SimpleNamespace(time=lambda: T0 + 40))
+    # No master here: the cluster view is the test's (None: loop.cluster_view off).
+    world.cluster = None
+    monkeypatch.setattr(collector, "cluster_extension", lambda cfg, app_id: world.cluster)
     return world
 
 
@@ -197,3 +200,25 @@ def test_status_shows_each_query(world):
     table = status_table([AppLine("wc", "d", status)], T0 + 10)
     assert "  wc/counts: 200 rec/s (position), backlog 30 (source_metrics), 2 partitions" in table.splitlines()
     assert "  wc/other: 0 rec/s (input_rate), backlog unknown" in table.splitlines()
+
+
+def test_every_snapshot_carries_where_the_executors_run(world, monkeypatch):
+    asked = []
+    cluster = {"app_id": "x", "workers": [{"id": "w1", "host": "127.0.0.2", "cores_free": 6, "memory_free_mb": 7168,
+                                           "executors": ["1", "2"]}], "unreachable": [], "requests": 2}
+
+    def extension(cfg, app_id):
+        asked.append(app_id)
+        return {**cluster, "app_id": app_id}
+
+    world.cluster = None
+    counts, _other = collector.collect_snapshots(world.cfg, "wc", options=collector.CollectOptions(window_s=30))
+    assert "cluster" not in counts.extensions  # loop.cluster_view off
+    monkeypatch.setattr(collector, "cluster_extension", extension)
+    snaps = collector.collect_snapshots(world.cfg, "wc", options=collector.CollectOptions(window_s=30))
+    app_id = snaps[0].extensions["spark"]["app_id"]
+    assert asked == [app_id]  # one view a round, for every query's snapshot
+    assert all(s.extensions["cluster"]["workers"][0]["executors"] == ["1", "2"] for s in snaps)
+    merged = collector.collect_snapshot(world.cfg, "wc", collector.CollectOptions(window_s=30))
+    assert merged.extensions["cluster"]["app_id"] == app_id  # shared, at the top of the app's snapshot
+    assert Snapshot.from_json(merged.to_json()) == merged

@@ -124,3 +124,106 @@ def test_a_manual_migration_request_carries_its_shape_and_refuses_a_malformed_on
     assert request.to is None and request.executor_shape.executor_memory_mb == 1024
     with pytest.raises(TypeError):
         ManualRequest.from_znode("req-2", json.dumps({**body, "shape": {"cores": 2}}).encode())
+
+
+# -- fenced writes --------------------------------------------------------------------------------
+
+
+def fenced_store(epoch: int = 3):
+    from sparkscale.actuators.migration import JournalStore
+    from tests.unit.fakezk import FakeZk, hold_lock
+
+    zk = FakeZk(session=0x1001)
+    hold_lock(zk, "/ss", "a", epoch)
+    return zk, JournalStore(zk, "/ss", "a", epoch=epoch)
+
+
+def stored(zk) -> Journal:
+    return Journal.from_json(zk.get("/ss/apps/a/migration")[0])
+
+
+def test_a_leaders_journal_writes_are_compare_and_set_inside_a_transaction_with_its_lock():
+    zk, store = fenced_store()
+    assert store.read() is None
+    j = journal("ccr", requested=100.0)
+    store.write(j)  # created
+    j.next = "paused"
+    store.write(j)  # set at the version it created
+    assert stored(zk).next == "paused" and store.version == zk.get("/ss/apps/a/migration")[1].version == 1
+
+
+def test_a_deposed_leader_cannot_write_and_says_so():
+    from structlog.testing import capture_logs
+
+    from sparkscale.actuators.migration import JournalFenced
+
+    zk, store = fenced_store()
+    j = journal("ccr", requested=100.0)
+    store.write(j)
+    zk.expire(0x1001)  # its session ended: the lock znode is gone
+    j.status, j.detail = "running", "stopped: deposed"
+    with capture_logs() as events, pytest.raises(JournalFenced, match="lock znode of epoch 3 is gone"):
+        store.write(j)
+    assert stored(zk).detail == ""  # nothing written
+    assert [e for e in events if e["event"] == "migration.fenced"][0]["reason"].startswith("the writer's lock")
+
+
+def test_a_journal_changed_by_a_successor_is_not_overwritten():
+    from sparkscale.actuators.migration import JournalFenced, JournalStore
+
+    zk, store = fenced_store()
+    store.write(journal("ccr", requested=100.0))
+    successor = JournalStore(zk, "/ss", "a")  # reads and writes it meanwhile (compare-and-set alone)
+    taken = successor.read()
+    taken.epoch = 9
+    successor.write(taken)
+    with pytest.raises(JournalFenced, match="changed since version 0"):
+        store.write(journal("ccr", requested=100.0))
+    assert stored(zk).epoch == 9
+    with pytest.raises(JournalFenced, match="created by another leader"):
+        stale = JournalStore(zk, "/ss", "a")
+        stale.version = -1  # it read no journal, then one appeared
+        stale.write(taken)
+
+
+def test_a_writer_that_never_held_the_lock_at_its_epoch_is_refused_before_writing():
+    from sparkscale.actuators.migration import JournalFenced, JournalStore
+    from tests.unit.fakezk import FakeZk, hold_lock
+
+    zk = FakeZk(session=0x1001)
+    hold_lock(zk, "/ss", "a", 5, session=0x2002)  # another daemon leads at 5
+    for epoch, fragment in ((5, "written by session 0x1001"), (4, "epoch 4, live lock epoch 5")):
+        with pytest.raises(JournalFenced, match=fragment):
+            JournalStore(zk, "/ss", "a", epoch=epoch).write(journal("ccr", requested=100.0))
+    assert zk.exists("/ss/apps/a/migration") is None
+
+
+def test_transaction_refusal_reads_zookeepers_answers():
+    from kazoo.exceptions import BadVersionError, NoNodeError, RolledBackError, RuntimeInconsistency
+
+    from sparkscale.actuators.migration.journal import transaction_refusal
+
+    assert transaction_refusal([True, object()], 2, 3) is None
+    assert "epoch 3 is gone" in transaction_refusal([NoNodeError(), RuntimeInconsistency()], 2, 3)
+    assert "changed since version 2" in transaction_refusal([RolledBackError(), BadVersionError()], 2, 3)
+
+
+def test_the_runners_failure_path_writes_nothing_once_deposed():
+    from types import SimpleNamespace
+
+    from sparkscale.actuators.migration import JournalFenced, MigrationRunner
+    from sparkscale.config import Config
+    from tests.unit.fakezk import FakeZk, hold_lock
+
+    zk = FakeZk(session=0x1001)
+    hold_lock(zk, Config().zookeeper.root, "a", 3)
+    leading = [True]
+    runner = MigrationRunner(Config(), SimpleNamespace(name="a"), zk, redis_client=None, epoch=3,
+                             is_leader=lambda: leading[0])
+    j = journal("ccr", requested=100.0, paused=101.0)
+    runner._write(j)
+    zk.expire(0x1001)
+    leading[0] = False
+    with pytest.raises(JournalFenced):
+        runner._fail(j, "stopped", "no ack")
+    assert Journal.from_json(zk.get(runner.store.path)[0]).detail == ""  # the successor's, untouched

@@ -23,6 +23,7 @@ from sparkscale.actuators.migration import (
 from sparkscale.config import Config
 from sparkscale.monitors.migration_metrics import BatchPoint
 from sparkscale.registry import STRATEGIES
+from tests.unit.fakezk import FakeZk, hold_lock
 
 BUILT_IN = ("dsm", "dcr", "ccr")
 
@@ -87,8 +88,8 @@ def test_a_runner_walks_a_registered_strategys_phases_in_order(registry):
         name = "pause-stop"
         phases = ("requested", "paused", "stopped", "repartitioned", "restarted", "resumed", "restored", "done")
 
-    written: list[tuple[str, str]] = []
-    zk = SimpleNamespace(set=lambda path, data: written.append((path, Journal.from_json(data).next)))
+    zk = FakeZk()
+    hold_lock(zk, Config().zookeeper.root, "a", epoch=3)  # the runner leads at 3: its journal writes check it
     seen: list[tuple[str, float]] = []
     runner = MigrationRunner(Config(), SimpleNamespace(name="a"), zk, redis_client=None, epoch=3,
                              is_leader=lambda: True, on_phase=lambda j, phase, d: seen.append((phase, d)))
@@ -98,6 +99,7 @@ def test_a_runner_walks_a_registered_strategys_phases_in_order(registry):
         setattr(runner, step, lambda j, step=step: ran.append(step))
     j = journal("pause-stop", requested=100.0)
     done = runner.run(j)
+    written = [(path, Journal.from_json(data).next) for path, data in zk.writes if path.endswith("/migration")]
     # The `done` step waits for the restarted run's first output (the end of the restore metric).
     assert ran == ["_pause", "_stop", "_repartition", "_restart", "_resume", "_restored", "_await_first_output"]
     assert [phase for phase, _ in seen] == list(PauseStop.phases[1:])

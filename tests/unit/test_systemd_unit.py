@@ -136,3 +136,34 @@ def test_verify_does_catch_a_broken_unit(tmp_path):
     ours = [line for line in proc.stderr.splitlines() if UNIT.name in line]
     assert any("WatchdogSecs" in line for line in ours), proc.stderr
     assert any("notifyy" in line for line in ours), proc.stderr
+
+
+APP_UNIT = UNIT.parent / "sparkscale-app@.service"
+
+
+def test_driver_unit_runs_the_supervisor_and_restarts_it():
+    d = _directives(APP_UNIT.read_text())
+    [exec_start] = _values(d, "Service", "ExecStart")
+    assert exec_start == f"{SHIPPED_EXEC} pipeline run %i --config ${{SPARKSCALE_CONFIG}}"
+    assert _values(d, "Service", "Restart") == ["on-failure"]
+    assert _values(d, "Service", "RestartPreventExitStatus") == ["2"]
+    assert _values(d, "Service", "KillMode") == ["control-group"]
+    assert _values(d, "Service", "Environment").count(f"SPARKSCALE_CONFIG={CONFIG_PATH}") == 1
+
+
+def test_systemd_analyze_verify_is_clean_for_a_driver_instance(tmp_path):
+    analyze = _systemd_analyze()
+    user = pwd.getpwuid(os.getuid()).pw_name
+    group = grp.getgrgid(os.getgid()).gr_name
+    text = APP_UNIT.read_text().replace(SHIPPED_EXEC, _venv_sparkscale())
+    text = re.sub(r"(?m)^User=.*$", f"User={user}", text)
+    text = re.sub(r"(?m)^Group=.*$", f"Group={group}", text)
+    # verify needs an instance of a template: the file named as the unit of app "wordcount".
+    copy = tmp_path / "sparkscale-app@wordcount.service"
+    copy.write_text(text)
+    proc = subprocess.run([analyze, "verify", "--man=no", "--generators=no", str(copy)],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "LC_ALL": "C"})
+    ours = [line for line in proc.stderr.splitlines() if "sparkscale-app@" in line]
+    report = f"systemd-analyze verify exited {proc.returncode}; stderr:\n{proc.stderr}\nstdout:\n{proc.stdout}"
+    assert proc.returncode == 0, report
+    assert not ours, report

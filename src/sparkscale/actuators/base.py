@@ -64,7 +64,9 @@ class ActuationContext:
     `epoch` fences the commands (the app's leader lock); `is_leader` is asked before each command.
     The rest is per request: `restart_app` restarts the whole application (an executor shape
     change), `strategy` overrides `migration.strategy`, `shape` is a new executor shape, `resume`
-    completes the migration a dead leader left running, `on_phase` hears each migration phase."""
+    completes the migration a dead leader left running (with `migration_id`: the operator's
+    `--resume` of that one, also when it needs attention), `abort` undoes `migration_id` (the
+    operator's `--abort`), `on_phase` hears each migration phase."""
 
     cfg: Config
     app: AppConfig
@@ -77,6 +79,8 @@ class ActuationContext:
     strategy: str | None = None
     shape: ExecutorShape | None = None
     resume: bool = False
+    migration_id: str | None = None
+    abort: bool = False
     measure: bool = True
     on_phase: Callable[..., None] | None = field(default=None, compare=False)
 

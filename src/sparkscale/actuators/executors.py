@@ -2,8 +2,8 @@
 
 `scale_executors` sends `set_executors` to the in-driver agent, which requests the new total from
 the master and, on scale-in, decommissions the newest executors gracefully (they finish their
-running tasks, then exit: the lazy kill). `replace_executor` decommissions one executor and then
-restores the total, so the master launches a fresh one.
+running tasks, then exit: the lazy kill). `replace_executor` makes before it breaks: one executor
+more (the master places it by its policy), then the old one is decommissioned.
 
 An action is done only once the change shows in the driver's Spark REST API (the agent's ack only
 says Spark accepted it); the time that took is recorded. No ack, a refusal, or no visible change
@@ -88,6 +88,8 @@ class ExecutorChange:
         return ActionResult(action, "done", f"{count} active executors", name, ack_s, confirm_s, count)
 
     def _replace(self, action: Action, epoch: int) -> ActionResult:
+        """Make before break: one more executor (placed by the master's policy), then the old one is
+        decommissioned; the app never runs below its count, even at min_executors."""
         started = time.monotonic()
         try:
             before = self.active_executor_ids()
@@ -95,25 +97,42 @@ class ExecutorChange:
             return ActionResult(action, "failed", f"Spark REST API: {exc}")
         if action.executor not in before:
             return ActionResult(action, "failed", f"executor {action.executor} is not active (active: {before})")
+        count = len(before)
         try:
-            name, ack_s, _ = self._command("decommission", {"executor_ids": [action.executor]}, epoch, started)
-            name, ack_s, _ = self._command("set_executors", {"total": len(before)}, epoch, started)
+            name, ack_s, _ = self._command("set_executors", {"total": count + 1, "surge": True}, epoch, started)
         except _Failed as failed:
             return ActionResult(action, "failed", failed.reason, failed.command, failed.ack_s)
-        count, confirm_s, why = self._confirm(
-            lambda ids: action.executor not in ids and len(ids) == len(before), started)
+        seen, _, why = self._confirm(lambda ids: len(ids) == count + 1, started)
         if why:
-            return ActionResult(action, "failed", why, name, ack_s, None, count)
+            return self._undo_surge(action, count, epoch, started, f"the replacement did not start: {why}", name, ack_s)
+        try:
+            name, ack_s, _ = self._command("decommission", {"executor_ids": [action.executor]}, epoch, started)
+        except _Failed as failed:
+            return self._undo_surge(action, count, epoch, started, failed.reason, failed.command, failed.ack_s)
+        seen, confirm_s, why = self._confirm(lambda ids: action.executor not in ids and len(ids) == count, started)
+        if why:
+            return ActionResult(action, "failed", why, name, ack_s, None, seen)
         log.info("actuator.done", app=self.app, action=action.summary(), ack_s=ack_s, confirm_s=confirm_s)
-        return ActionResult(action, "done", f"{action.executor} replaced; {count} active executors", name, ack_s,
-                            confirm_s, count)
+        return ActionResult(action, "done", f"{action.executor} replaced; {seen} active executors", name, ack_s,
+                            confirm_s, seen)
+
+    def _undo_surge(self, action: Action, count: int, epoch: int, started: float, reason: str,
+                    command: str | None, ack_s: float | None) -> ActionResult:
+        """Back to the count before the replacement (the agent removes the newest, the surplus one)."""
+        try:
+            self._command("set_executors", {"total": count}, epoch, started)
+            undone = f"the target is back at {count}"
+        except _Failed as failed:
+            undone = f"restoring the target {count} failed too: {failed.reason}"
+        return ActionResult(action, "failed", f"{reason}; {undone}", command, ack_s)
 
     # -- steps ------------------------------------------------------------------------------------
 
     def _command(self, kind: str, args: dict[str, Any], epoch: int, started: float) -> tuple[str, float, Any]:
         if not self.is_leader():
             raise _Failed("not sent: this daemon is no longer the leader")
-        name = send_command(self.zk, self.zk_root, self.app, kind, args, epoch)
+        # The ack timeout is the command's lifetime: a late agent skips it rather than act unasked.
+        name = send_command(self.zk, self.zk_root, self.app, kind, args, epoch, ttl_s=self.cfg.ack_timeout_s)
         try:
             ack = wait_ack(self.zk, self.zk_root, self.app, name, self.cfg.ack_timeout_s)
         except AckTimeout:

@@ -23,7 +23,9 @@ class MigrationActuator:
 
     def execute(self, action: Action, ctx: ActuationContext) -> ActionResult:
         """Migrate the query (`action.query`, else `action.operator`) to `action.to` partitions, or,
-        with `ctx.resume`, complete the migration a dead leader left running."""
+        with `ctx.resume`, complete the migration a dead leader left running (or `ctx.migration_id`),
+        or, with `ctx.abort`, undo `ctx.migration_id`. A migration recovered forward after a failed
+        step (`done_degraded`) is done: the query runs on the new partitions; the detail says so."""
         query = action.query or action.operator
         assert query is not None and action.to is not None
         strategy = ctx.strategy or ctx.cfg.migration.strategy
@@ -33,8 +35,13 @@ class MigrationActuator:
         runner = MigrationRunner(ctx.cfg, ctx.app, ctx.zk, ctx.redis, ctx.epoch, ctx.is_leader, ctx.on_phase,
                                  ctx.restart_app)
         try:
-            journal = (runner.resume() if ctx.resume
-                       else runner.start(query, action.to, strategy, ctx.identity, ctx.shape))
+            if ctx.abort:
+                assert ctx.migration_id is not None, "an abort names its migration"
+                journal = runner.abort(ctx.migration_id)
+            elif ctx.resume:
+                journal = runner.resume(ctx.migration_id)
+            else:
+                journal = runner.start(query, action.to, strategy, ctx.identity, ctx.shape)
         except MigrationError as exc:
             journal = runner.store.read()
             return ActionResult(action, "failed", str(exc), figures={
@@ -42,15 +49,23 @@ class MigrationActuator:
                 "phase": journal.next if journal else None})
         if journal is None:
             return ActionResult(action, "skipped", "no migration was running")
+        if journal.status == "aborted":
+            way = journal.marks["recovery"]["attempts"][-1]
+            return ActionResult(action, "done", f"migration {journal.id} aborted: {journal.query} runs on "
+                                f"{way['partitions']} partitions ({way['way']}), sources resumed",
+                                figures={"migration": journal.id, "status": journal.status})
         figures = dict(journal.marks.get("metrics", {}))
         figures.update({"migration": journal.id, "strategy": journal.strategy, "phases_s": journal.phase_durations(),
-                        "resumed_by": journal.marks.get("resumed_by", [])})
+                        "resumed_by": journal.marks.get("resumed_by", []), "status": journal.status})
         if ctx.measure:
             figures.update(measure_after(ctx.cfg, ctx.app, ctx.redis, journal))
         detail = (f"{journal.query}: {journal.from_partitions} -> {journal.to_partitions} partitions "
                   f"({journal.strategy})")
         if journal.new_shape is not None:
             detail += f", executors restarted as {journal.new_shape.describe()}"
+        if journal.status == "done_degraded":
+            detail += (f"; done_degraded: {journal.detail} (recovered forward: the query runs on the new "
+                       "partitions, sources resumed)")
         log.info("migration.measured", app=ctx.app.name, id=journal.id,
                  **{k: v for k, v in figures.items() if not isinstance(v, (dict, list))})
         return ActionResult(action, "done", detail, figures=figures)

@@ -7,7 +7,8 @@ application's command znodes (docs/internals.md), carries each command out once,
 acks it; it also publishes every query's progress to Redis, since Spark's REST API has none.
 
 Driver-side only (it imports PySpark); the daemon talks to it through `sparkscale.protocol` and
-never imports this package. `loop` follows the commands and fences old leaders off, `queries`,
+never imports this package. `loop` follows the commands, `admission` runs only fresh ones from the
+live leader lock holder (fencing), `queries`,
 `executors` and `checkpoint` carry them out, `progress` and `sources` publish each query's progress
 and backlog, `hooks` keeps how the user's code started each query, `attach` starts it all, and
 `bootstrap` is the driver's main program that runs the user's script.

@@ -20,6 +20,7 @@ from pathlib import Path
 import structlog
 
 from sparkscale.config import AppConfig, ConfigError, load_config
+from sparkscale.config.secrets import check_secrets
 from sparkscale.logsetup import configure_logging
 
 log = structlog.get_logger("sparkscale.agent.bootstrap")
@@ -70,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = load_config(args.config, args.overrides).with_app(args.app)
         app = cfg.app(args.app)
+        check_secrets(cfg, args.config or "<defaults>")  # the agent's and the pipeline's Redis and ZooKeeper
     except (ConfigError, KeyError) as exc:
         print(f"invalid config:\n{exc}", file=sys.stderr)
         return 2

@@ -2,10 +2,12 @@
 
 The daemon cannot change a running Spark application from outside, so it writes commands to ZooKeeper
 (`protocol.commands`) and this loop, in the driver, carries each one out once, in sequence order, on
-one worker thread, and acks it. A command from an older leader epoch than one already seen is
-refused (fencing), also after an agent restart: the highest epoch is kept in ZooKeeper. The same
-thread keeps the executor count at the last target, because standalone mode has no scale-in of its
-own. What the commands do to queries is `queries.py`'s; to executors, `executors.py`'s.
+one worker thread, and acks it. A command runs only if it has not expired and comes from the live
+holder of the app's leader lock (`admission.py`, read when the command is handled); the highest
+verified epoch is kept in ZooKeeper, so older ones stay refused after an agent restart. The same
+thread prunes old acks (`protocol.commands.prune_channel`) and keeps the executor count at the last
+target, because standalone mode has no scale-in of its own. What the commands do to queries is
+`queries.py`'s; to executors, `executors.py`'s.
 """
 
 from __future__ import annotations
@@ -25,20 +27,23 @@ from kazoo.recipe.watchers import ChildrenWatch
 from py4j.protocol import Py4JError
 from pyspark.sql import SparkSession
 
-from sparkscale.agent.args import CommandRefused, int_arg
+from sparkscale import zkconn
+from sparkscale.agent.admission import CommandGate
+from sparkscale.agent.args import CommandRefused, bool_arg, int_arg
 from sparkscale.agent.executors import SparkExecutors
 from sparkscale.agent.hooks import HOOKS, QueryHooks
 from sparkscale.agent.progress import ProgressPublisher
 from sparkscale.agent.queries import STOP_QUERY_DEFAULT_TIMEOUT_S, QueryControl
 from sparkscale.config import AppConfig, Config
-from sparkscale.protocol.commands import Ack, Command, CommandFormatError, command_seq
+from sparkscale.protocol.commands import Ack, Command, CommandFormatError, command_seq, prune_channel
 from sparkscale.protocol.keys import driver_key, executor_target_key
-from sparkscale.protocol.znodes import acks_path, agent_epoch_path, agent_path, commands_path
+from sparkscale.protocol.znodes import acks_path, agent_path, commands_path
 from sparkscale.redisconn import connect
 
 log = structlog.get_logger(__name__)
 
 RECONCILE_INTERVAL_S = 1.0
+PRUNE_INTERVAL_S = 30.0  # how often old acks and answered commands are pruned (protocol.commands)
 
 Handler = Callable[[Command], Any]
 
@@ -73,13 +78,13 @@ class ControlAgent:
         self._commands = commands_path(root, app.name)
         self._acks = acks_path(root, app.name)
         self._agent = agent_path(root, app.name)
-        self._epoch_path = agent_epoch_path(root, app.name)
         self._own_zk = zk_client is None
-        self.zk = zk_client or KazooClient(hosts=cfg.zookeeper.hosts, timeout=cfg.zookeeper.session_timeout_s)
+        self.zk = zk_client or zkconn.client(cfg.zookeeper)
+        self.gate = CommandGate(self.zk, root, app.name)
         self.redis = redis_client or connect(cfg.redis)
         self.executors = SparkExecutors(spark)
-        self.highest_epoch = 0
         self.last_seq = -1
+        self._pruned_at = 0.0
         self.target_executors: int | None = None
         self.queries = QueryControl(spark, cfg, app, self.redis, self.hooks)
         self._listener: ProgressPublisher | None = None
@@ -105,6 +110,11 @@ class ControlAgent:
     def held(self) -> set[str]:
         return self.hooks.held
 
+    @property
+    def highest_epoch(self) -> int:
+        """The highest leader epoch verified against the live lock (kept in ZooKeeper)."""
+        return self.gate.highest_epoch
+
     # -- lifecycle --------------------------------------------------------------------------------
 
     def start(self) -> None:
@@ -113,7 +123,7 @@ class ControlAgent:
             self.zk.start(timeout=self.cfg.zookeeper.session_timeout_s)
         self.zk.ensure_path(self._commands)
         self.zk.ensure_path(self._acks)
-        self.highest_epoch = self._load_epoch()
+        self.gate.load()
         self._register()
         self.zk.add_listener(self._on_zk_state)
         self._listener = ProgressPublisher(self.redis, self.cfg.redis.key_prefix, self.app.name,
@@ -212,20 +222,6 @@ class ControlAgent:
         self._wake.set()
         return not self._stopping.is_set()  # False ends the watch
 
-    def _load_epoch(self) -> int:
-        try:
-            data, _stat = self.zk.get(self._epoch_path)
-            return int(data.decode() or 0)
-        except NoNodeError:
-            return 0
-
-    def _store_epoch(self, epoch: int) -> None:
-        try:
-            self.zk.set(self._epoch_path, str(epoch).encode())
-        except NoNodeError:
-            self.zk.create(self._epoch_path, str(epoch).encode(), makepath=True)
-        self.highest_epoch = epoch
-
     # -- worker -----------------------------------------------------------------------------------
 
     def _run(self) -> None:
@@ -239,6 +235,9 @@ class ControlAgent:
                     self._register()
                     self._reregister.clear()
                 self._process_pending()
+                if time.monotonic() - self._pruned_at > PRUNE_INTERVAL_S:
+                    self._pruned_at = time.monotonic()
+                    prune_channel(self.zk, self.cfg.zookeeper.root, self.app.name, self.last_seq)
             except KazooException as exc:
                 # Connection loss: the same commands are looked at again on the next wake-up.
                 log.warning("agent.zk_error", app=self.app.name, error=repr(exc))
@@ -264,13 +263,14 @@ class ControlAgent:
                 self.last_seq = seq
                 continue
             try:
-                data, _stat = self.zk.get(f"{self._commands}/{name}")
+                data, stat = self.zk.get(f"{self._commands}/{name}")
             except NoNodeError:
                 continue  # withdrawn by the daemon before we got to it
-            self._write_ack(name, self._execute(name, data))
+            self._write_ack(name, self._execute(name, data, stat.ephemeralOwner))
             self.last_seq = seq
 
-    def _execute(self, name: str, data: bytes) -> Ack:
+    def _execute(self, name: str, data: bytes, sender: int) -> Ack:
+        """Run one command written by ZooKeeper session `sender`, or say why not."""
         try:
             command = Command.from_znode(name, data)
         except CommandFormatError as exc:
@@ -280,18 +280,22 @@ class ControlAgent:
             "agent.command_received", app=self.app.name, command=name, type=command.type,
             args=command.args, epoch=command.epoch,
         )
-        if command.epoch < self.highest_epoch:
-            reason = f"stale epoch {command.epoch} < {self.highest_epoch}"
-            log.warning("agent.command_refused", app=self.app.name, command=name, reason=reason)
-            return Ack(ok=False, detail=reason, done_at=time.time())
+        expired = self.gate.expired(command, time.time())
+        if expired is not None:
+            # Its sender gave up on it long ago (e.g. sent while this agent was down): never run it late.
+            log.warning("agent.command_expired", app=self.app.name, command=name, type=command.type,
+                        issued_at=command.issued_at, expires_at=command.deadline, reason=expired)
+            return Ack(ok=False, detail=expired, done_at=time.time())
+        fenced = self.gate.fenced(command, sender)
+        if fenced is not None:
+            log.warning("agent.command_refused", app=self.app.name, command=name, reason=fenced,
+                        epoch=command.epoch, highest_epoch=self.highest_epoch)
+            return Ack(ok=False, detail=fenced, done_at=time.time())
         handler = self._handlers.get(command.type)
         if handler is None:
             reason = f"unknown command type {command.type!r} (known: {', '.join(sorted(self._handlers))})"
             log.warning("agent.command_refused", app=self.app.name, command=name, reason=reason)
             return Ack(ok=False, detail=reason, done_at=time.time())
-        if command.epoch > self.highest_epoch:
-            # A new leader: from now on its predecessors are fenced off, also after our restart.
-            self._store_epoch(command.epoch)
         started = time.monotonic()
         try:
             detail = handler(command)
@@ -342,7 +346,14 @@ class ControlAgent:
 
     def _set_executors(self, command: Command) -> dict[str, Any]:
         total = int_arg(command.args, "total")
-        if not self.app.min_executors <= total <= self.app.max_executors:
+        # A surge is the first half of a replacement (one more, then the old one goes): it may
+        # exceed max_executors by one for as long as the replacement takes.
+        surge = bool_arg(command.args, "surge", False)
+        active = [e for e in self.executors.list() if e.active]
+        if surge and total != len(active) + 1:
+            raise CommandRefused(f"a surge adds exactly one executor ({len(active)} active, asked {total})")
+        ceiling = self.app.max_executors + (1 if surge else 0)
+        if not self.app.min_executors <= total <= ceiling:
             raise CommandRefused(
                 f"total {total} is outside [min_executors, max_executors] = "
                 f"[{self.app.min_executors}, {self.app.max_executors}]"
@@ -350,7 +361,6 @@ class ControlAgent:
         self._set_target(total)
         if not self.executors.request_total(total):
             raise CommandRefused(f"Spark did not accept the executor target {total}")
-        active = [e for e in self.executors.list() if e.active]
         removed = self.executors.remove([e.id for e in active[total:][::-1]]) if len(active) > total else []
         return {"target": total, "active_before": len(active), "removed": removed, "graceful": self.executors.graceful}
 

@@ -24,7 +24,7 @@ from sparkscale.agent.checkpoint import state_store_provider
 from sparkscale.agent.hooks import QueryHooks
 from sparkscale.agent.sources import SourceReporter, as_json
 from sparkscale.protocol.keys import progress_key
-from sparkscale.protocol.queries import QueryInfo, queries_key
+from sparkscale.protocol.queries import STATE_LOAD_FIELDS, QueryInfo, queries_key
 
 log = structlog.get_logger(__name__)
 
@@ -215,4 +215,19 @@ def progress_fields(progress: Any, sources: list[dict[str, Any]] | None = None) 
                 for op in state_ops
             ]
         )
+        fields.update(state_load_fields(state_ops))
     return {k: v for k, v in fields.items() if v is not None}
+
+
+def state_load_fields(state_ops: list[Any]) -> dict[str, int]:
+    """The batch's state reload figures (`STATE_LOAD_FIELDS`), each summed over the stateful
+    operators that report it: how much a fault's reload from the checkpoint cost. A metric no
+    operator reports (another provider, an older Spark) is left out, not zero."""
+    out: dict[str, int] = {}
+    for op in state_ops:
+        metrics = getattr(op, "customMetrics", None) or {}
+        for metric, name in STATE_LOAD_FIELDS.items():
+            value = metrics.get(metric)
+            if value is not None:
+                out[name] = out.get(name, 0) + int(value)
+    return out

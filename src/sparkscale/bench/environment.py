@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,3 +47,12 @@ def write_results(out: str, table: str, payload: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.with_suffix(".json").write_text(json.dumps(payload, indent=2))
     path.with_suffix(".md").write_text(f"{table}\n\nCommand: `{payload['command']}`\n")
+
+
+def wait_for(condition: Callable[[], object], timeout_s: float, what: str, poll_s: float = 0.5) -> None:
+    """Poll `condition` until it holds; TimeoutError naming `what` after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout_s:g} s waiting for {what}")
+        time.sleep(poll_s)  # polling the condition (Redis, REST, a log): there is nothing to wait on

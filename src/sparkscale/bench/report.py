@@ -5,7 +5,7 @@ A scaling benchmark's DIR gets `results.md` (per case: the controllers compared,
 repeats with the range, then DS2's targets, met or missed and by how much) and
 `timeline-<case>-<controller>-<repeat>.png` per run plus `executors-<case>.png` (older single-case
 results: without the case); a migration benchmark's DIR gets `results.md` and
-`timeline-<strategy>.png`.
+`timeline-<strategy>.png`; a chaos run's DIR `results.md` and `timeline-<fault>.png`.
 """
 
 from __future__ import annotations
@@ -41,6 +41,10 @@ def render(results_dir: Path) -> str:
         from sparkscale.bench.migration import render_migration
 
         return render_migration(results_dir, results)
+    if kind == "chaos":
+        from sparkscale.bench.chaos_report import render_chaos
+
+        return render_chaos(results_dir, results)
     results = remeasure_legacy(results)
     table = scaling_table(results)
     (results_dir / "results.md").write_text(f"{table}\n\nCommand: `{results['command']}`\n")

@@ -20,7 +20,6 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ from typing import Any
 import structlog
 
 from sparkscale.bench.daemon_process import DaemonProcess
-from sparkscale.bench.environment import BenchEnv, embedded_environment
+from sparkscale.bench.environment import BenchEnv, embedded_environment, wait_for
 from sparkscale.bench.measures import (
     RunMeasures,
     ScalingAction,
@@ -245,7 +244,7 @@ def run_controller(spec: BenchSpec, case: Case, controller: str, repeat: int,
         if controller in POLICIES:
             daemon = DaemonProcess(env.config_path, env.overrides, run_dir / "daemon.jsonl", f"bench-{controller}",
                                    [f"policy.name={controller}", "logging.level=info"])
-            _wait_for(lambda: daemon.events("cycle", app=APP), 120, "the daemon's first cycle")
+            wait_for(lambda: daemon.events("cycle", app=APP), 120, "the daemon's first cycle")
         t0 = time.time()
         recorder = Recorder(cfg, APP, spec.sample_s, t0=t0, probe=wl.probe(cfg)).start()
         try:
@@ -292,13 +291,6 @@ def logged_actions(action_log: ActionLog, t0: float, app: str = APP) -> list[Sca
                                          r.status == "done"))
     return out
 
-
-def _wait_for(condition: Callable[[], object], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out after {timeout_s:g} s waiting for {what}")
-        time.sleep(0.5)  # polling the condition
 
 
 # ---------------------------------------------------------------------------------------------

@@ -33,10 +33,11 @@ import structlog
 from kazoo.client import KazooClient
 
 import sparkscale
+from sparkscale import zkconn
 from sparkscale.actuators.base import ActuationContext
 from sparkscale.actuators.migration import JournalStore, registered_strategies
 from sparkscale.bench.clickcheck import wait_for_outputs
-from sparkscale.bench.environment import BenchEnv, embedded_environment
+from sparkscale.bench.environment import BenchEnv, embedded_environment, wait_for
 from sparkscale.bench.filefeed import land_files
 from sparkscale.bench.userjob_tables import (
     CycleSample,
@@ -158,7 +159,7 @@ def run_userjob_bench(spec: UserJobSpec, out: str, command: str) -> UserJobResul
                                  [APP, ONE_QUERY_APP])
         results.spec["work_dir"] = str(work)  # input, output and checkpoints, left for inspection
         client = connect(cfg.redis)
-        zk = KazooClient(hosts=cfg.zookeeper.hosts, timeout=cfg.zookeeper.session_timeout_s)
+        zk = zkconn.client(cfg.zookeeper)
         zk.start(timeout=30)
         feed = Background(land_files, data, f"constant:{spec.rate}", seed=spec.seed, files_per_s=spec.files_per_s,
                           window_s=spec.window_s, watermark_s=spec.watermark_s)
@@ -236,13 +237,6 @@ class Background:
     def is_alive(self) -> bool:
         return self._thread.is_alive()
 
-
-def wait_for(condition: Callable[[], bool], timeout_s: float, what: str, poll_s: float = 1.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout_s:g} s waiting for {what}")
-        time.sleep(poll_s)  # polling Redis for the agent's progress
 
 
 def all_batching(client: redis.Redis, prefix: str, expected: dict[str, tuple[str, ...]]) -> bool:

@@ -11,6 +11,7 @@ from typing import Any, NoReturn
 import click
 
 from sparkscale.config import Config, ConfigError, load_config
+from sparkscale.config.secrets import check_secrets
 from sparkscale.logsetup import configure_logging
 
 EXIT_CONFIG = 2
@@ -40,7 +41,9 @@ def config_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 def load_or_exit(path: str | None, overrides: tuple[str, ...]) -> Config:
     try:
-        return load_config(path, overrides)
+        cfg = load_config(path, overrides)
+        check_secrets(cfg, str(path) if path is not None else "<defaults>")  # files or the environment
+        return cfg
     except ConfigError as exc:
         exit_invalid("config", *exc.problems)
 
@@ -65,13 +68,26 @@ def require_app(cfg: Config, app_name: str) -> Config:
 
 
 def zk_or_exit(cfg: Config) -> Any:
-    from kazoo.client import KazooClient
     from kazoo.handlers.threading import KazooTimeoutError
 
-    zk = KazooClient(hosts=cfg.zookeeper.hosts, timeout=cfg.zookeeper.session_timeout_s)
+    from sparkscale import zkconn
+
+    zk = zkconn.client(cfg.zookeeper)
     try:
         zk.start(timeout=10)
     except KazooTimeoutError:
         click.echo(f"ZooKeeper at {cfg.zookeeper.hosts} is unreachable", err=True)
         sys.exit(1)
     return zk
+
+
+def leader_lock_or_exit(zk: Any, cfg: Config, app_name: str, by: str, timeout_s: float = 10.0) -> Any:
+    """The app's leader lock for a one-shot command that acts without a daemon (exit 1 if another
+    process holds it past `timeout_s`): commands are only taken from the lock's holder."""
+    from sparkscale.daemon.leader import LeaderElection
+
+    election = LeaderElection(zk, cfg.zookeeper.root, app_name, by)
+    if not election.acquire(timeout_s=timeout_s):
+        click.echo(f"could not take the leader lock of {app_name} within {timeout_s:g} s", err=True)
+        sys.exit(1)
+    return election

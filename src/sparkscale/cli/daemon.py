@@ -10,7 +10,14 @@ import time
 import click
 import redis
 
-from sparkscale.cli.common import EXIT_CONFIG, config_options, load_or_exit, require_app, zk_or_exit
+from sparkscale.cli.common import (
+    EXIT_CONFIG,
+    config_options,
+    leader_lock_or_exit,
+    load_or_exit,
+    require_app,
+    zk_or_exit,
+)
 from sparkscale.config import Config
 
 
@@ -42,7 +49,9 @@ def run(cfg: Config, max_cycles: int | None) -> None:
 @config_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def status(cfg: Config, as_json: bool) -> None:
-    """The leader of each managed app, its executors and parallelism, and the last decision."""
+    """The leader of each managed app, its executors and parallelism, and the last decision; and
+    each migration that needs the operator (`sparkscale migrate --resume ID` / `--abort ID`)."""
+    from sparkscale.actuators.migration import JournalStore, attention_line
     from sparkscale.daemon import status as app_status
     from sparkscale.daemon.leader import current_leader
     from sparkscale.daemon.operator_view import AppLine, pick_view, status_table
@@ -55,7 +64,9 @@ def status(cfg: Config, as_json: bool) -> None:
         for app in cfg.apps:
             leader = current_leader(zk, cfg.zookeeper.root, app.name)
             views = app_status.read(client, cfg.redis.key_prefix, app.name)
-            lines.append(AppLine(app.name, leader, pick_view(leader, views)))
+            journal = JournalStore(zk, cfg.zookeeper.root, app.name).read()
+            attention = attention_line(journal) if journal is not None and journal.needs_attention else None
+            lines.append(AppLine(app.name, leader, pick_view(leader, views), attention))
     except redis.RedisError as exc:
         click.echo(f"Redis at {cfg.redis.host}:{cfg.redis.port} is unreachable: {exc}", err=True)
         sys.exit(1)
@@ -190,7 +201,7 @@ def scale_executors(cfg: Config, app_name: str, to: int, timeout_s: float) -> No
     from sparkscale.actuators.executors import active_executor_ids
     from sparkscale.daemon import manual
     from sparkscale.daemon.action_log import ActionLog
-    from sparkscale.daemon.leader import LeaderElection, current_leader
+    from sparkscale.daemon.leader import current_leader
     from sparkscale.monitors.spark_rest import SparkRestError
     from sparkscale.redisconn import connect
 
@@ -210,10 +221,7 @@ def scale_executors(cfg: Config, app_name: str, to: int, timeout_s: float) -> No
             click.echo(f"{'done' if answer.ok else 'not done'}: {answer.detail} (decision {answer.decision_id}, "
                        f"by {answer.leader})")
             sys.exit(0 if answer.ok else 1)
-        election = LeaderElection(zk, cfg.zookeeper.root, app_name, by)
-        if not election.acquire(timeout_s=10.0):
-            click.echo(f"could not take the leader lock of {app_name} within 10 s", err=True)
-            sys.exit(1)
+        election = leader_lock_or_exit(zk, cfg, app_name, by)
         try:
             redis_client = connect(cfg.redis)
             ctx = ActuationContext(cfg, app, zk, redis_client, election.epoch or 0, lambda: election.is_leader, by)

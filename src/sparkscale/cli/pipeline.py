@@ -1,4 +1,4 @@
-"""The managed pipelines: `sparkscale pipeline submit|stop`, `loadgen` (feed an app's input streams)
+"""The managed pipelines: `sparkscale pipeline submit|run|stop`, `loadgen` (feed an app's input streams)
 and `verify` (check an app's output against its input)."""
 
 from __future__ import annotations
@@ -38,7 +38,30 @@ def pipeline_submit(cfg: Config, app_name: str, wait_s: float) -> None:
         rest = driver_rest(cfg, cfg.app(app_name)).base_url
     except SparkRestError as exc:
         rest = f"unknown ({exc.cause})"
-    click.echo(f"{app_name} runs: driver pid {record.pid}, REST API {rest}, log {record.log}")
+    from sparkscale.pipeline.supervisor import current_driver
+
+    driver = current_driver(cfg, app_name)
+    click.echo(f"{app_name} runs: supervisor pid {record.pid}, driver pid {driver.pid if driver else 'unknown'}, "
+               f"REST API {rest}, log {record.log}")
+
+
+@pipeline.command("run")
+@click.argument("app_name")
+@config_options
+def pipeline_run(cfg: Config, app_name: str) -> None:
+    """Run the driver of APP_NAME in the foreground and restart it from its checkpoints after a crash
+    (what `pipeline submit` and systemd's sparkscale-app@.service start; SIGTERM stops it)."""
+    import signal
+    import threading
+
+    from sparkscale.pipeline.supervisor import run_supervised
+
+    cfg = require_app(cfg, app_name)
+    meta = click.get_current_context().meta
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    sys.exit(run_supervised(cfg, app_name, meta["config_path"], list(meta["overrides"]), stop))
 
 
 @pipeline.command("stop")

@@ -7,6 +7,7 @@ file that names only what a user changes is valid (`sections`); `load_config` re
 
 from sparkscale.config.apps import AppConfig, DagConfig, DynamicAllocationConfig, TaxiConfig
 from sparkscale.config.base import ConfigSection
+from sparkscale.config.drivers import DriversConfig
 from sparkscale.config.loading import ConfigError, ConfigProblem, load_config
 from sparkscale.config.sections import (
     ActionLogConfig,
@@ -37,6 +38,7 @@ __all__ = [
     "ConfigSection",
     "DaemonConfig",
     "DagConfig",
+    "DriversConfig",
     "DynamicAllocationConfig",
     "GuardsConfig",
     "LoggingConfig",

@@ -16,6 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from sparkscale.config.apps import AppConfig
 from sparkscale.config.base import ConfigSection, _one_of
+from sparkscale.config.drivers import DriversConfig
+from sparkscale.config.secrets import read_secret_file, split_digest
 from sparkscale.registry import POLICIES, STRATEGIES, WORKLOADS
 
 _Section = ConfigSection
@@ -115,12 +117,56 @@ class RedisConfig(_Section):
     db: int = Field(0, ge=0)
     key_prefix: str = "sparkscale:"
     socket_timeout_s: float = Field(5.0, gt=0)
+    # Redis AUTH (README "Security"): the password is read from this file (mode 0600) when a client
+    # connects, never kept here; without a file, from $SPARKSCALE_REDIS_PASSWORD; neither: no AUTH.
+    username: str | None = None
+    password_file: str | None = None
+    tls: bool = False
+    ca_file: str | None = None  # CA bundle to verify the server's certificate (tls); default: the system's
+
+    @field_validator("username")
+    @classmethod
+    def _username(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[^\s\x00-\x1f\x7f]+", value):
+            raise ValueError("expected a Redis user name without spaces or control characters")
+        return value
+
+    @field_validator("password_file")
+    @classmethod
+    def _password_file(cls, value: str | None) -> str | None:
+        if value is not None:
+            read_secret_file(value)  # exists, is private, holds something; the content is dropped
+        return value
+
+    @field_validator("ca_file")
+    @classmethod
+    def _ca_file(cls, value: str | None) -> str | None:
+        if value is not None and not Path(value).expanduser().is_file():
+            raise ValueError(f"CA file {value} does not exist or is not a file")
+        return value
+
+    @model_validator(mode="after")
+    def _ca_needs_tls(self) -> RedisConfig:
+        if self.ca_file is not None and not self.tls:
+            raise ValueError("ca_file is set but tls is false: set redis.tls: true (or drop ca_file)")
+        return self
 
 
 class ZooKeeperConfig(_Section):
     hosts: str = "127.0.0.1:2181"
     root: str = "/sparkscale"
     session_timeout_s: float = Field(10.0, ge=2)
+    # Digest auth (README "Security"): a file (mode 0600) holding USER:PASSWORD, read on connect;
+    # without it, $SPARKSCALE_ZOOKEEPER_AUTH; neither: no auth. With it, sparkscale's znodes are
+    # readable and writable by that identity only (the daemon locks the root at start).
+    auth_file: str | None = None
+
+    @field_validator("auth_file")
+    @classmethod
+    def _auth_file(cls, value: str | None) -> str | None:
+        if value is not None:
+            split_digest(read_secret_file(value), f"secret file {value}")
+        return value
 
     @field_validator("hosts")
     @classmethod
@@ -157,6 +203,9 @@ class LoopConfig(_Section):
     # The daemon host's CPU: 0 = the change since the previous cycle (no wait); > 0 = a blocking
     # sample of this many seconds in each cycle (what the cycle did before; kept for comparison).
     host_cpu_sample_s: float = Field(0.0, ge=0, le=5)
+    # Read where the app's executors run from the standalone master's and workers' /json/ (one
+    # request to the master and one per alive worker a cycle) for the spread rule; off: no rule.
+    cluster_view: bool = True
 
 
 class PolicyConfig(_Section):
@@ -256,6 +305,12 @@ class GuardsConfig(_Section):
     # on the planned executors would leave [min, max] (policies/two_tier.py).
     partitions_per_core_min: float = Field(1.0, gt=0)
     partitions_per_core_max: float = Field(12.0, gt=0)
+    # Spread a stateful app's executors over the workers (policies/spread.py): one replace_executor
+    # off a worker holding more than ceil(n / w) of them, in a cycle that changes nothing else ...
+    spread_executors: bool = True
+    # ... and, after a move that left the counts as they were (the master placed the replacement on
+    # the crowded worker again), no further move for this long, in seconds.
+    spread_hold_s: float = Field(600.0, ge=0)
 
     @model_validator(mode="after")
     def _band(self) -> GuardsConfig:
@@ -364,6 +419,7 @@ class Config(_Section):
     action_log: ActionLogConfig = ActionLogConfig()
     metrics: MetricsConfig = MetricsConfig()
     daemon: DaemonConfig = DaemonConfig()
+    drivers: DriversConfig = DriversConfig()
     logging: LoggingConfig = LoggingConfig()
 
     @field_validator("apps")

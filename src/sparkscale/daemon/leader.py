@@ -1,9 +1,10 @@
 """Leadership: exactly one process acts for an application at a time (DESIGN.md, "Stability").
 
 A kazoo Lock per app at `<root>/apps/<app>/leader`. Its holder is the leader; every command it
-writes carries the lock znode's sequence number as its *epoch*. Sequence numbers only grow under
-one parent, so a later leader always has a higher epoch, and the agent refuses commands of an older
-one: a paused old leader that wakes up after a takeover cannot act (fencing).
+writes carries the lock znode's sequence number as its *epoch*. The agent runs a command only if its
+epoch is the live lock holder's and its znode was written by the holder's session (it reads the
+lock when it handles the command, protocol.fencing), and journal writes check the writer's lock
+znode in the same transaction: a paused old leader that wakes up after a takeover cannot act.
 
 Acquisition is non-blocking, tried once per cycle: standbys keep running their monitors and try
 again next cycle. A suspended or lost ZooKeeper connection ends leadership at once (the session,
@@ -22,6 +23,9 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException
 from kazoo.recipe.lock import Lock
 
+from sparkscale import zkconn
+from sparkscale.config import ZooKeeperConfig
+from sparkscale.protocol.fencing import lock_sequence
 from sparkscale.protocol.znodes import leader_path
 
 log = structlog.get_logger(__name__)
@@ -33,8 +37,12 @@ def default_identity() -> str:
 
 
 def lock_epoch(node_name: str) -> int:
-    """The sequence number kazoo's lock recipe appended to the znode name (10 digits)."""
-    return int(node_name[-10:])
+    """The sequence number kazoo's lock recipe appended to the znode name (10 digits); the agent
+    reads the live holder's the same way (protocol.fencing)."""
+    epoch = lock_sequence(node_name)
+    if epoch is None:
+        raise ValueError(f"{node_name!r} is not a kazoo lock znode name")
+    return epoch
 
 
 class LeaderElection:
@@ -128,7 +136,9 @@ def current_leader(zk: KazooClient, root: str, app: str) -> str | None:
     return contenders[0] if contenders else None
 
 
-def zk_client(hosts: str, session_timeout_s: float) -> KazooClient:
-    """A client that keeps reconnecting forever with back-off (the daemon waits out ZooKeeper)."""
-    return KazooClient(hosts=hosts, timeout=session_timeout_s,
-                       connection_retry={"max_tries": -1, "delay": 0.5, "max_delay": 10.0, "backoff": 2})
+def zk_client(cfg: ZooKeeperConfig) -> KazooClient:
+    """A client that keeps reconnecting forever with back-off (the daemon waits out ZooKeeper); with
+    auth configured it locks the root to its identity once connected (zkconn)."""
+    zk = zkconn.client(cfg, connection_retry={"max_tries": -1, "delay": 0.5, "max_delay": 10.0, "backoff": 2})
+    zkconn.lock_root_on_connect(zk, cfg)
+    return zk

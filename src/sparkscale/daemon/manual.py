@@ -10,6 +10,9 @@ no daemon leads, the CLI takes the lock itself and calls `carry_out` / `run_migr
 Requests older than their `expires_at` are answered "expired" and not carried out: an operator's
 intent does not wait hours for a leader to appear. A request is an absolute target, so a leader
 that dies between acting and answering makes the next leader repeat it harmlessly.
+
+`sparkscale migrate --resume ID` / `--abort ID` (`resume_migration`, `abort_migration`) go the same
+way and are served even while the app has no live query (a stranded migration's query is stopped).
 """
 
 from __future__ import annotations
@@ -17,32 +20,37 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from sparkscale.actuators.base import ActionResult, ActuationContext, dispatch
-from sparkscale.actuators.migration import JournalStore
+from sparkscale.actuators.migration import Journal, JournalStore, MigrationError, check_operable
 from sparkscale.config import Config
-from sparkscale.daemon.action_log import ActionLog, DecisionRecord
+from sparkscale.daemon.action_log import ActionLog, DecisionRecord, snapshot_id
 from sparkscale.pipeline.submit import ExecutorShape, restart
 from sparkscale.plan import Action, Plan
 from sparkscale.protocol.commands import wait_for_znode
 from sparkscale.protocol.streams import query_partitions
 from sparkscale.protocol.znodes import requests_path, results_path
+from sparkscale.snapshot import Snapshot
+from sparkscale.snapshot_merge import query_names
 
 MANUAL_POLICY = "manual"
 
 REQUEST_PREFIX = "req-"
+JOURNAL_REQUESTS = ("resume_migration", "abort_migration")  # on a journaled migration, by its id
+REQUEST_TYPES = ("scale_executors", "migrate", *JOURNAL_REQUESTS)
 
 
 @dataclass(frozen=True)
 class ManualRequest:
     """`scale_executors` to `to` executors, or `migrate` `query` to `to` partitions (None: as they
     are) with `strategy`, optionally restarting the app with a new executor shape (`shape`), then
-    optionally to `executors` executors."""
+    optionally to `executors` executors; or `resume_migration` / `abort_migration` of the journaled
+    migration `migration` (its id)."""
 
     to: int | None
     by: str
@@ -54,6 +62,7 @@ class ManualRequest:
     strategy: str | None = None
     executors: int | None = None
     shape: dict[str, int] | None = None  # ExecutorShape fields
+    migration: str | None = None  # a journaled migration's id
 
     @property
     def executor_shape(self) -> ExecutorShape | None:
@@ -68,15 +77,17 @@ class ManualRequest:
     def from_znode(cls, name: str, data: bytes) -> ManualRequest:
         body = json.loads(data.decode())
         kind = body.get("type", "scale_executors")
-        if kind not in ("scale_executors", "migrate"):
+        if kind not in REQUEST_TYPES:
             raise ValueError(f"unknown request type {kind!r}")
         shape = body.get("shape")
         if shape is not None:
             ExecutorShape(**shape)  # a malformed shape is an invalid request
-        to = body["to"]
-        return cls(None if to is None and kind == "migrate" else int(to), str(body.get("by", "")),
+        to = body["to"] if kind == "scale_executors" else body.get("to")
+        if kind in JOURNAL_REQUESTS and not isinstance(body.get("migration"), str):
+            raise ValueError(f"a {kind} request names no migration")
+        return cls(None if to is None and kind != "scale_executors" else int(to), str(body.get("by", "")),
                    float(body["requested_at"]), float(body["expires_at"]), name, kind, body.get("query"),
-                   body.get("strategy"), body.get("executors"), shape)
+                   body.get("strategy"), body.get("executors"), shape, body.get("migration"))
 
 
 @dataclass(frozen=True)
@@ -97,7 +108,7 @@ class ManualResult:
 def submit_request(zk: KazooClient, root: str, app: str, to: int | None, by: str, timeout_s: float,
                    **migration: Any) -> str:
     """Write a request for the leader; `migration` (type="migrate", query, strategy, executors, shape)
-    for a migration."""
+    for a migration, (type="resume_migration" or "abort_migration", migration=ID) for a journaled one."""
     now = time.time()
     request = ManualRequest(to, by, now, now + timeout_s, **migration)
     zk.ensure_path(results_path(root, app))
@@ -209,7 +220,7 @@ def settled_migration(zk: KazooClient, root: str, app: str, request: ManualReque
     leader died during and the next completed on election, or one that does not name which of the
     app's several queries to migrate (the operator's call)."""
     done = JournalStore(zk, root, app).read()
-    if (done is not None and done.status == "done" and request.to in (None, done.to_partitions)
+    if (done is not None and done.status in ("done", "done_degraded") and request.to in (None, done.to_partitions)
             and done.shape == (asdict(request.executor_shape) if request.executor_shape else None)
             and done.requested_at >= request.requested_at):
         return ManualResult(True, json.dumps({"detail": f"completed by resuming migration {done.id}",
@@ -217,3 +228,63 @@ def settled_migration(zk: KazooClient, root: str, app: str, request: ManualReque
     if request.query is None and len(queries) > 1:
         return ManualResult(False, f"the app runs queries {', '.join(queries)}: name one", None, leader)
     return None
+
+
+def operate_migration(action_log: ActionLog, ctx: ActuationContext, journal: Journal,
+                      abort: bool) -> tuple[str, ActionResult]:
+    """The operator's `--resume` (to done) or `--abort` (to the query running, sources resumed) of a
+    journaled migration, through the path the daemon's takeover takes (`run_migration`, logged)."""
+    op = replace(ctx, strategy=journal.strategy, resume=not abort, abort=abort, migration_id=journal.id,
+                 measure=not abort)
+    verb = "abort" if abort else "resume"
+    return run_migration(action_log, op, journal.query, journal.from_partitions if abort else journal.to_partitions,
+                         f"{verb} migration {journal.id} (left {journal.status} at {journal.next}) by {ctx.identity}")
+
+
+def serve_requests(zk: KazooClient, root: str, app: str, action_log: ActionLog,
+                   context: Callable[..., ActuationContext], leader: str, dry_run: bool,
+                   snapshot: Snapshot | None) -> list[ActionResult]:
+    """The leader carries out and answers the app's pending requests (`context(**request)`: its
+    actuation context). Without a snapshot (no live query) only the requests on a journaled
+    migration are served; the others wait for one, or expire. Returns what was carried out."""
+    results: list[ActionResult] = []
+    for request in pending_requests(zk, root, app):
+        if snapshot is None and request.type not in JOURNAL_REQUESTS:
+            continue
+        now = time.time()
+        if request.expires_at < now:
+            answer(zk, root, app, request.name, ManualResult(False, "expired before a leader could carry it out"))
+            continue
+        if dry_run:
+            answer(zk, root, app, request.name,
+                   ManualResult(False, "the daemon runs in dry-run mode: it never acts", leader=leader))
+            continue
+        if request.type in JOURNAL_REQUESTS:
+            try:
+                journal = check_operable(JournalStore(zk, root, app).read(), app, str(request.migration),
+                                         request.type.split("_")[0])
+            except MigrationError as exc:
+                answer(zk, root, app, request.name,
+                       ManualResult(False, json.dumps({"detail": str(exc), "refused": True}), None, leader))
+                continue
+            decision_id, result = operate_migration(action_log, context(), journal,
+                                                    abort=request.type == "abort_migration")
+        elif request.type == "migrate":
+            assert snapshot is not None
+            names = query_names(snapshot)
+            settled = settled_migration(zk, root, app, request, names, leader)
+            if settled is not None:
+                answer(zk, root, app, request.name, settled)
+                continue
+            decision_id, result = run_migration(
+                action_log, context(strategy=request.strategy, shape=request.executor_shape),
+                request.query or names[0], request.to, f"manual request by {request.by}", executors=request.executors)
+        else:
+            assert snapshot is not None and request.to is not None
+            decision_id, result = carry_out(action_log, context(), request.to, request.by,
+                                            current=len(snapshot.executors), snapshot_id=snapshot_id(snapshot), at=now)
+        results.append(result)
+        detail = (result.detail if request.type == "scale_executors"
+                  else json.dumps({"detail": result.detail, "figures": result.figures}))
+        answer(zk, root, app, request.name, ManualResult(result.status == "done", detail, decision_id, leader))
+    return results

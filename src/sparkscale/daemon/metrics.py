@@ -41,8 +41,11 @@ class DaemonMetrics:
                             registry=r)
         self.blocked = Gauge("sparkscale_blocked_actions", "Unexpired blocklist entries of the app.", ["app"],
                              registry=r)
+        self.attention = Gauge("sparkscale_migrations_needing_attention", "1 while the app's last migration "
+                               "needs the operator (`sparkscale migrate --resume ID` or `--abort ID`), else 0.",
+                               ["app"], registry=r)
         self._by_app = (self.cycles, self.decisions, self.actions, self.cycle_duration, self.executors,
-                        self.parallelism, self.leader, self.blocked)
+                        self.parallelism, self.leader, self.blocked, self.attention)
         self._operators: dict[str, set[str]] = {}
         self._lock = threading.Lock()
         self._server: WSGIServer | None = None
@@ -80,6 +83,10 @@ class DaemonMetrics:
 
     def set_blocked(self, app: str, n: int) -> None:
         self.blocked.labels(app=app).set(n)
+
+    def set_migrations_needing_attention(self, app: str, n: int) -> None:
+        """From the app's migration journal, each cycle (leader and standbys alike)."""
+        self.attention.labels(app=app).set(n)
 
     def forget_app(self, app: str) -> None:
         """Drop every series of `app` (a reload removed it), so it does not linger with its last values."""

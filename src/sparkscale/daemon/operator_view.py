@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from sparkscale.actuators.migration import Journal, operator_commands
 from sparkscale.daemon.action_log import BlocklistEntry, LoggedDecision
 from sparkscale.daemon.status import AppStatus, age
 from sparkscale.plan import table_lines
@@ -38,9 +39,11 @@ class AppLine:
     app: str
     leader: str | None
     view: AppStatus | None  # the leader's own report if there is one, else the freshest
+    attention: str | None = None  # its migration needs the operator: where, why, the commands that go on
 
     def to_dict(self) -> dict[str, Any]:
-        return {"app": self.app, "leader": self.leader, "view": self.view.to_dict() if self.view else None}
+        return {"app": self.app, "leader": self.leader, "view": self.view.to_dict() if self.view else None,
+                "migration_needs_attention": self.attention}
 
 
 def pick_view(leader: str | None, views: Sequence[AppStatus]) -> AppStatus | None:
@@ -68,7 +71,9 @@ def status_table(lines: Sequence[AppLine], now: float) -> str:
     table = table_lines(["APP", "LEADER", "LAST CYCLE", "EXECUTORS", "PARALLELISM", "LAST DECISION"], rows)
     # Each query's own figures under the table: arrival and its estimate, backlog (or unknown), partitions.
     queries = [f"  {line.app}/{q.summary()}" for line in lines if line.view for q in line.view.queries]
-    return "\n".join([*table, *(["", "queries:", *queries] if queries else [])])
+    attention = [f"  {line.attention}" for line in lines if line.attention]
+    return "\n".join([*table, *(["", "queries:", *queries] if queries else []),
+                      *(["", "migrations needing attention:", *attention] if attention else [])])
 
 
 def decision_row(d: LoggedDecision) -> list[str]:
@@ -111,6 +116,28 @@ def blocklist_table(entries: Sequence[BlocklistEntry], now: float) -> str:
     rows = [[e.blocked.app, e.blocked.diagnosis, e.blocked.action_type,
              f"{max(e.blocked.until - now, 0):.0f} s", e.decision_id, _clip(e.reason, 70)] for e in entries]
     return "\n".join(table_lines(["APP", "DIAGNOSIS", "ACTION", "EXPIRES IN", "DECISION", "REASON"], rows))
+
+
+def migration_dict(journal: Journal) -> dict[str, Any]:
+    """One journaled migration for `migrate --list --json`: where it is and, if open, how to go on."""
+    resume, abort = operator_commands(journal)
+    return {"app": journal.app, "id": journal.id, "query": journal.query, "strategy": journal.strategy,
+            "from_partitions": journal.from_partitions, "to_partitions": journal.to_partitions,
+            "status": journal.status, "phase_reached": journal.phase_reached, "next": journal.next,
+            "requested_at": journal.requested_at, "detail": journal.detail,
+            "commands": {"resume": resume, "abort": abort} if journal.open else None}
+
+
+def migrations_table(journals: Sequence[Journal], now: float) -> str:
+    """`sparkscale migrate --list`: journaled migrations that are not done, and how to go on."""
+    if not journals:
+        return "no journaled migration that is not done"
+    rows = [[j.app, j.id, j.query, f"{j.from_partitions} -> {j.to_partitions}", j.strategy, j.status,
+             j.phase_reached or "-", j.next, age(j.requested_at, now), _clip(j.detail or "-", 60)] for j in journals]
+    table = table_lines(["APP", "MIGRATION", "QUERY", "PARTITIONS", "STRATEGY", "STATUS", "REACHED", "AT",
+                         "REQUESTED", "DETAIL"], rows)
+    hints = [f"  {j.id}: {' | '.join(operator_commands(j))}" for j in journals if j.open]
+    return "\n".join([*table, *(["", "to go on:", *hints] if hints else [])])
 
 
 def _clip(text: str, width: int) -> str:

@@ -3,10 +3,11 @@
 A cycle for one app (the daemon owns time; each stage below is a module of its own):
 
 1. leadership: try the app's ZooKeeper lock (leader.py); a new leader reloads the app's recent
-   decisions from the action log and fences older leaders with a `report` command at its epoch;
+   decisions from the action log (agents take commands only from the lock's live holder);
 2. monitor: `collect_snapshots`, one per query (Spark REST, Redis, psutil); an app not running, or
    with no query yet, is reported, not scaled; an unreachable service: back-off and no action;
-3. manual requests (leader): carry out `sparkscale scale-executors` requests (manual.py);
+3. manual requests (leader): carry out `scale-executors` and `migrate` requests (manual.py); with
+   no live query, only `migrate --resume|--abort ID` (a stranded migration's query is stopped);
 4. evaluate: judge earlier executed actions whose due time has come (evaluator.py), blocking
    what their policy's semantics say (the blocklist, in Redis) and learning the app's scalability;
 5. plan: `planner.decide_app` over all the app's queries (policy, guards, blocklist, Spark mapping),
@@ -24,7 +25,6 @@ A slow or failing cycle never piles up: one run per app at a time, missed runs c
 
 from __future__ import annotations
 
-import json
 import signal
 import threading
 import time
@@ -40,7 +40,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from kazoo.client import KazooState
 
 from sparkscale.actuators.base import ActuationContext
-from sparkscale.actuators.migration import JournalStore
+from sparkscale.actuators.migration import Journal, JournalStore
 from sparkscale.config import AppConfig, Config, ConfigError, load_config
 from sparkscale.daemon import manual
 from sparkscale.daemon import status as app_status
@@ -64,11 +64,10 @@ from sparkscale.pipeline.submit import with_stored_shape
 from sparkscale.policies.history import DecisionHistory
 from sparkscale.policies.outcomes import expectation_for
 from sparkscale.policies.planner import decide_app
-from sparkscale.protocol.commands import send_command
 from sparkscale.protocol.streams import query_partitions
 from sparkscale.redisconn import connect
 from sparkscale.snapshot import Snapshot
-from sparkscale.snapshot_merge import merge_snapshots, query_names
+from sparkscale.snapshot_merge import merge_snapshots
 
 log = structlog.get_logger(__name__)
 
@@ -109,7 +108,7 @@ class Daemon:
         self._reload_requested = threading.Event()
         self._apps_to_wake: set[str] = set()
         self._apps_to_wake_lock = threading.Lock()
-        self.zk = zk_client(cfg.zookeeper.hosts, cfg.zookeeper.session_timeout_s)
+        self.zk = zk_client(cfg.zookeeper)
         self.redis = connect(cfg.redis)
         self.action_log = ActionLog(self.redis, cfg.redis.key_prefix, cfg.action_log)
         self.blocklist = BlocklistStore(self.redis, cfg.redis.key_prefix)
@@ -293,6 +292,9 @@ class Daemon:
             result = "absent" if isinstance(exc, AppNotRunningError) else "no_queries"
             log.warning("cycle.app_absent" if result == "absent" else "cycle.no_queries", app=app.name, role=role,
                         reason=str(exc), action="none")
+            self._read_journal(app.name)  # a stranded migration's query is stopped: its metric, its requests
+            if leader:
+                self._serve_manual_requests(app, st, election, None)
             self._publish(app, st, election, role, result, detail=str(exc))
             st.failures = 0
             return result
@@ -303,24 +305,19 @@ class Daemon:
         self.metrics.set_parallelism(app.name, {op.id: op.parallelism for op in snapshot.operators})
 
         if leader:
-            taken = take_in_results(st.in_flight, self.metrics, app.name)
-            if taken is not None:
-                st.in_flight = None
-                self._remember(st, taken)
-            if st.in_flight is None:
-                self._serve_manual_requests(app, st, election, snapshot)
+            self._serve_manual_requests(app, st, election, snapshot)
             for learned in self.evaluator.judge_due(app, st.pending, snapshot, self.cfg.outcomes):
                 st.history = st.history.with_scaling(learned)
         blocklist = self.blocklist.blocklist(now, app.name)
         self.metrics.set_blocked(app.name, len(blocklist.entries))
 
         # Monitor -> snapshot -> planner (policy -> guards -> blocklist -> Spark mapping) -> plan.
-        journal = JournalStore(self.zk, self.cfg.zookeeper.root, app.name).read() if self.zk.connected else None
+        journal = self._read_journal(app.name)
         partitions = {s.query: query_partitions(self.redis, self.cfg.redis.key_prefix, app.name, s.query,
                                                 app.shuffle_partitions) for s in snapshots}
         queries = tuple(app_status.query_view(s, partitions[s.query]) for s in snapshots)
         history = replace(st.history, blocklist=blocklist, last_action_at=st.last_action_at or 0.0,
-                          migration_running=journal is not None and journal.status == "running",
+                          migration_running=journal is not None and journal.open,
                           last_migration_end=journal.phases.get("done") if journal else None,
                           partitions=partitions, last_action_direction=st.last_action_direction,
                           action_in_progress=st.in_flight.summary if st.in_flight else None)
@@ -397,10 +394,9 @@ class Daemon:
                            d.decision.policy, d.decision.plan.observation.query)
             for d in acted if d.outcome is None and d.decision.expected is not None and d.decision.plan.changes
         ]
-        # Fence: the agent keeps the highest epoch it has seen and refuses older leaders' commands.
-        send_command(self.zk, self.cfg.zookeeper.root, app.name, "report", {}, election.epoch)
+        # No fencing command needed: the agent checks each command against the live lock holder.
         journal = JournalStore(self.zk, self.cfg.zookeeper.root, app.name).read()
-        if journal is not None and journal.status == "running" and not self.cfg.loop.dry_run:
+        if journal is not None and journal.active and not self.cfg.loop.dry_run:
             # A leader died during a migration: finish it (or roll it back) before anything else.
             decision_id, result = manual.run_migration(
                 self.action_log, self._context(app, election, strategy=journal.strategy, resume=True),
@@ -442,41 +438,30 @@ class Daemon:
                                 **request)
 
     def _serve_manual_requests(self, app: AppConfig, st: _AppState, election: LeaderElection,
-                               snapshot: Snapshot) -> None:
-        root = self.cfg.zookeeper.root
-        for request in manual.pending_requests(self.zk, root, app.name):
-            now = time.time()
-            if request.expires_at < now:
-                manual.answer(self.zk, root, app.name, request.name,
-                              manual.ManualResult(False, "expired before a leader could carry it out"))
-                continue
-            if self.cfg.loop.dry_run:
-                manual.answer(self.zk, root, app.name, request.name,
-                              manual.ManualResult(False, "the daemon runs in dry-run mode: it never acts",
-                                                  leader=self.identity))
-                continue
-            if request.type == "migrate":
-                names = query_names(snapshot)
-                settled = manual.settled_migration(self.zk, root, app.name, request, names, self.identity)
-                if settled is not None:
-                    manual.answer(self.zk, root, app.name, request.name, settled)
-                    continue
-                ctx = self._context(app, election, strategy=request.strategy, shape=request.executor_shape)
-                decision_id, result = manual.run_migration(
-                    self.action_log, ctx, request.query or names[0], request.to,
-                    f"manual request by {request.by}", executors=request.executors)
-                answer = manual.ManualResult(result.status == "done", json.dumps(
-                    {"detail": result.detail, "figures": result.figures}), decision_id, self.identity)
-            else:
-                decision_id, result = manual.carry_out(
-                    self.action_log, self._context(app, election), request.to, request.by,
-                    current=len(snapshot.executors), snapshot_id=snapshot_id(snapshot), at=now)
-                answer = manual.ManualResult(result.status == "done", result.detail, decision_id, self.identity)
+                               snapshot: Snapshot | None) -> None:
+        """Take in the background action that ended, if any; then, with none under way, carry out the
+        operator's requests (manual.py; without a snapshot only those on a journaled migration)."""
+        taken = take_in_results(st.in_flight, self.metrics, app.name)
+        if taken is not None:
+            st.in_flight = None
+            self._remember(st, taken)
+        if st.in_flight is not None:
+            return
+        for result in manual.serve_requests(self.zk, self.cfg.zookeeper.root, app.name, self.action_log,
+                                            lambda **request: self._context(app, election, **request), self.identity,
+                                            self.cfg.loop.dry_run, snapshot):
             if result.status == "done":
                 st.last_action_at = time.time()
                 st.last_action = f"manual: {result.action.summary()}"
             self.metrics.count_action(app.name, result.action.type, result.status)
-            manual.answer(self.zk, root, app.name, request.name, answer)
+
+    def _read_journal(self, app_name: str) -> Journal | None:
+        """The app's migration journal (None: none, or ZooKeeper not connected); sets its attention metric."""
+        if not self.zk.connected:
+            return None
+        journal = JournalStore(self.zk, self.cfg.zookeeper.root, app_name).read()
+        self.metrics.set_migrations_needing_attention(app_name, int(journal is not None and journal.needs_attention))
+        return journal
 
     def _publish(self, app: AppConfig, st: _AppState, election: LeaderElection, role: str, result: str,
                  executors: int | None = None, parallelism: dict[str, int] | None = None, detail: str = "",

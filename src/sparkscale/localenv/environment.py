@@ -19,17 +19,18 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import psutil
-import redis
 import structlog
 
-from sparkscale.config import Config
+from sparkscale.config import Config, RedisConfig
 from sparkscale.localenv.preflight import ZOOKEEPER_CLASSPATH, Tools, check_addresses, check_tools
+from sparkscale.localenv.redis_auth import redis_auth_lines
 from sparkscale.processes import live_process, stop_trees, tail
+from sparkscale.redisconn import connect
 
 log = structlog.get_logger(__name__)
 
@@ -90,12 +91,18 @@ class LocalEnvironment:
 
     # -- public ---------------------------------------------------------------------------------
 
-    def up(self) -> list[ServiceStatus]:
-        """Start whatever is not running, then wait until every service answers. Idempotent."""
+    def up(self, only: Collection[str] | None = None) -> list[ServiceStatus]:
+        """Start whatever is not running, then wait until every service answers. Idempotent.
+        `only`: just the services of these names (tests that need Redis and ZooKeeper alone)."""
+        if self.cfg.redis.tls:
+            raise EnvironmentStartError(
+                "redis.tls is set, but the embedded Redis does not serve TLS: set redis.tls: false for "
+                "`cluster up`, or point redis.* at a Redis of your own that does"
+            )
         tools = check_tools(self.cfg.cluster.java, self.cfg.spark.home)
         check_addresses(self.cfg.cluster.worker_host(i) for i in range(1, self.cfg.cluster.workers + 1))
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        specs = self.specs(tools)
+        specs = [s for s in self.specs(tools) if only is None or s.name in only]
         deadline = time.monotonic() + self.cfg.cluster.start_timeout_s
         # Master first: a worker that finds no master waits 5-15 s before it tries again.
         first = [s for s in specs if not s.name.startswith("spark-worker")]
@@ -181,7 +188,7 @@ class LocalEnvironment:
                 env={},
                 workdir=self.run_dir / "redis",
                 ports=[cfg.redis.port],
-                answers=lambda: _redis_ping(cfg.redis.port),
+                answers=lambda: _redis_ping(cfg.redis),
                 files={self.run_dir / "redis" / "redis.conf": self._redis_conf()},
             ),
             ServiceSpec(
@@ -255,6 +262,8 @@ class LocalEnvironment:
                 "appendfsync everysec",
                 'save ""',
                 'logfile ""',
+                # AUTH (redis.password_file / redis.username): this file is written with mode 0600.
+                *redis_auth_lines(self.cfg.redis),
                 "",
             ]
         )
@@ -276,7 +285,7 @@ class LocalEnvironment:
         spec.workdir.mkdir(parents=True, exist_ok=True)
         for path, text in spec.files.items():
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
+            _write_private(path, text)
         (self.run_dir / "zookeeper" / "data").mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **spec.env}
         with open(spec.log_path, "ab") as out:
@@ -353,12 +362,21 @@ def _zookeeper_ruok(port: int) -> bool:
         return sock.recv(16) == b"imok"
 
 
-def _redis_ping(port: int) -> bool:
-    client = redis.Redis(host=LOOPBACK, port=port, socket_timeout=2, socket_connect_timeout=2)
+def _redis_ping(cfg: RedisConfig) -> bool:
+    """PING as every client connects (AUTH when configured): a server that refuses it does not answer."""
+    client = connect(cfg.model_copy(update={"host": LOOPBACK, "socket_timeout_s": 2.0}), decode_responses=False)
     try:
         return bool(client.ping())
     finally:
         client.close()
+
+
+def _write_private(path: Path, text: str) -> None:
+    """A service's config, readable by this user only (the Redis one may hold its password)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # a file left by an earlier run keeps its mode otherwise
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
 
 
 def _master_json(web_url: str) -> dict:

@@ -7,7 +7,8 @@ terminated, from one REST round for the app (application, executors, jobs, then 
 window's batches) and one sample of the daemon's host. The executors' CPU and memory come from
 Spark's metrics over the tasks of every query's window (`executor_figures.py`), so every query's
 snapshot carries the same app-wide executor figures. `collect_snapshot` merges them into the app's
-snapshot.
+snapshot. Where the app's executors run, by standalone worker (`extensions["cluster"]`, for the
+spread rule), comes from the master and its workers (`cluster_view.py`; `loop.cluster_view`).
 
 The daemon calls `collect_snapshots` once per loop and app. `AppNotRunningError` means the driver's
 REST API did not answer, `NoQueriesYet` that the agent has listed no query yet: either way the
@@ -23,6 +24,7 @@ import redis
 import structlog
 
 from sparkscale.config import Config
+from sparkscale.monitors.cluster_view import cluster_extension
 from sparkscale.monitors.executor_figures import app_extension, window_work
 from sparkscale.monitors.host import sample_host
 from sparkscale.monitors.progress_reports import ProgressReport
@@ -136,6 +138,7 @@ def collect_snapshots(cfg: Config, app_name: str, query: str | None = None,
                         spark_app.id, stage_id, lambda s=stage_id: rest.stage_attempts(spark_app.id, s))
                     fetched += was_fetched
         fetched_of[info.name] = fetched
+    cluster = cluster_extension(cfg, spark_app.id)  # one master request + one per alive worker
     work = window_work(stages, taken_at, window_s)
     app_figures = app_extension(executors, work, taken_at, window_s)
     # What the agent last asked Spark for: executors beyond the registered ones are still starting.
@@ -152,7 +155,8 @@ def collect_snapshots(cfg: Config, app_name: str, query: str | None = None,
                               "query": {"id": info.id, "status": info.status, "sources": list(info.sources),
                                         "state_partitions": info.state_partitions,
                                         "migratable": info.migratable,
-                                        "not_migratable": info.why_not_migratable()}},
+                                        "not_migratable": info.why_not_migratable()},
+                              **({"cluster": cluster} if cluster is not None else {})},
         ))
         source = snapshot.operators[0]
         log.info("monitor.snapshot", app=app.name, query=info.name, app_id=spark_app.id,

@@ -31,6 +31,12 @@ class ProgressReport:
     sources: tuple[SourceReport, ...] = ()
     state_rows_total: int | None = None
     state_partitions: int | None = None
+    # State reload figures (protocol.queries.STATE_LOAD_FIELDS): sums of task time and counts over
+    # the batch's tasks, None when the agent published none (not RocksDB, an older Spark).
+    state_load_ms: float | None = None
+    state_loaded_from_dfs: int | None = None
+    state_replay_ms: float | None = None
+    state_replayed_files: int | None = None
 
     @property
     def at_s(self) -> float | None:
@@ -53,8 +59,10 @@ class ProgressReport:
             value = fields.get(name)
             return None if value in (None, "", "None") else float(value)
 
-        state_rows = num("state_rows_total")
-        state_parts = num("state_partitions")
+        def count(name: str) -> int | None:
+            value = num(name)
+            return None if value is None else int(value)
+
         try:
             sources = tuple(source_reports(dict(fields)))
         except (ValueError, TypeError):
@@ -65,8 +73,9 @@ class ProgressReport:
             batch_duration_ms=num("batch_duration_ms"), input_rows_per_s=num("input_rows_per_s"),
             processed_rows_per_s=num("processed_rows_per_s"), timestamp=fields.get("timestamp"),
             published_at_s=num("published_at"), sources=sources,
-            state_rows_total=None if state_rows is None else int(state_rows),
-            state_partitions=None if state_parts is None else int(state_parts),
+            state_rows_total=count("state_rows_total"), state_partitions=count("state_partitions"),
+            state_load_ms=num("state_load_ms"), state_loaded_from_dfs=count("state_loaded_from_dfs"),
+            state_replay_ms=num("state_replay_ms"), state_replayed_files=count("state_replayed_files"),
         )
 
 

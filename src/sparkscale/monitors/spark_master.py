@@ -1,4 +1,5 @@
-"""The Spark standalone master's JSON endpoint: which applications run, and with how many cores."""
+"""The Spark standalone master's JSON endpoint: which applications run, and with how many cores.
+`get_json` also reads a worker's `/json/` (monitors/cluster_view.py)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from typing import Any
 
 
 class SparkUnreachable(Exception):
@@ -33,17 +35,22 @@ class MasterView:
         return max(matches, key=lambda a: a.app_id) if matches else None
 
 
+def get_json(url: str, timeout_s: float) -> Any:
+    """The JSON a standalone daemon's web UI serves at `url`; SparkUnreachable if it does not answer."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+            return json.load(resp)
+    except (OSError, ValueError) as exc:
+        raise SparkUnreachable(f"{url} did not answer: {exc}") from exc
+
+
 class SparkMasterClient:
     def __init__(self, web_url: str, timeout_s: float):
         self.web_url = web_url.rstrip("/")
         self.timeout_s = timeout_s
 
     def view(self) -> MasterView:
-        try:
-            with urllib.request.urlopen(f"{self.web_url}/json/", timeout=self.timeout_s) as resp:
-                data = json.load(resp)
-        except (OSError, ValueError) as exc:
-            raise SparkUnreachable(f"Spark master at {self.web_url} did not answer: {exc}") from exc
+        data = get_json(f"{self.web_url}/json/", self.timeout_s)
         apps = [
             MasterApp(app_id=a["id"], name=a["name"], state=a.get("state", ""), cores=int(a.get("cores", 0)))
             for a in data.get("activeapps", [])

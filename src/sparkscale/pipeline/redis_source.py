@@ -52,6 +52,7 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 from sparkscale.protocol.keys import input_stream_key, paused_key, source_status_key
 from sparkscale.protocol.sinks import DEFAULT_REDIS
 from sparkscale.protocol.streams import START_ID, StreamOffsets, backlog_by_partition, stream_heads
+from sparkscale.redisconn import NO_AUTH, RedisAuth
 
 log = structlog.get_logger(__name__)
 
@@ -85,6 +86,8 @@ class RedisStreamsOptions:
     prefix: str = "sparkscale:"
     max_records_per_batch: int | None = None
     starting: str = "earliest"  # or "latest": only entries added after the first batch
+    # The config's Redis AUTH/TLS: options `username`, `password` (redacted by Spark), `tls`, `caFile`.
+    auth: RedisAuth = NO_AUTH
 
     def as_options(self) -> dict[str, str]:
         """The `.option(...)` map for `spark.readStream.format("redis_streams")`."""
@@ -101,7 +104,7 @@ class RedisStreamsOptions:
         }
         if self.max_records_per_batch is not None:
             opts["maxRecordsPerBatch"] = str(self.max_records_per_batch)
-        return opts
+        return {**opts, **self.auth.as_options()}
 
     @classmethod
     def parse(cls, options: Any) -> RedisStreamsOptions:
@@ -147,10 +150,12 @@ class RedisStreamsOptions:
             prefix=get("prefix", "sparkscale:") or "",
             max_records_per_batch=integer("maxRecordsPerBatch", None, 1),
             starting=starting,
+            auth=RedisAuth.from_options(get),
         )
 
     def client(self) -> redis.Redis:
-        return redis.Redis(host=self.host, port=self.port, db=self.db, decode_responses=True)
+        return redis.Redis(host=self.host, port=self.port, db=self.db, decode_responses=True,
+                           **self.auth.client_kwargs())
 
     def stream_key(self, partition: int) -> str:
         return input_stream_key(self.prefix, self.app, partition)

@@ -1,8 +1,9 @@
 """Submitting a managed pipeline to the standalone master, and stopping it again (head-node side).
 
 The driver runs in client mode on this host (so the control agent in it can reach ZooKeeper and
-Redis on loopback); its spark-submit process is recorded (pid and start time) under the run dir so
-that `pipeline stop` stops exactly it and what it started.
+Redis) under a supervisor of its own (pipeline/supervisor.py) that restarts it after a crash; the
+supervisor's process is recorded (pid and start time) under the run dir, and the driver's by the
+supervisor, so that `pipeline stop` stops exactly them and what they started.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import structlog
 
 from sparkscale.config import AppConfig, Config
 from sparkscale.localenv.preflight import Tools, check_tools
+from sparkscale.pipeline import systemd_units
+from sparkscale.pipeline.supervisor import current_driver, driver_record_path
 from sparkscale.processes import live_process, stop_trees, tail
 from sparkscale.protocol.keys import shape_key
 from sparkscale.redisconn import connect
@@ -103,8 +106,9 @@ def spark_conf(cfg: Config, app: AppConfig) -> dict[str, str]:
     return {
         "spark.app.name": app.name,
         # Standalone mode starts as many executors as cores.max allows; the agent then sets the
-        # target to initial_executors (DESIGN.md), and the daemon moves it within [min, max].
-        "spark.cores.max": str(app.max_executors * app.executor_cores),
+        # target to initial_executors (DESIGN.md), and the daemon moves it within [min, max]. One
+        # executor of headroom: a replacement starts before the executor it replaces leaves.
+        "spark.cores.max": str((app.max_executors + 1) * app.executor_cores),
         "spark.executor.cores": str(app.executor_cores),
         "spark.executor.memory": f"{app.executor_memory_mb}m",
         "spark.driver.memory": "1g",
@@ -174,25 +178,19 @@ def submit_command(
     return argv
 
 
-def submit(
-    cfg: Config, app_name: str, config_path: str | None = None, overrides: list[str] | None = None,
-    wait_s: float = 180.0,
-) -> PipelineRecord:
-    """Start the app's driver in the background; return once its queries run (or raise). The executor
-    shape is the one a migration stored, if any, else the config's."""
+def launch_driver(cfg: Config, app_name: str, config_path: str | None, overrides: list[str]) -> subprocess.Popen:
+    """Start the app's driver (spark-submit in client mode) as a child of the caller, the supervisor
+    (pipeline/supervisor.py); its output goes to the app's log. The executor shape is the one a
+    migration stored, if any, else the config's."""
     client = connect(cfg.redis)
     try:
         app = with_stored_shape(cfg.app(app_name), client, cfg.redis.key_prefix)
     finally:
         client.close()
-    current = running(cfg, app_name)
-    if current is not None:
-        raise PipelineError(f"{app_name} already runs (pid {current.pid}); `sparkscale pipeline stop {app_name}` first")
     directory = pipelines_dir(cfg)
     directory.mkdir(parents=True, exist_ok=True)
-    log_path = directory / f"{app_name}.log"
-    tools = check_tools(cfg.cluster.java, cfg.spark.home)  # runs `java -version`: once per submit
-    argv = submit_command(cfg, app, config_path, list(overrides or []), tools)
+    tools = check_tools(cfg.cluster.java, cfg.spark.home)  # runs `java -version`: once per launch
+    argv = submit_command(cfg, app, config_path, list(overrides), tools)
     env = {
         **os.environ,
         **({"SPARK_LOCAL_IP": cfg.spark.driver_bind_address} if cfg.spark.driver_bind_address else {}),
@@ -200,26 +198,71 @@ def submit(
         "PYSPARK_DRIVER_PYTHON": sys.executable,
         "SPARK_HOME": str(tools.spark_home),
     }
-    with open(log_path, "ab") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, start_new_session=True, cwd=directory)
+    with open(log_path(cfg, app_name), "ab") as out:
+        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=env, cwd=directory)
+
+
+def supervisor_command(cfg: Config, app_name: str, config_path: str | None, overrides: list[str]) -> list[str]:
+    """`sparkscale pipeline run APP` with the same config and overrides, as this Python runs it."""
+    argv = [sys.executable, "-m", "sparkscale", "pipeline", "run", app_name]
+    if config_path:
+        argv += ["--config", str(Path(config_path).resolve())]
+    for item in overrides:
+        argv += ["--set", item]
+    return argv
+
+
+def submit(
+    cfg: Config, app_name: str, config_path: str | None = None, overrides: list[str] | None = None,
+    wait_s: float = 180.0,
+) -> PipelineRecord:
+    """Start the app's driver under its supervisor (`drivers.supervisor`: a process in a session of its
+    own, or the app's systemd unit) and return once its queries run (or raise)."""
+    cfg.app(app_name)  # KeyError for an unknown app, before anything starts
+    current = running(cfg, app_name)
+    if current is not None:
+        raise PipelineError(f"{app_name} already runs (pid {current.pid}); `sparkscale pipeline stop {app_name}` first")
+    directory = pipelines_dir(cfg)
+    directory.mkdir(parents=True, exist_ok=True)
+    started_marker(cfg, app_name).unlink(missing_ok=True)
+    driver_record_path(cfg, app_name).unlink(missing_ok=True)
+    logfile = log_path(cfg, app_name)
+    if cfg.drivers.supervisor == "systemd":
+        systemd_units.start(cfg.drivers.unit(app_name))
+        pid = systemd_units.main_pid(cfg.drivers.unit(app_name))
+        proc: subprocess.Popen | None = None
+    else:
+        with open(logfile, "ab") as out:
+            proc = subprocess.Popen(supervisor_command(cfg, app_name, config_path, list(overrides or [])),
+                                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True, cwd=directory)
+        pid = proc.pid
     record = PipelineRecord(
-        app=app_name, pid=proc.pid, create_time=psutil.Process(proc.pid).create_time(), log=str(log_path),
-        ui_port=driver_ui_port(cfg, app), submitted_at=time.time(),
+        app=app_name, pid=pid, create_time=psutil.Process(pid).create_time(), log=str(logfile),
+        ui_port=driver_ui_port(cfg, cfg.app(app_name)), submitted_at=time.time(),
     )
     _record_path(cfg, app_name).write_text(json.dumps(asdict(record)))
-    log.info("pipeline.submitted", app=app_name, pid=proc.pid, log=str(log_path), ui_port=record.ui_port)
+    log.info("pipeline.submitted", app=app_name, supervisor_pid=pid, supervisor=cfg.drivers.supervisor,
+             log=str(logfile), ui_port=record.ui_port)
     _wait_started(cfg, record, proc, wait_s)
     return record
 
 
-def _wait_started(cfg: Config, record: PipelineRecord, proc: subprocess.Popen, wait_s: float) -> None:
-    """The driver writes `<app>.started` once its queries run; wait for that or for its death."""
+def log_path(cfg: Config, app_name: str) -> Path:
+    return pipelines_dir(cfg) / f"{app_name}.log"
+
+
+def _wait_started(cfg: Config, record: PipelineRecord, proc: subprocess.Popen | None, wait_s: float) -> None:
+    """The driver writes `<app>.started` once its queries run; wait for that or for its supervisor's
+    end (a driver that fails before its queries start is not restarted)."""
     marker = started_marker(cfg, record.app)
     deadline = time.monotonic() + wait_s
     while not marker.exists():
-        if proc.poll() is not None:
-            raise PipelineError(f"{record.app} exited with code {proc.returncode} while starting; its log:\n"
+        ended = proc.poll() is not None if proc is not None else _live(record) is None
+        if ended:
+            code = proc.returncode if proc is not None else "?"
+            raise PipelineError(f"{record.app} exited with code {code} while starting; its log:\n"
                                 f"{tail(Path(record.log), 40)}")
         if time.monotonic() > deadline:
             raise PipelineError(f"{record.app} did not start its queries within {wait_s:.0f} s; its log:\n"
@@ -240,12 +283,13 @@ def started_marker(cfg: Config, app_name: str) -> Path:
 
 
 def running(cfg: Config, app_name: str) -> PipelineRecord | None:
+    """The app's supervisor record while it (or, its supervisor gone, its driver) runs."""
     path = _record_path(cfg, app_name)
     try:
         record = PipelineRecord(**json.loads(path.read_text()))
     except FileNotFoundError:
         return None
-    return record if _live(record) is not None else None
+    return record if _live(record) is not None or current_driver(cfg, app_name) is not None else None
 
 
 def stop(cfg: Config, app_name: str) -> bool:
@@ -256,12 +300,22 @@ def stop(cfg: Config, app_name: str) -> bool:
         record = PipelineRecord(**json.loads(path.read_text()))
     except FileNotFoundError:
         return False
-    proc = _live(record)
-    if proc is not None:
-        stop_trees([proc])
+    if cfg.drivers.supervisor == "systemd":
+        was = systemd_units.stop(cfg.drivers.unit(app_name))
+    else:
+        procs = [p for p in (_live(record), _driver_process(cfg, app_name)) if p is not None]
+        stop_trees(procs)  # the supervisor and its driver (which outlives a killed supervisor)
+        was = bool(procs)
+    if was:
         log.info("pipeline.stopped", app=app_name, pid=record.pid)
     path.unlink(missing_ok=True)
-    return proc is not None
+    driver_record_path(cfg, app_name).unlink(missing_ok=True)
+    return was
+
+
+def _driver_process(cfg: Config, app_name: str) -> psutil.Process | None:
+    driver = current_driver(cfg, app_name)
+    return None if driver is None else live_process(driver.pid, driver.create_time)
 
 
 def _record_path(cfg: Config, app_name: str) -> Path:

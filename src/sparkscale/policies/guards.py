@@ -277,7 +277,7 @@ def _cooldown(actions: list[Action], given: GuardInput, cooldown_s: float, notes
 
 def _migration(actions: list[Action], given: GuardInput, stabilization_s: float, notes: list[str]) -> list[Action]:
     if given.migration_running:
-        return _drop_changes(actions, notes, "migration (a migration is running)")
+        return _drop_changes(actions, notes, "migration (a migration is running, or waits for the operator)")
     end = given.last_migration_end
     if end is not None and given.now - end < stabilization_s:
         return _drop_changes(actions, notes, f"migration (stabilising: the last migration ended "

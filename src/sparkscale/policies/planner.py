@@ -1,4 +1,5 @@
-"""The one decide path: policy -> two-tier partitions -> guards -> blocklist -> Spark mapping.
+"""The one decide path: policy -> two-tier partitions -> executor spread -> guards -> blocklist ->
+Spark mapping.
 
 The daemon, `sparkscale plan` and `sparkscale simulate` all call `decide` (or `decide_app` with the
 snapshots of all the app's queries), so what `plan` shows offline is what the daemon would do given
@@ -16,9 +17,10 @@ from sparkscale.policies.base import get_policy
 from sparkscale.policies.guards import GuardInput, apply_guards
 from sparkscale.policies.history import DecisionHistory
 from sparkscale.policies.outcomes import drop_blocked
+from sparkscale.policies.spread import spread_moves
 from sparkscale.policies.two_tier import band_migrations
 from sparkscale.snapshot import Snapshot
-from sparkscale.snapshot_merge import merge_snapshots, query_names, split_operator
+from sparkscale.snapshot_merge import merge_snapshots, query_extensions, query_names, split_operator
 
 
 def decide_app(snapshots: Sequence[Snapshot], history: DecisionHistory, config: Config, app: AppConfig,
@@ -38,10 +40,10 @@ def decide(snapshot: Snapshot, history: DecisionHistory, config: Config, app: Ap
     raw = get_policy(policy or config.policy.name).decide(snapshot, history, config.policy, app)
     raw = band_migrations(raw, snapshot, app, current, config.guards.partitions_per_core_min,
                           config.guards.partitions_per_core_max, not_migratable(snapshot))
-    guarded = apply_guards(raw, GuardInput(
-        snapshot, history, app, migration_running=history.migration_running,
-        last_migration_end=history.last_migration_end, last_action_at=history.last_action_at),
-        config.guards, config.loop)
+    given = GuardInput(snapshot, history, app, migration_running=history.migration_running,
+                       last_migration_end=history.last_migration_end, last_action_at=history.last_action_at)
+    raw = spread_moves(raw, given, config.guards)
+    guarded = apply_guards(raw, given, config.guards, config.loop)
     allowed = drop_blocked(guarded, history.blocklist, now)
     return map_to_spark(allowed, snapshot.query, current if len(names) > 1 else current[snapshot.query],
                         not_migratable(snapshot))
@@ -50,10 +52,9 @@ def decide(snapshot: Snapshot, history: DecisionHistory, config: Config, app: Ap
 def not_migratable(snapshot: Snapshot) -> dict[str, str]:
     """Queries of the snapshot that a migration cannot be carried out on, with the reason the
     agent gave (no checkpoint location, started before the agent): the daemon plans none for them."""
-    per_query = snapshot.extensions.get("queries") or {snapshot.query: snapshot.extensions}
     out = {}
-    for name, extensions in per_query.items():
-        info = extensions.get("query") if isinstance(extensions, Mapping) else None
+    for name, extensions in query_extensions(snapshot).items():
+        info = extensions.get("query")
         if isinstance(info, Mapping) and info.get("migratable") is False:
             out[str(name)] = str(info.get("not_migratable") or "the agent cannot migrate it")
     return out

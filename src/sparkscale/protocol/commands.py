@@ -1,9 +1,11 @@
 """Commands and acks: the ZooKeeper control channel between the daemon and the in-driver agent.
 
 Both ends use this module so that the znode names and the JSON shapes (docs/internals.md) are
-written down once: commands are sequential znodes `R/apps/{app}/commands/cmd-NNNNNNNNNN` with
-`{"type", "args", "epoch", "issued_at"}`; the agent answers each with `R/apps/{app}/acks/<same name>`
-holding `{"ok", "detail", "done_at"}`.
+written down once: commands are ephemeral sequential znodes `R/apps/{app}/commands/cmd-NNNNNNNNNN`
+with `{"type", "args", "epoch", "issued_at", "expires_at"}`, written in the sender's session (the
+agent checks it is the leader lock holder's: protocol.fencing); the agent answers each with
+`R/apps/{app}/acks/<same name>` holding `{"ok", "detail", "done_at"}`. The sender deletes both once
+answered (the command alone when no answer came in time); `prune_channel` bounds what is left.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 
 import structlog
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import KazooException, NoNodeError
 
 from sparkscale.protocol.znodes import acks_path, commands_path
 
@@ -25,6 +27,11 @@ log = structlog.get_logger(__name__)
 
 COMMAND_PREFIX = "cmd-"
 _COMMAND_NAME = re.compile(r"cmd-(\d+)")
+# How long a command may wait for the agent when its sender does not say (its ack timeout), and for
+# commands written before `expires_at` existed (from their `issued_at`).
+DEFAULT_COMMAND_TTL_S = 300.0
+# Tolerated difference between the sender's clock and the agent's (both should run NTP).
+EXPIRY_GRACE_S = 5.0
 
 
 class CommandFormatError(ValueError):
@@ -55,13 +62,32 @@ class Command:
     epoch: int = 0
     issued_at: float = 0.0
     name: str = ""  # the znode name, known once written
+    expires_at: float | None = None  # issued_at + the sender's ack timeout: nobody waits for it after
 
     @property
     def seq(self) -> int:
         return command_seq(self.name)
 
+    @property
+    def deadline(self) -> float | None:
+        """When the command goes stale: `expires_at`; for an older sender's command without it,
+        `issued_at` + DEFAULT_COMMAND_TTL_S; None (never) when it carries neither."""
+        if self.expires_at is not None:
+            return self.expires_at
+        return self.issued_at + DEFAULT_COMMAND_TTL_S if self.issued_at > 0 else None
+
+    def overdue_s(self, now: float, grace_s: float = EXPIRY_GRACE_S) -> float | None:
+        """Seconds since the command went stale (beyond `grace_s` of clock difference), None if live."""
+        deadline = self.deadline
+        if deadline is None or now <= deadline + grace_s:
+            return None
+        return now - deadline
+
     def to_json(self) -> bytes:
-        body = {"type": self.type, "args": self.args, "epoch": self.epoch, "issued_at": self.issued_at}
+        body: dict[str, Any] = {"type": self.type, "args": self.args, "epoch": self.epoch,
+                                "issued_at": self.issued_at}
+        if self.expires_at is not None:
+            body["expires_at"] = self.expires_at
         return json.dumps(body).encode()
 
     @classmethod
@@ -86,7 +112,11 @@ class Command:
         issued_at = body.get("issued_at", 0.0)
         if not isinstance(issued_at, (int, float)) or isinstance(issued_at, bool):
             issued_at = 0.0
-        return cls(type=kind, args=args, epoch=epoch, issued_at=float(issued_at), name=name)
+        expires_at = body.get("expires_at")
+        if expires_at is not None and (not isinstance(expires_at, (int, float)) or isinstance(expires_at, bool)):
+            raise CommandFormatError(f"command 'expires_at' must be a number (got {expires_at!r})")
+        return cls(type=kind, args=args, epoch=epoch, issued_at=float(issued_at), name=name,
+                   expires_at=None if expires_at is None else float(expires_at))
 
 
 @dataclass(frozen=True)
@@ -110,16 +140,23 @@ class Ack:
 
 
 def send_command(
-    zk_client: KazooClient, root: str, app: str, type: str, args: dict[str, Any] | None, epoch: int
+    zk_client: KazooClient, root: str, app: str, type: str, args: dict[str, Any] | None, epoch: int,
+    ttl_s: float = DEFAULT_COMMAND_TTL_S,
 ) -> str:
-    """Write one command as a sequential znode; return its name (`cmd-NNNNNNNNNN`) for `wait_ack`."""
-    command = Command(type=type, args=dict(args or {}), epoch=int(epoch), issued_at=time.time())
+    """Write one command; return its name (`cmd-NNNNNNNNNN`) for `wait_ack`. `ttl_s` is how long the
+    sender waits for the ack: the agent skips the command once it is older. The znode is ephemeral,
+    in the sender's session: the agent runs it only if that session holds the app's leader lock,
+    and it goes with the session."""
+    now = time.time()
+    command = Command(type=type, args=dict(args or {}), epoch=int(epoch), issued_at=now, expires_at=now + ttl_s)
     zk_client.ensure_path(acks_path(root, app))
     path = zk_client.create(
-        f"{commands_path(root, app)}/{COMMAND_PREFIX}", command.to_json(), sequence=True, makepath=True
+        f"{commands_path(root, app)}/{COMMAND_PREFIX}", command.to_json(), ephemeral=True, sequence=True,
+        makepath=True,
     )
     name = path.rsplit("/", 1)[1]
-    log.info("control.command_sent", app=app, command=name, type=type, args=command.args, epoch=epoch)
+    log.info("control.command_sent", app=app, command=name, type=type, args=command.args, epoch=epoch,
+             ttl_s=ttl_s)
     return name
 
 
@@ -144,10 +181,101 @@ def wait_for_znode(zk_client: KazooClient, path: str, timeout_s: float) -> bytes
 
 
 def wait_ack(zk_client: KazooClient, root: str, app: str, cmd_name: str, timeout_s: float) -> Ack:
-    """Block until the agent acks `cmd_name`; raise AckTimeout after `timeout_s`."""
-    data = wait_for_znode(zk_client, f"{acks_path(root, app)}/{cmd_name}", timeout_s)
+    """Block until the agent acks `cmd_name`, then delete the command and its ack; raise AckTimeout
+    after `timeout_s`, having withdrawn the command so that no later agent runs it."""
+    ack_path = f"{acks_path(root, app)}/{cmd_name}"
+    data = wait_for_znode(zk_client, ack_path, timeout_s)
     if data is None:
-        raise AckTimeout(f"no ack for {app}/{cmd_name} within {timeout_s:.1f} s")
+        _delete_quietly(zk_client, app, f"{commands_path(root, app)}/{cmd_name}")
+        # Withdrawn: the agent can no longer start it; an ack written just before still counts.
+        try:
+            data, _stat = zk_client.get(ack_path)
+        except (NoNodeError, KazooException):
+            data = None
+        if data is None:
+            log.warning("control.command_withdrawn", app=app, command=cmd_name, timeout_s=timeout_s)
+            raise AckTimeout(f"no ack for {app}/{cmd_name} within {timeout_s:.1f} s")
     ack = Ack.from_json(data)
     log.info("control.ack_received", app=app, command=cmd_name, ok=ack.ok, detail=ack.detail)
+    # The command first: a command left without its ack would run again after an agent restart.
+    _delete_quietly(zk_client, app, f"{commands_path(root, app)}/{cmd_name}")
+    _delete_quietly(zk_client, app, ack_path)
     return ack
+
+
+def _delete_quietly(zk_client: KazooClient, app: str, path: str) -> None:
+    """Delete a command or ack znode the caller is done with; what a failure leaves, pruning removes."""
+    try:
+        zk_client.delete(path)
+    except NoNodeError:
+        pass
+    except KazooException as exc:
+        log.warning("control.cleanup_failed", app=app, znode=path, error=repr(exc))
+
+
+# -- retention ------------------------------------------------------------------------------------
+
+RETAIN_MAX_AGE_S = 3600.0  # no ack or answered command outlives this (far beyond any sender's wait)
+RETAIN_MAX_ACKS = 100  # at most this many acks stay under an app (the newest)
+RETAIN_GRACE_S = 10.0  # younger than this, nothing is pruned by count: its sender may be reading it
+
+
+def prune_plan(acks: dict[str, float], commands: dict[str, float], handled_seq: int, now: float,
+               max_age_s: float = RETAIN_MAX_AGE_S, keep: int = RETAIN_MAX_ACKS,
+               grace_s: float = RETAIN_GRACE_S) -> list[tuple[str, str]]:
+    """What to delete, in order, as ("commands" | "acks", name): acks older than `max_age_s` or
+    beyond the newest `keep` (never one younger than `grace_s`), each after its command (a command
+    left without its ack would run again after an agent restart), and commands the agent already
+    handled (sequence <= `handled_seq`) whose ack is gone. `acks` and `commands` map each znode name
+    to its creation time; a pending command is never pruned, nor a name that is not a command's."""
+
+    def seq(name: str) -> int | None:
+        try:
+            return command_seq(name)
+        except CommandFormatError:
+            return None
+
+    numbered = sorted((s, name) for name in acks if (s := seq(name)) is not None)
+    beyond = {name for _s, name in numbered[:max(len(numbered) - keep, 0)]}
+    out: list[tuple[str, str]] = []
+    for _s, name in numbered:
+        age_s = now - acks[name]
+        if age_s > max_age_s or (name in beyond and age_s > grace_s):
+            if name in commands:
+                out.append(("commands", name))
+            out.append(("acks", name))
+    for name, created in sorted(commands.items()):
+        s = seq(name)
+        if s is not None and s <= handled_seq and name not in acks and now - created > grace_s:
+            out.append(("commands", name))
+    return out
+
+
+def prune_channel(zk_client: KazooClient, root: str, app: str, handled_seq: int, now: float | None = None) -> int:
+    """Delete what `prune_plan` names under the app (its times from ZooKeeper's `ctime`); the number
+    of znodes deleted. Called by the agent, which alone knows `handled_seq`."""
+    now = time.time() if now is None else now
+    created: dict[str, dict[str, float]] = {}
+    for kind, parent in (("commands", commands_path(root, app)), ("acks", acks_path(root, app))):
+        created[kind] = {}
+        try:
+            names = zk_client.get_children(parent)
+        except NoNodeError:
+            continue
+        for name in names:
+            stat = zk_client.exists(f"{parent}/{name}")
+            if stat is not None:
+                created[kind][name] = stat.ctime / 1000.0
+    plan = prune_plan(created["acks"], created["commands"], handled_seq, now)
+    deleted = 0
+    for kind, name in plan:
+        parent = commands_path(root, app) if kind == "commands" else acks_path(root, app)
+        try:
+            zk_client.delete(f"{parent}/{name}")
+            deleted += 1
+        except NoNodeError:
+            pass
+    if deleted:
+        log.info("control.pruned", app=app, deleted=deleted,
+                 acks_left=len(created["acks"]) - sum(kind == "acks" for kind, _ in plan))
+    return deleted

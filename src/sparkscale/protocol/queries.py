@@ -24,6 +24,16 @@ from typing import Any
 
 BACKLOG_ESTIMATES = ("source_offsets", "file_listing", "unknown")
 ROCKSDB_PROVIDER_CLASS = "RocksDBStateStoreProvider"  # the only provider Spark 4.3 repartitions offline
+# The state reload figures of a batch: Spark 4.3.0's RocksDB custom metrics in
+# `progress.stateOperators[*].customMetrics` (summed over the query's stateful operators, each
+# already a sum over the stage's tasks: task time, not wall time) -> the progress field that carries
+# them. rocksdbNumLoadedFromDfs > 0 marks a batch that loaded state from the checkpoint.
+STATE_LOAD_FIELDS: dict[str, str] = {
+    "rocksdbLoadLatencyMs": "state_load_ms",
+    "rocksdbNumLoadedFromDfs": "state_loaded_from_dfs",
+    "rocksdbReplayChangeLogLatencyMs": "state_replay_ms",
+    "rocksdbNumReplayChangelogFiles": "state_replayed_files",
+}
 
 
 def queries_key(prefix: str, app: str) -> str:

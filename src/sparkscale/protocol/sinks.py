@@ -16,6 +16,7 @@ import redis
 
 from sparkscale.config.sections import RedisConfig
 from sparkscale.protocol.keys import output_base
+from sparkscale.redisconn import NO_AUTH, RedisAuth
 
 # Where nothing says otherwise, the config's Redis (one place for the defaults).
 DEFAULT_REDIS = RedisConfig()
@@ -31,6 +32,7 @@ class SinkTarget:
     port: int = 6380
     db: int = 0
     prefix: str = "sparkscale:"
+    auth: RedisAuth = NO_AUTH  # as the config's redis.*; travels to executors in the options
 
     @property
     def base(self) -> str:
@@ -59,11 +61,12 @@ class SinkTarget:
         return f"{self.base}:stage:{uuid.uuid4().hex}"
 
     def client(self) -> redis.Redis:
-        return redis.Redis(host=self.host, port=self.port, db=self.db, decode_responses=True)
+        return redis.Redis(host=self.host, port=self.port, db=self.db, decode_responses=True,
+                           **self.auth.client_kwargs())
 
     def as_options(self) -> dict[str, str]:
         return {"host": self.host, "port": str(self.port), "db": str(self.db), "prefix": self.prefix,
-                "app": self.app, "query": self.query}
+                "app": self.app, "query": self.query, **self.auth.as_options()}
 
     @classmethod
     def parse(cls, options: Any) -> SinkTarget:
@@ -76,4 +79,4 @@ class SinkTarget:
             raise ValueError("redis sink: options 'app' and 'query' are required")
         return cls(app=app, query=query, host=get("host", DEFAULT_REDIS.host) or DEFAULT_REDIS.host,
                    port=int(get("port", "6380") or 6380), db=int(get("db", "0") or 0),
-                   prefix=get("prefix", "sparkscale:") or "")
+                   prefix=get("prefix", "sparkscale:") or "", auth=RedisAuth.from_options(get))

@@ -30,8 +30,11 @@ phase is written before its step runs and whose `phases` record when each step c
 runner (runner.py) walks the strategy's phase table and knows no strategy by name. Every step is
 idempotent (the agent answers "already" for a stopped query, an already repartitioned checkpoint
 or a running query), so a daemon that dies at any phase is replaced by one that reads the journal
-and completes the migration (`resume`). A failure before the state was repartitioned rolls back
-(restart with the old partitions, resume the sources); after it, the migration can only go forward.
+and completes the migration (`resume`). A failed step never strands the app (recovery.py): before
+the state was repartitioned it rolls back (restart with the old partitions, resume the sources);
+after it, it finishes forward (`done_degraded`), else rolls back where a repartition back is
+possible, else resumes the sources anyway and stops `needs_attention` for the operator's
+`sparkscale migrate --resume ID` / `--abort ID` (`MigrationRunner.resume`, `MigrationRunner.abort`).
 
 The seed's metrics (§4), the same definitions for every strategy, in seconds from the request:
 `phase_metrics` (journal.py) gives restore (to the new run's first output), the boundary wait,
@@ -45,21 +48,34 @@ from sparkscale.actuators.migration.base import (
     MigrationError,
     MigrationStrategy,
     RestoreProbe,
+    UnknownMigration,
     UnknownStrategy,
     get_strategy,
     phases_of,
     register_strategy,
     registered_strategies,
 )
-from sparkscale.actuators.migration.journal import Journal, JournalStore, PhaseCallback, phase_metrics
-from sparkscale.actuators.migration.runner import FAULT_HOLD_ENV, MigrationRunner
+from sparkscale.actuators.migration.faults import FAULT_FAIL_ENV, FAULT_HOLD_ENV
+from sparkscale.actuators.migration.journal import (
+    Journal,
+    JournalFenced,
+    JournalStore,
+    PhaseCallback,
+    attention_line,
+    check_operable,
+    operator_commands,
+    phase_metrics,
+)
+from sparkscale.actuators.migration.runner import MigrationRunner
 
 # The built-in strategies register on import, in this order (that of registered_strategies()): not sorted.
 from sparkscale.actuators.migration import dsm, dcr, ccr  # noqa: F401  isort: skip
 
 __all__ = [
+    "FAULT_FAIL_ENV",
     "FAULT_HOLD_ENV",
     "Journal",
+    "JournalFenced",
     "JournalStore",
     "MigrationBusy",
     "MigrationError",
@@ -67,8 +83,12 @@ __all__ = [
     "MigrationStrategy",
     "PhaseCallback",
     "RestoreProbe",
+    "UnknownMigration",
     "UnknownStrategy",
+    "attention_line",
+    "check_operable",
     "get_strategy",
+    "operator_commands",
     "phase_metrics",
     "phases_of",
     "register_strategy",

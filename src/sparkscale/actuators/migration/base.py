@@ -46,6 +46,10 @@ class UnknownStrategy(MigrationError, LookupError):
     """No migration strategy is registered under the name."""
 
 
+class UnknownMigration(MigrationError, LookupError):
+    """The operator named a migration the app's journal does not hold, or one that already ended."""
+
+
 class RestoreProbe(Protocol):
     """What a strategy may read to decide that the restarted query is restored (the runner is one)."""
 

@@ -1,7 +1,10 @@
 """A migration's journal in ZooKeeper (`R/apps/{app}/migration`, JSON) and the metrics it gives.
 
 The journal's `next` phase is written before its step runs and its `phases` record when each step
-completed; which phases there are, and in which order, is its strategy's phase table."""
+completed; which phases there are, and in which order, is its strategy's phase table. Writes are
+fenced: a compare-and-set on the version last read or written and, for a leader, in one
+transaction with a check of its own lock znode, so a deposed leader cannot overwrite its successor's
+journal (`JournalFenced`, logged as `migration.fenced`)."""
 
 from __future__ import annotations
 
@@ -10,12 +13,37 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import structlog
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import (
+    BadVersionError,
+    NodeExistsError,
+    NoNodeError,
+    RolledBackError,
+    RuntimeInconsistency,
+)
 
-from sparkscale.actuators.migration.base import get_strategy
+from sparkscale.actuators.migration.base import MigrationError, UnknownMigration, get_strategy
 from sparkscale.pipeline.submit import ExecutorShape
-from sparkscale.protocol.znodes import journal_path
+from sparkscale.protocol.fencing import LiveLock, read_live_lock, refusal
+from sparkscale.protocol.znodes import app_path, journal_path
+
+log = structlog.get_logger(__name__)
+
+ABSENT = -1  # the journal's version when there is none: the next write creates it
+
+# Statuses (docs/internals.md, "The migration journal"). Active: a runner carries it on, and a new
+# leader resumes it. Open: not ended, so no other migration of the app starts and the operator may
+# `--resume` or `--abort` it. "failed" is written only by versions before the recovery (recovery.py).
+ACTIVE = ("running", "recovering")
+NEEDS_ATTENTION = ("needs_attention", "failed")
+OPEN = (*ACTIVE, *NEEDS_ATTENTION)
+ENDED = ("done", "done_degraded", "rolled_back", "aborted")
+
+
+class JournalFenced(MigrationError):
+    """A journal write refused: the writer no longer holds the app's leader lock, or the journal
+    changed since it read it (a successor took the migration over). Nothing was written."""
 
 
 @dataclass
@@ -31,7 +59,7 @@ class Journal:
     requested_at: float
     by: str
     epoch: int
-    status: str = "running"  # running | done | rolled_back | failed
+    status: str = "running"  # one of OPEN or ENDED
     next: str = "requested"  # the phase whose step runs (or ran) now
     phases: dict[str, float] = field(default_factory=dict)  # phase -> completed at (seconds since the epoch)
     marks: dict[str, Any] = field(default_factory=dict)  # positions, run ids, figures for the metrics
@@ -41,6 +69,24 @@ class Journal:
     @property
     def new_shape(self) -> ExecutorShape | None:
         return ExecutorShape(**self.shape) if self.shape else None
+
+    @property
+    def active(self) -> bool:
+        return self.status in ACTIVE
+
+    @property
+    def open(self) -> bool:
+        return self.status in OPEN
+
+    @property
+    def needs_attention(self) -> bool:
+        """Stopped short with the query perhaps not running: only the operator continues it."""
+        return self.status in NEEDS_ATTENTION
+
+    @property
+    def phase_reached(self) -> str | None:
+        """The last phase completed, in the strategy's order (None: not even `requested`)."""
+        return next((p for p in reversed(self.phase_plan) if p in self.phases), None)
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self)).encode()
@@ -70,28 +116,131 @@ class Journal:
 
 
 class JournalStore:
-    def __init__(self, zk: KazooClient, root: str, app: str):
+    """The app's journal znode. With `epoch` (the writer leads at it) every write also checks, in the
+    same ZooKeeper transaction, that the writer's own lock znode still exists."""
+
+    def __init__(self, zk: KazooClient, root: str, app: str, epoch: int | None = None):
         self.zk = zk
+        self.root = root
+        self.app = app
         self.path = journal_path(root, app)
+        self.epoch = epoch
+        self.version: int | None = None  # of the journal last read or written here (ABSENT: none)
+        self._lock: LiveLock | None = None
 
     def read(self) -> Journal | None:
         try:
-            data, _stat = self.zk.get(self.path)
+            data, stat = self.zk.get(self.path)
         except NoNodeError:
+            self.version = ABSENT
             return None
+        self.version = stat.version
         return Journal.from_json(data) if data else None
 
     def write(self, journal: Journal) -> None:
+        """Compare-and-set the journal; raise JournalFenced (and log `migration.fenced`) instead of
+        writing when the writer is no longer the leader or the journal changed under it."""
+        if self.version is None:  # written before any read: from the version there is now
+            stat = self.zk.exists(self.path)
+            self.version = ABSENT if stat is None else stat.version
         try:
-            self.zk.set(self.path, journal.to_json())
-        except NoNodeError:
-            try:
-                self.zk.create(self.path, journal.to_json(), makepath=True)
-            except NodeExistsError:
-                self.zk.set(self.path, journal.to_json())
+            self.version = self._cas(journal.to_json()) if self.epoch is None else self._transact(journal.to_json())
+        except JournalFenced as exc:
+            log.error("migration.fenced", app=self.app, id=journal.id, epoch=self.epoch, phase=journal.next,
+                      status=journal.status, reason=str(exc), action="not written")
+            raise
+
+    def _cas(self, data: bytes) -> int:
+        assert self.version is not None
+        try:
+            if self.version == ABSENT:
+                self.zk.create(self.path, data, makepath=True)
+                return 0
+            return int(self.zk.set(self.path, data, version=self.version).version)
+        except (BadVersionError, NodeExistsError, NoNodeError) as exc:
+            raise JournalFenced(write_refusal(exc, self.version)) from None
+
+    def _transact(self, data: bytes) -> int:
+        assert self.version is not None and self.epoch is not None
+        lock = self._own_lock()
+        if self.version == ABSENT:
+            self.zk.ensure_path(app_path(self.root, self.app))
+        t = self.zk.transaction()
+        t.check(lock.path, lock.version)
+        if self.version == ABSENT:
+            t.create(self.path, data)
+        else:
+            t.set_data(self.path, data, self.version)
+        results = t.commit()
+        reason = transaction_refusal(results, self.version, self.epoch)
+        if reason is not None:
+            raise JournalFenced(reason)
+        return 0 if self.version == ABSENT else int(results[1].version)
+
+    def _own_lock(self) -> LiveLock:
+        """The lock znode the writer holds at `epoch`, found once (the transaction checks it after)."""
+        if self._lock is None:
+            assert self.epoch is not None
+            live = read_live_lock(self.zk, self.root, self.app)
+            session = self.zk.client_id[0] if self.zk.client_id else -1
+            reason = refusal(self.epoch, self.epoch, live, session)
+            if reason is not None:
+                raise JournalFenced(f"journal write at epoch {self.epoch}: {reason}")
+            self._lock = live
+        assert self._lock is not None
+        return self._lock
+
+
+def write_refusal(exc: Exception, version: int) -> str:
+    """Why a compare-and-set of the journal failed, from ZooKeeper's answer to its write."""
+    if isinstance(exc, BadVersionError):
+        return f"the journal changed since version {version} (another leader wrote it)"
+    if isinstance(exc, NodeExistsError):
+        return "a journal was created by another leader since this one read none"
+    if isinstance(exc, NoNodeError):
+        return f"the journal (version {version}) was deleted meanwhile"
+    return f"journal write refused: {type(exc).__name__}"
+
+
+def transaction_refusal(results: list[Any], version: int, epoch: int) -> str | None:
+    """Why a leader's journal transaction [check(own lock), write] failed (None: it committed).
+    ZooKeeper answers every operation of a failed transaction: the failing one with its error, the
+    others rolled back (or not run)."""
+    failed = [(i, r) for i, r in enumerate(results)
+              if isinstance(r, Exception) and not isinstance(r, (RolledBackError, RuntimeInconsistency))]
+    if not failed:
+        return None
+    index, error = failed[0]
+    if index == 0:
+        return f"the writer's lock znode of epoch {epoch} is gone: no longer the leader"
+    return write_refusal(error, version)
 
 
 PhaseCallback = Callable[[Journal, str, float], None]
+
+
+def operator_commands(journal: Journal) -> tuple[str, str]:
+    """The commands that continue (`--resume`) or undo (`--abort`) a journaled migration."""
+    base = f"sparkscale migrate --app {journal.app}"
+    return f"{base} --resume {journal.id}", f"{base} --abort {journal.id}"
+
+
+def check_operable(journal: Journal | None, app: str, migration_id: str, verb: str) -> Journal:
+    """The app's journal if it is migration `migration_id` and still open; else UnknownMigration
+    naming the id and what the journal holds (the CLI's exit 2)."""
+    if journal is None or journal.id != migration_id:
+        held = f"its journal holds {journal.id} ({journal.status})" if journal else "it has no journal"
+        raise UnknownMigration(f"no migration {migration_id} of {app} to {verb}: {held}")
+    if not journal.open:
+        raise UnknownMigration(f"migration {migration_id} of {app} is {journal.status}: nothing to {verb}")
+    return journal
+
+
+def attention_line(journal: Journal) -> str:
+    """One line for an operator: where the migration stopped, why, and how to go on."""
+    resume, abort = operator_commands(journal)
+    return (f"{journal.app}/{journal.query} migration {journal.id} {journal.status} (reached "
+            f"{journal.phase_reached}; {journal.detail or 'no detail'}): {resume} | {abort}")
 
 
 def phase_metrics(journal: Journal) -> dict[str, Any]:

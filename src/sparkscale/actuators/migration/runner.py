@@ -5,8 +5,6 @@ differ (strategy names are never looked at here)."""
 from __future__ import annotations
 
 import json
-import os
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict
@@ -17,19 +15,28 @@ import structlog
 from kazoo.client import KazooClient
 
 from sparkscale.actuators.migration.base import MigrationBusy, MigrationError, get_strategy
-from sparkscale.actuators.migration.journal import Journal, JournalStore, PhaseCallback, phase_metrics
+from sparkscale.actuators.migration.faults import fault_fail, fault_hold
+from sparkscale.actuators.migration.journal import (
+    Journal,
+    JournalFenced,
+    JournalStore,
+    PhaseCallback,
+    check_operable,
+    operator_commands,
+    phase_metrics,
+)
+from sparkscale.actuators.migration.recovery import Recovery
 from sparkscale.config import AppConfig, Config
 from sparkscale.monitors.migration_metrics import CLOCK_MARGIN_S, BatchPoint, first_output, read_batches, timeline_of
 from sparkscale.pipeline.submit import ExecutorShape, running, store_shape
 from sparkscale.protocol.commands import AckTimeout, send_command, wait_ack
-from sparkscale.protocol.keys import datastore_key, input_stream_key, paused_key, progress_key
+from sparkscale.protocol.keys import datastore_key, input_stream_key, progress_key
 from sparkscale.protocol.queries import read_queries
 from sparkscale.protocol.streams import StreamOffsets, query_partitions, read_source_status, stream_heads
 
 log = structlog.get_logger(__name__)
 
 POLL_S = 0.2  # how often progress and source status are read while waiting on a phase
-FAULT_HOLD_ENV = "SPARKSCALE_MIGRATION_HOLD"
 
 
 class MigrationRunner:
@@ -50,8 +57,10 @@ class MigrationRunner:
         self.restart_app = restart_app
         self.root = cfg.zookeeper.root
         self.prefix = cfg.redis.key_prefix
-        self.store = JournalStore(zk, self.root, app.name)
+        # Its writes check this leader's own lock znode (at `epoch`): once deposed, even `_fail` writes nothing.
+        self.store = JournalStore(zk, self.root, app.name, epoch=epoch)
         self.mcfg = cfg.migration
+        self.recovery = Recovery(self)
 
     # -- entry points -----------------------------------------------------------------------------
 
@@ -59,8 +68,12 @@ class MigrationRunner:
               shape: ExecutorShape | None = None) -> Journal:
         get_strategy(strategy)  # an unknown one: UnknownStrategy (a MigrationError) naming the known ones
         current = self.store.read()
-        if current is not None and current.status == "running":
-            raise MigrationBusy(f"migration {current.id} of {self.app.name} is still running (phase {current.next})")
+        if current is not None and current.active:
+            raise MigrationBusy(f"migration {current.id} of {self.app.name} is still {current.status} "
+                                f"(phase {current.next})")
+        if current is not None and current.open:
+            raise MigrationBusy(f"migration {current.id} of {self.app.name} needs attention ({current.detail}): "
+                                "first " + " or ".join(f"`{c}`" for c in operator_commands(current)))
         info = read_queries(self.redis, self.prefix, self.app.name).get(query)
         if info is not None and not info.migratable:
             raise MigrationError(f"{self.app.name}/{query} cannot be migrated: {info.why_not_migratable()}")
@@ -81,11 +94,12 @@ class MigrationRunner:
         # The run that is stopped: a batch of another run after the stop is the restarted one's.
         journal.marks["run_id_at_request"] = self.query_progress(query).get("run_id")
         self._complete(journal, "requested")
-        _fault_hold("requested")
+        fault_hold("requested")
         return self.run(journal)
 
     def run(self, journal: Journal) -> Journal:
-        """Carry out the remaining phases; roll back or stop with the journal saying where."""
+        """Carry out the remaining phases; after a failed step, recover (recovery.py): the journal
+        returned is `done` or `done_degraded`, any other end raises MigrationError."""
         steps: dict[str, Callable[[Journal], None]] = {
             "paused": self._pause, "drained": self._drain, "stopped": self._stop, "captured": self._capture,
             "repartitioned": self._repartition, "restarted": self._restart, "resumed": self._resume,
@@ -95,10 +109,13 @@ class MigrationRunner:
             journal.next = phase
             self._write(journal)  # before the step: a successor knows what may have been under way
             try:
+                fault_fail(phase)
                 steps[phase](journal)
+            except JournalFenced:
+                raise  # no longer this leader's migration: no rollback, nothing more written
             except (MigrationError, AckTimeout, redis.RedisError) as exc:
                 return self._fail(journal, phase, str(exc))
-            _fault_hold(phase)
+            fault_hold(phase)
             self._complete(journal, phase)
         journal.status = "done"
         journal.marks["metrics"] = phase_metrics(journal)
@@ -107,17 +124,39 @@ class MigrationRunner:
                  **journal.marks["metrics"])
         return journal
 
-    def resume(self) -> Journal | None:
-        """Complete a migration a dead leader left running (None if there is none)."""
+    def resume(self, migration_id: str | None = None) -> Journal | None:
+        """Complete a migration a dead leader left running or recovering (None if there is none);
+        with `migration_id` (the operator's `--resume`), walk any open one's remaining phases to done."""
         journal = self.store.read()
-        if journal is None or journal.status != "running":
+        if migration_id is not None:
+            journal = check_operable(journal, self.app.name, migration_id, "resume")
+        elif journal is None or not journal.active:
             return None
-        log.warning("migration.resume", app=self.app.name, id=journal.id, phase=journal.next,
-                    completed=list(journal.phases), previous_epoch=journal.epoch, epoch=self.epoch)
+        log.warning("migration.resume", app=self.app.name, id=journal.id, phase=journal.next, status=journal.status,
+                    completed=list(journal.phases), previous_epoch=journal.epoch, epoch=self.epoch,
+                    operator=migration_id is not None)
         journal.marks.setdefault("resumed_by", []).append({"epoch": self.epoch, "at": time.time(),
-                                                           "phase": journal.next})
+                                                           "phase": journal.next, "status": journal.status})
         journal.epoch = self.epoch
+        if journal.status == "recovering" and migration_id is None:
+            return self.recovery.proceed(journal)  # a takeover: in the way the last runner was trying
+        if journal.status != "running":
+            self.recovery.reopen(journal)  # the operator's: the remaining phases, to done
         return self.run(journal)
+
+    def abort(self, migration_id: str) -> Journal:
+        """The operator's `--abort`: back to the old partitions where safe, else forward; the query
+        running and the sources resumed, the journal `aborted` (MigrationError: it needs attention)."""
+        journal = check_operable(self.store.read(), self.app.name, migration_id, "abort")
+        log.warning("migration.abort", app=self.app.name, id=journal.id, phase=journal.next, status=journal.status,
+                    epoch=self.epoch)
+        journal.marks["aborted_by"] = {"epoch": self.epoch, "at": time.time(), "phase": journal.next,
+                                       "status": journal.status}
+        journal.epoch = self.epoch
+        recovery = journal.marks.get("recovery")
+        if journal.status == "recovering" and recovery is not None and recovery["goal"] == "abort":
+            return self.recovery.proceed(journal)
+        return self.recovery.abort(journal)
 
     def current_partitions(self, query: str) -> int:
         """The query's state partitions: as last repartitioned, else its progress, else the config."""
@@ -305,8 +344,9 @@ class MigrationRunner:
     def _command(self, kind: str, args: dict[str, Any], timeout_s: float | None = None) -> Any:
         if not self.is_leader():
             raise MigrationError(f"{kind} not sent: no longer the leader")
-        name = send_command(self.zk, self.root, self.app.name, kind, args, self.epoch)
-        ack = wait_ack(self.zk, self.root, self.app.name, name, timeout_s or self.cfg.actuator.ack_timeout_s)
+        timeout_s = timeout_s or self.cfg.actuator.ack_timeout_s
+        name = send_command(self.zk, self.root, self.app.name, kind, args, self.epoch, ttl_s=timeout_s)
+        ack = wait_ack(self.zk, self.root, self.app.name, name, timeout_s)
         if not ack.ok:
             raise MigrationError(f"{kind} refused: {ack.detail}")
         return ack.detail
@@ -334,42 +374,9 @@ class MigrationRunner:
     def _fail(self, journal: Journal, phase: str, reason: str) -> Journal:
         log.error("migration.step_failed", app=self.app.name, id=journal.id, phase=phase, reason=reason)
         journal.detail = f"{phase}: {reason}"
-        if "repartitioned" in journal.phases or not self.is_leader():
-            # Past the point of no return (or fenced off): leave it running for a successor to finish.
-            journal.status = "failed" if self.is_leader() else "running"
+        if not self.is_leader():
+            # Fenced off: no recovery, the journal left running for a successor to finish. A
+            # deposed leader's write is refused (JournalFenced, `migration.fenced`), not made.
             self._write(journal)
-            raise MigrationError(f"migration {journal.id} stopped at {phase}: {reason}")
-        # Roll back: the checkpoint still has the old partitions; start the query and resume.
-        try:
-            self._command("start_query", {"query": journal.query, "partitions": journal.from_partitions},
-                          timeout_s=self.mcfg.phase_timeout_s)
-        except (MigrationError, AckTimeout) as exc:
-            journal.status = "failed"
-            journal.detail += f"; rollback failed: {exc}"
-            self._write(journal)
-            self._resume_anyway(journal)
-            raise MigrationError(f"migration {journal.id} failed at {phase} and could not roll back: {exc}") from None
-        self._command("resume_sources", {})
-        journal.status = "rolled_back"
-        self._write(journal)
-        log.warning("migration.rolled_back", app=self.app.name, id=journal.id, phase=phase)
-        raise MigrationError(f"migration {journal.id} rolled back at {phase}: {reason}")
-
-    def _resume_anyway(self, journal: Journal) -> None:
-        """A failed rollback must not leave the sources paused for good (the pause lives in Redis and
-        outlives the driver): resuming loses nothing, the input waits in the streams."""
-        try:
-            self._command("resume_sources", {})
-        except (MigrationError, AckTimeout) as exc:
-            log.error("migration.resume_failed", app=self.app.name, id=journal.id, error=str(exc),
-                      paused_key=paused_key(self.prefix, self.app.name))
-
-
-def _fault_hold(phase: str) -> None:
-    """Fault injection for crash tests: with SPARKSCALE_MIGRATION_HOLD=<phase> in its environment,
-    the process stops for good right after that phase's step ran and before it is recorded (for
-    `requested`: right after the journal was created), so a test can SIGKILL it at exactly that
-    point: the step done, but not known to be done."""
-    if os.environ.get(FAULT_HOLD_ENV) == phase:
-        log.warning("migration.fault_hold", phase=phase, env=FAULT_HOLD_ENV)
-        threading.Event().wait()
+            raise MigrationError(f"migration {journal.id} stopped at {phase}: {reason} (no longer the leader)")
+        return self.recovery.after_failure(journal, phase, reason)
