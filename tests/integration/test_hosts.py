@@ -16,28 +16,26 @@ from __future__ import annotations
 import json
 import socket
 import threading
-import urllib.request
 from collections.abc import Iterator
 
 import pytest
 from click.testing import CliRunner
 
 from sparkscale.cli import main
-from sparkscale.config import Config, load_config
-from sparkscale.localenv import LocalEnvironment
-from sparkscale.localenv.ports import isolated_overrides
+from sparkscale.config import Config
 from sparkscale.monitors.collector import AppNotRunningError, CollectOptions, NoQueriesYet, collect_snapshot
 from sparkscale.monitors.host import executor_processes
+from sparkscale.monitors.spark_master import get_json
 from sparkscale.monitors.spark_rest import SparkRestError, driver_rest, host_of
 from sparkscale.pipeline.loadgen import run_loadgen
-from sparkscale.pipeline.submit import stop, submit
+from sparkscale.pipeline.submit import submit
 from sparkscale.snapshot import Snapshot
 from tests.conftest import wait_until
+from tests.integration.two_hosts import WORKER_HOSTS, two_host_environment
 
 pytestmark = pytest.mark.integration
 
 APP = "wchosts"
-WORKER_HOSTS = ("127.0.0.2", "127.0.0.3")
 LOOPBACK = "127.0.0.1"
 RATE = 1000
 MAX_LOAD_S = 90  # the load stops as soon as the test has what it needs (~30 s)
@@ -60,28 +58,9 @@ loop:
 
 @pytest.fixture(scope="module")
 def hosts_env(tmp_path_factory) -> Iterator[tuple[Config, str, list[str]]]:
-    """An environment of its own: worker 1 on 127.0.0.2, worker 2 on 127.0.0.3."""
-    work = tmp_path_factory.mktemp("hosts")
-    path = work / "sparkscale.yaml"
-    path.write_text(CONFIG)
-    overrides = [*isolated_overrides(work / "env"), "cluster.workers=2",
-                 f"cluster.worker_hosts=[{','.join(WORKER_HOSTS)}]", "logging.stderr_format=json"]
-    cfg = load_config(path, overrides)
-    assert cfg.spark.master_host == LOOPBACK and cfg.spark.driver_host == LOOPBACK
-    env = LocalEnvironment(cfg)
-    env.up()
-    try:
-        yield cfg, str(path), overrides
-    finally:
-        try:
-            stop(cfg, APP)
-        finally:
-            env.down()
-
-
-def get_json(url: str):
-    with urllib.request.urlopen(url, timeout=5) as resp:
-        return json.load(resp)
+    with two_host_environment(tmp_path_factory.mktemp("hosts"), CONFIG, APP) as (cfg, path, overrides):
+        assert cfg.spark.master_host == LOOPBACK and cfg.spark.driver_host == LOOPBACK
+        yield cfg, path, overrides
 
 
 def answers(host: str, port: int) -> bool:
@@ -119,7 +98,7 @@ def test_workers_and_executors_on_their_own_addresses(hosts_env):
     cfg, path, overrides = hosts_env
 
     # The master lists the workers on their own addresses; each web UI answers there and not on 127.0.0.1.
-    workers = [w for w in get_json(f"{cfg.spark.master_web_url}/json/")["workers"] if w["state"] == "ALIVE"]
+    workers = [w for w in get_json(f"{cfg.spark.master_web_url}/json/", 5)["workers"] if w["state"] == "ALIVE"]
     assert sorted(w["host"] for w in workers) == sorted(WORKER_HOSTS), workers
     for w in workers:
         ui_host, ui_port = w["webuiaddress"].removeprefix("http://").rsplit(":", 1)

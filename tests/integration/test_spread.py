@@ -20,23 +20,22 @@ import psutil
 import pytest
 
 from sparkscale.bench.daemon_process import DaemonProcess
-from sparkscale.config import Config, load_config
+from sparkscale.config import Config
 from sparkscale.daemon.action_log import ActionLog
 from sparkscale.localenv import LocalEnvironment
-from sparkscale.localenv.ports import isolated_overrides
 from sparkscale.monitors.cluster_view import fetch_cluster_view
 from sparkscale.monitors.spark_master import SparkUnreachable
 from sparkscale.monitors.spark_rest import SparkRestError, driver_rest
 from sparkscale.pipeline.check import drained, verify_app
 from sparkscale.pipeline.loadgen import run_loadgen
-from sparkscale.pipeline.submit import stop, submit
+from sparkscale.pipeline.submit import submit
 from sparkscale.redisconn import connect
 from tests.conftest import wait_until
+from tests.integration.two_hosts import WORKER_HOSTS, two_host_environment
 
 pytestmark = pytest.mark.integration
 
 APP = "wcspread"
-WORKER_HOSTS = ("127.0.0.2", "127.0.0.3")
 KILLED = "spark-worker-2"  # the worker on 127.0.0.3
 RATE = 500
 
@@ -60,22 +59,9 @@ metrics: {{port: 0}}
 
 @pytest.fixture(scope="module")
 def spread_env(tmp_path_factory) -> Iterator[tuple[Config, str, list[str], Path]]:
-    """An environment of its own: worker 1 on 127.0.0.2, worker 2 on 127.0.0.3."""
     work = tmp_path_factory.mktemp("spread")
-    path = work / "sparkscale.yaml"
-    path.write_text(CONFIG)
-    overrides = [*isolated_overrides(work / "env"), "cluster.workers=2",
-                 f"cluster.worker_hosts=[{','.join(WORKER_HOSTS)}]", "logging.stderr_format=json"]
-    cfg = load_config(path, overrides)
-    env = LocalEnvironment(cfg)
-    env.up()
-    try:
-        yield cfg, str(path), overrides, work
-    finally:
-        try:
-            stop(cfg, APP)
-        finally:
-            env.down()
+    with two_host_environment(work, CONFIG, APP) as (cfg, path, overrides):
+        yield cfg, path, overrides, work
 
 
 def per_worker(cfg: Config) -> dict[str, int] | None:
