@@ -19,7 +19,8 @@ decommissions the old one; when a move leaves the counts as they were, no
 further move for `guards.spread_hold_s` after it (read back from the decision history: each move
 records its counts in the plan's observation). Only for an app with a stateful query, at most one
 move a cycle, never in a cycle whose plan changes something already, nor while asked-for executors
-are still starting (a replace restores the registered count and would cancel them). The guards
+are still starting (a replace sets the target to the registered count plus one and would cancel
+them). The guards
 hold it while an action is in progress, in the cooldown, before a fresh window and around a
 migration.
 """
