@@ -84,10 +84,18 @@ def test_reload_figures_sum_the_batches_that_loaded_state_after_the_fault():
     ]
     got = reload_figures(reports, FAULT, until=FAULT + 40)
     assert got == Breakdown(reload_ms=2200, loaded_from_dfs=3, replay_ms=250, replayed_files=9,
-                            reload_batches=(11, 13), reload_batch_ms=8200)
+                            reload_batches=(11, 13), reload_batch_ms=8200, pre_fault_batch_ms=900.0)
     nothing = reload_figures([report(12, FAULT + 10, loaded=0, load_ms=4)], FAULT, FAULT + 40)
     assert (nothing.reload_ms, nothing.loaded_from_dfs, nothing.reload_batches) == (0.0, 0, ())
-    assert reload_figures(reports[:1], FAULT, FAULT + 40) == Breakdown()  # no batch after the fault
+    assert reload_figures(reports[:1], FAULT, FAULT + 40) == Breakdown(pre_fault_batch_ms=900.0)  # none after it
+
+
+def test_the_yardstick_is_the_median_batch_of_the_minute_before_the_fault():
+    reports = [report(1, FAULT - 90, duration_ms=9000), report(2, FAULT - 50, duration_ms=800),
+               report(3, FAULT - 20, duration_ms=1200), report(4, FAULT - 5, duration_ms=1000),
+               report(5, FAULT + 4, duration_ms=6000)]
+    got = reload_figures(reports, FAULT, FAULT + 40)
+    assert (got.pre_fault_batch_ms, got.reload_batch_ms) == (1000, 6000)  # batch 1 is older than the minute
 
 
 def test_without_the_loaded_from_dfs_metric_the_first_batch_after_the_fault_counts():
@@ -110,6 +118,24 @@ def test_breakdown_takes_executor_times_from_the_driver_else_from_the_samples():
     unknown = breakdown(None, samples, [], T0, FAULT, FAULT + 40, count_fallback=False)  # e.g. driver_kill
     assert unknown == Breakdown()
     assert unknown.to_dict()["reload_batches"] == [] and set(got.to_dict()) == set(Breakdown.__dataclass_fields__)
+
+
+def test_a_fault_that_keeps_every_executor_reads_no_executor_times_from_the_driver(monkeypatch):
+    # after a driver_kill the driver's executors are the new app's: its later scale-in is no detection
+    from sparkscale.bench import chaos_breakdown as cb
+
+    asked: list[str] = []
+    monkeypatch.setattr(cb, "executor_spans", lambda cfg, app: asked.append(app) or [span("0", T0, FAULT + 30, "x")])
+    monkeypatch.setattr(cb, "connect", lambda redis_cfg: type("C", (), {"close": lambda self: None})())
+    monkeypatch.setattr(cb, "read_progress", lambda *a, **k: [])
+    monkeypatch.setattr(cb, "workload", lambda name: type("W", (), {"query": "q"})())
+    cfg = type("Cfg", (), {"redis": type("R", (), {"key_prefix": "p:"})(),
+                           "app": lambda self, name: type("A", (), {"pipeline": "wordcount"})()})()
+    samples = [sample(69, 2), sample(72, 1)]
+    kept = cb.measure(cfg, "a", samples, T0, FAULT, FAULT + 40, loses_executors=False)
+    assert asked == [] and (kept.detected_s, kept.replaced_s) == (None, None)
+    lost = cb.measure(cfg, "a", samples, T0, FAULT, FAULT + 40, loses_executors=True)
+    assert asked == ["a"] and lost.detected_s == 30
 
 
 def test_variants_run_only_for_the_faults_that_kill_executors():

@@ -499,3 +499,24 @@ def test_a_daemon_cycle_without_a_live_query_sets_the_metric_and_serves_the_oper
     assert not answer.ok and "no migration mig-2 of a to abort: its journal holds mig-1 (needs_attention)" in \
         answer.detail
     daemon.metrics.close()
+
+
+def _run_logged(monkeypatch, **kwargs: Any) -> list[Any]:
+    """run_migration with the query reporting 8 partitions already; the actions it dispatched."""
+    from sparkscale.daemon import manual
+
+    seen: list[Any] = []
+    monkeypatch.setattr(manual, "query_partitions", lambda *a, **k: 8)
+    monkeypatch.setattr(manual, "dispatch", lambda log, record, actions, ctx, **k: (seen.extend(actions) or "d1",
+                                                                                     [SimpleNamespace(status="done")]))
+    cfg = SimpleNamespace(redis=SimpleNamespace(key_prefix="p:"), migration=SimpleNamespace(strategy="ccr"))
+    ctx = SimpleNamespace(redis=None, cfg=cfg, app=SimpleNamespace(name="a", shuffle_partitions=4), strategy="ccr",
+                          shape=None, identity="me", epoch=3)
+    manual.run_migration(None, ctx, "q", 8, "resume", **kwargs)
+    return seen
+
+
+def test_a_resumed_migration_is_logged_from_the_journals_count_not_the_one_the_query_reports(monkeypatch):
+    # the chaos run's daemon_kill timeline read "8->8": the standby resumed after the repartition
+    assert [(a.from_, a.to) for a in _run_logged(monkeypatch, from_partitions=4)] == [(4, 8)]
+    assert [(a.from_, a.to) for a in _run_logged(monkeypatch)] == [(8, 8)]

@@ -15,6 +15,7 @@ the reload from the checkpoint is never folded into detection or catch-up:
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -33,6 +34,7 @@ from sparkscale.redisconn import connect
 log = structlog.get_logger(__name__)
 
 HISTORY_BEFORE_S = 120.0  # progress history read from before the fault: the batch running at it
+PRE_FAULT_WINDOW_S = 60.0  # the batches whose median duration is the yardstick for the reload batches
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,7 @@ class Breakdown:
     replayed_files: int | None = None  # rocksdbNumReplayChangelogFiles
     reload_batches: tuple[int, ...] = ()  # their batch ids
     reload_batch_ms: float | None = None  # the longest of them, wall time (triggerExecution)
+    pre_fault_batch_ms: float | None = None  # median wall time of the batches that ended in the minute before
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -123,21 +126,26 @@ def reload_figures(reports: Sequence[ProgressReport], fault_at: float, until: fl
     when no report carries that metric (not RocksDB, Spark before 4.3), the first batch after the fault."""
     seen: set[tuple[str, int]] = set()
     after: list[ProgressReport] = []
+    before: list[float] = []
     for r in reports:
         end = _end_s(r)
-        if (r.run_id, r.batch_id) in seen or end is None or not fault_at < end <= until:
+        if (r.run_id, r.batch_id) in seen or end is None:
             continue
         seen.add((r.run_id, r.batch_id))
-        after.append(r)
+        if fault_at - PRE_FAULT_WINDOW_S < end <= fault_at and r.batch_duration_ms is not None:
+            before.append(r.batch_duration_ms)
+        elif fault_at < end <= until:
+            after.append(r)
+    pre = statistics.median(before) if before else None
     if not after:
-        return Breakdown()
+        return Breakdown(pre_fault_batch_ms=pre)
     if any(r.state_loaded_from_dfs is not None for r in after):
         loads = [r for r in after if (r.state_loaded_from_dfs or 0) > 0]
         if not loads:
-            return Breakdown(reload_ms=0.0, loaded_from_dfs=0)
+            return Breakdown(reload_ms=0.0, loaded_from_dfs=0, pre_fault_batch_ms=pre)
     else:
         loads = after[:1]
-    return Breakdown(
+    return Breakdown(pre_fault_batch_ms=pre,
         reload_ms=_total([r.state_load_ms for r in loads]),
         loaded_from_dfs=_total([r.state_loaded_from_dfs for r in loads]),
         replay_ms=_total([r.state_replay_ms for r in loads]),
@@ -179,10 +187,11 @@ def executor_spans(cfg: Config, app: str) -> list[ExecutorSpan] | None:
 
 
 def measure(cfg: Config, app: str, samples: Sequence[Sample], t0: float, fault_at: float, until: float,
-            count_fallback: bool) -> Breakdown:
-    """The run's breakdown, read while its driver still runs: the driver's executors, then the
-    query's progress history around the fault."""
-    spans = executor_spans(cfg, app)
+            loses_executors: bool) -> Breakdown:
+    """The run's breakdown, read while its driver still runs: the driver's executors (only for a
+    fault that kills executors under a living driver: after a driver_kill they are the new app's,
+    whose later scale-in is no detection), then the query's progress history around the fault."""
+    spans = executor_spans(cfg, app) if loses_executors else None
     client = connect(cfg.redis)
     try:
         reports = read_progress(client, cfg.redis.key_prefix, app, workload(cfg.app(app).pipeline).query,
@@ -192,4 +201,4 @@ def measure(cfg: Config, app: str, samples: Sequence[Sample], t0: float, fault_a
         reports = []
     finally:
         client.close()
-    return breakdown(spans, samples, reports, t0, fault_at, until, count_fallback)
+    return breakdown(spans, samples, reports, t0, fault_at, until, loses_executors)

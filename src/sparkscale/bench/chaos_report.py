@@ -218,6 +218,7 @@ BREAKDOWN_ROWS: list[tuple[str, Callable[[Mapping[str, Any]], str]]] = [
      lambda r: f"{_num(r.get('replay_ms'), 0)} / {_num(r.get('replayed_files'), 0)}"),
     ("reload batches (ids) / longest, wall (ms)",
      lambda r: f"{', '.join(map(str, r.get('reload_batches') or [])) or '-'} / {_num(r.get('reload_batch_ms'), 0)}"),
+    ("batch before the fault, median wall (ms)", lambda r: _num(r.get("pre_fault_batch_ms"), 0)),
     ("recovery to 90 % (s)", lambda r: _num(r.get("recovery_s"))),
     ("executors before the fault", lambda r: _num(r.get("executors_before"), 0)),
     ("pre-fault / reference (records/s)", lambda r: _rates(r)),

@@ -187,14 +187,18 @@ def carry_out(action_log: ActionLog, ctx: ActuationContext, to: int, by: str, cu
 
 
 def run_migration(action_log: ActionLog, ctx: ActuationContext, query: str, to_partitions: int | None,
-                  reason: str, executors: int | None = None) -> tuple[str, ActionResult]:
+                  reason: str, executors: int | None = None,
+                  from_partitions: int | None = None) -> tuple[str, ActionResult]:
     """A manual (or resumed, with `ctx.resume`) migration through `dispatch`: log the decision,
     migrate with `ctx.strategy` (and `ctx.shape`), then, if it was done, set the executors to
-    `executors`, log the results. `to_partitions` None keeps the partitions (a shape change only)."""
+    `executors`, log the results. `to_partitions` None keeps the partitions (a shape change only).
+    `from_partitions`: the journal's, for a migration resumed or aborted part-way (the query may
+    already report the new count, which would log it as "8 -> 8"); None: the query's count now."""
     current = query_partitions(ctx.redis, ctx.cfg.redis.key_prefix, ctx.app.name, query, ctx.app.shuffle_partitions)
     to_partitions = current if to_partitions is None else to_partitions
     strategy = ctx.strategy or ctx.cfg.migration.strategy
-    action = Action.set_parallelism(query, max(current, 1), to_partitions, reason)
+    start = current if from_partitions is None else from_partitions
+    action = Action.set_parallelism(query, max(start, 1), to_partitions, reason)
     how = strategy + (f", executors as {ctx.shape.describe()}" if ctx.shape else "")
     actions = [action]
     if executors is not None:
@@ -238,7 +242,8 @@ def operate_migration(action_log: ActionLog, ctx: ActuationContext, journal: Jou
                  measure=not abort)
     verb = "abort" if abort else "resume"
     return run_migration(action_log, op, journal.query, journal.from_partitions if abort else journal.to_partitions,
-                         f"{verb} migration {journal.id} (left {journal.status} at {journal.next}) by {ctx.identity}")
+                         f"{verb} migration {journal.id} (left {journal.status} at {journal.next}) by {ctx.identity}",
+                         from_partitions=None if abort else journal.from_partitions)
 
 
 def serve_requests(zk: KazooClient, root: str, app: str, action_log: ActionLog,

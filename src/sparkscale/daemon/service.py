@@ -401,7 +401,8 @@ class Daemon:
             decision_id, result = manual.run_migration(
                 self.action_log, self._context(app, election, strategy=journal.strategy, resume=True),
                 journal.query, journal.to_partitions,
-                f"resume migration {journal.id} left at {journal.next} by epoch {journal.epoch}")
+                f"resume migration {journal.id} left at {journal.next} by epoch {journal.epoch}",
+                from_partitions=journal.from_partitions)
             log.info("migration.resumed", app=app.name, decision_id=decision_id, status=result.status,
                      detail=result.detail)
             st.last_action_at = time.time()
