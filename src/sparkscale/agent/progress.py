@@ -24,7 +24,7 @@ from sparkscale.agent.checkpoint import state_store_provider
 from sparkscale.agent.hooks import QueryHooks
 from sparkscale.agent.sources import SourceReporter, as_json
 from sparkscale.protocol.keys import progress_key
-from sparkscale.protocol.queries import STATE_LOAD_FIELDS, QueryInfo, queries_key
+from sparkscale.protocol.queries import RELOAD_FIGURES_RESET_BY, STATE_LOAD_FIELDS, QueryInfo, queries_key
 
 log = structlog.get_logger(__name__)
 
@@ -222,9 +222,12 @@ def progress_fields(progress: Any, sources: list[dict[str, Any]] | None = None) 
 def state_load_fields(state_ops: list[Any]) -> dict[str, int]:
     """The batch's state reload figures (`STATE_LOAD_FIELDS`), each summed over the stateful
     operators that report it: how much a fault's reload from the checkpoint cost. A metric no
-    operator reports (another provider, an older Spark) is left out, not zero."""
+    operator reports (another provider, an older Spark, an operator whose figures Spark wipes:
+    `RELOAD_FIGURES_RESET_BY`) is left out, not zero."""
     out: dict[str, int] = {}
     for op in state_ops:
+        if getattr(op, "operatorName", None) in RELOAD_FIGURES_RESET_BY:
+            continue
         metrics = getattr(op, "customMetrics", None) or {}
         for metric, name in STATE_LOAD_FIELDS.items():
             value = metrics.get(metric)

@@ -260,7 +260,13 @@ BREAKDOWN_METHOD = (
     "it, replaying changelogs), and of it `rocksdbReplayChangeLogLatencyMs` and `rocksdbNumReplayChangelogFiles`. "
     "Spark sums these over the batch's tasks: they are **task time summed, not wall time** (two partitions "
     "loading in parallel for 1 s each show 2000 ms). The wall time those batches took (`triggerExecution`, "
-    "which also holds their processing and commits) is the `longest, wall` figure. 0: nothing was reloaded.\n"
+    "which also holds their processing and commits) is the `longest, wall` figure. 0: nothing was reloaded. "
+    "Spark 4.3.0 wipes these figures for a streaming aggregation (the shipped wordcount's `stateStoreSave`): "
+    "its save step loads the store a second time in the task, and `RocksDB.load` clears the load metrics on "
+    "every call, so they read 0 even after a reload from the checkpoint (checked on a restart: "
+    "docs/internals.md, \"State reload figures\"). The agent does not publish them for such operators; "
+    "the reload is then measured as the wall time of the first batch that ended after the fault "
+    "(`longest, wall`; it also holds the retried tasks), next to the median batch of the minute before.\n"
     "- **recovery**: as in the table above (E-Storm's 90 % rule).")
 
 
