@@ -4,6 +4,8 @@ config). Nothing here starts a server."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from click.testing import CliRunner
 
@@ -126,11 +128,11 @@ def test_a_fault_that_keeps_every_executor_reads_no_executor_times_from_the_driv
 
     asked: list[str] = []
     monkeypatch.setattr(cb, "executor_spans", lambda cfg, app: asked.append(app) or [span("0", T0, FAULT + 30, "x")])
-    monkeypatch.setattr(cb, "connect", lambda redis_cfg: type("C", (), {"close": lambda self: None})())
+    monkeypatch.setattr(cb, "connect", lambda redis_cfg: SimpleNamespace(close=lambda: None))
     monkeypatch.setattr(cb, "read_progress", lambda *a, **k: [])
-    monkeypatch.setattr(cb, "workload", lambda name: type("W", (), {"query": "q"})())
-    cfg = type("Cfg", (), {"redis": type("R", (), {"key_prefix": "p:"})(),
-                           "app": lambda self, name: type("A", (), {"pipeline": "wordcount"})()})()
+    monkeypatch.setattr(cb, "workload", lambda name: SimpleNamespace(query="q"))
+    cfg = SimpleNamespace(redis=SimpleNamespace(key_prefix="p:"),
+                          app=lambda name: SimpleNamespace(pipeline="wordcount"))
     samples = [sample(69, 2), sample(72, 1)]
     kept = cb.measure(cfg, "a", samples, T0, FAULT, FAULT + 40, loses_executors=False)
     assert asked == [] and (kept.detected_s, kept.replaced_s) == (None, None)
