@@ -41,6 +41,8 @@ class WorkerSlots:
     cores_free: int
     memory_free_mb: int
     executors: tuple[str, ...] = ()
+    cores: int = 0  # the worker's own; 0: unknown (a snapshot from before they were recorded)
+    memory_mb: int = 0
 
     def has_room(self, cores: int, memory_mb: int) -> bool:
         """Could the master launch one more executor of this shape here?"""
@@ -48,7 +50,8 @@ class WorkerSlots:
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "host": self.host, "cores_free": self.cores_free,
-                "memory_free_mb": self.memory_free_mb, "executors": list(self.executors)}
+                "memory_free_mb": self.memory_free_mb, "executors": list(self.executors), "cores": self.cores,
+                "memory_mb": self.memory_mb}
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,8 @@ class Placement:
                 memory_free_mb=integer(get(worker, "memory_free_mb", at), join(at, "memory_free_mb"), 0,
                                        MAX_MEMORY_MB),
                 executors=tuple(string(e, f"{join(at, 'executors')}[{k}]") for k, e in enumerate(executors)),
+                cores=optional_integer(worker.get("cores"), join(at, "cores"), 0, MAX_CORES) or 0,
+                memory_mb=optional_integer(worker.get("memory_mb"), join(at, "memory_mb"), 0, MAX_MEMORY_MB) or 0,
             ))
         seen: dict[str, str] = {}
         for i, worker in enumerate(workers):

@@ -71,8 +71,9 @@ def test_the_view_maps_each_apps_executors_to_their_workers():
     assert view.app_executors(APP) == {"1": W1, "2": W1} and view.app_executors("app-none") == {}
     assert [w.id for w in view.alive] == [W1, W2] and view.requests == 3 and not view.unreachable
     placement = view.placement(APP)
-    assert placement == Placement(APP, (WorkerSlots(W1, "127.0.0.2", 6, 7168, ("1", "2")),
-                                        WorkerSlots(W2, "127.0.0.3", 7, 7680, ())), (), 512)
+    assert placement == Placement(APP, (WorkerSlots(W1, "127.0.0.2", 6, 7168, ("1", "2"), 8, 8192),
+                                        WorkerSlots(W2, "127.0.0.3", 7, 7680, (), 8, 8192)), (), 512)
+    assert Placement.from_extension(placement.to_extension()) == placement  # the worker's size goes along
     assert placement.worker_of() == {"1": W1, "2": W1}
 
 

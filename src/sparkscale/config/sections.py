@@ -10,15 +10,17 @@ from __future__ import annotations
 import ipaddress
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from sparkscale.config.apps import AppConfig
 from sparkscale.config.base import ConfigSection, _one_of
 from sparkscale.config.drivers import DriversConfig
+from sparkscale.config.placement import PlacementConfig
 from sparkscale.config.secrets import read_secret_file, split_digest
-from sparkscale.registry import POLICIES, STRATEGIES, WORKLOADS
+from sparkscale.config.sectioned import SectionedConfig
+from sparkscale.registry import POLICIES, STRATEGIES, WORKLOADS, Registry
 
 _Section = ConfigSection
 
@@ -208,12 +210,12 @@ class LoopConfig(_Section):
     cluster_view: bool = True
 
 
-class PolicyConfig(_Section):
+class PolicyConfig(SectionedConfig):
     """`name` is a registered policy (sparkscale.policies); every policy's own settings are the
     section `policy.<its name>`, validated by the model the policy declares (`config_model`), so a
     new policy brings its settings with it. A section left out has its model's defaults."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    registry: ClassVar[Registry[Any]] = POLICIES
 
     name: str = "ds2"
     target_utilization: float = Field(0.8, ge=0.01, le=1)  # below 1 %, every need overflows
@@ -222,72 +224,6 @@ class PolicyConfig(_Section):
     @classmethod
     def _registered(cls, value: str) -> str:
         return _one_of(value, sorted(POLICIES.names()))
-
-    @model_validator(mode="wrap")
-    @classmethod
-    def _sections(cls, data: Any, handler: Any) -> Any:
-        """Each section validated by its policy's model (every registered policy's section present),
-        and every problem of the fields and the sections reported together."""
-        if not isinstance(data, dict):
-            return handler(data)
-        out = {name: model() for name in POLICIES.names() if (model := cls.section_model(name)) is not None}
-        errors: list[Any] = []
-        for key, value in data.items():
-            model = None if key in cls.model_fields else cls.section_model(str(key))
-            if key in cls.model_fields or isinstance(value, model or ()):
-                out[key] = value
-            elif model is None:
-                errors.append({"type": "extra_forbidden", "loc": (key,), "input": value})
-            else:
-                try:
-                    out[key] = model.model_validate(value)
-                except ValidationError as exc:
-                    errors += _located(exc, (key,))
-        try:
-            validated = handler(out)
-        except ValidationError as exc:
-            errors = [*_located(exc, ()), *errors]
-        if errors:
-            raise ValidationError.from_exception_data(cls.__name__, errors)
-        return validated
-
-    @staticmethod
-    def section_model(name: str) -> type[BaseModel] | None:
-        """The settings model of the policy registered as `name` (None: no such policy or no settings)."""
-        try:
-            return getattr(POLICIES.get(name), "config_model", None)
-        except KeyError:
-            return None
-
-    def section(self, name: str) -> Any:
-        """The settings of policy `name`: as configured, else its model's defaults."""
-        extra = self.__pydantic_extra__ or {}
-        if name in extra:
-            return extra[name]
-        model = self.section_model(name)
-        if model is None:
-            raise AttributeError(f"no policy named {name!r} with settings")
-        return model()
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            return super().__getattr__(name)  # type: ignore[misc]
-        try:
-            return self.section(name)
-        except AttributeError:
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}") from None
-
-
-def _located(exc: ValidationError, prefix: tuple[Any, ...]) -> list[Any]:
-    """The errors of `exc`, their locations under `prefix`, ready for `ValidationError.from_exception_data`
-    (pydantic otherwise drops a section's name from errors raised inside a validator)."""
-    out: list[Any] = []
-    for err in exc.errors():
-        detail = {"type": err["type"], "loc": (*prefix, *err["loc"]), "input": err.get("input")}
-        if "ctx" in err:
-            detail["ctx"] = err["ctx"]
-        out.append(detail)
-    return out
 
 
 class GuardsConfig(_Section):
@@ -412,6 +348,7 @@ class Config(_Section):
     apps: list[AppConfig] = [AppConfig(name="wordcount")]
     loop: LoopConfig = LoopConfig()
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    placement: PlacementConfig = Field(default_factory=PlacementConfig)
     guards: GuardsConfig = GuardsConfig()
     outcomes: OutcomesConfig = OutcomesConfig()
     actuator: ActuatorConfig = ActuatorConfig()

@@ -106,7 +106,8 @@ class ClusterView:
             mine = [e for e in self.executors.get(worker.id, ()) if e.app_id == app_id]
             memory = max([memory, *(e.memory_mb for e in mine)])
             slots.append(WorkerSlots(worker.id, worker.host, worker.cores_free, worker.memory_free_mb,
-                                     tuple(sorted((e.executor_id for e in mine), key=executor_order))))
+                                     tuple(sorted((e.executor_id for e in mine), key=executor_order)),
+                                     worker.cores, worker.memory_mb))
         return Placement(app_id, tuple(slots), tuple(sorted(self.unreachable)), memory)
 
 

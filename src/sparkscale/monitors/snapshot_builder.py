@@ -271,4 +271,6 @@ def _progress_summary(reports: Sequence[ProgressReport]) -> dict[str, Any]:
             summary["state_rows_total"] = latest.state_rows_total
         if latest.state_partitions is not None:
             summary["state_partitions"] = latest.state_partitions
+        if latest.state_memory_bytes is not None:
+            summary["state_memory_bytes"] = latest.state_memory_bytes
     return summary

@@ -92,7 +92,8 @@ class ClusterModel:
     apps: tuple[AppDemand, ...] = ()
     traffic: tuple[Traffic, ...] = ()
     # app -> the worker the master would put that app's next executor on (its spreadOut and
-    # workerSelectionPolicy over free cores and memory); None or absent: no worker has room
+    # workerSelectionPolicy over free cores and memory); None: no worker has room; an app absent
+    # from the mapping: not predicted, so a target is limited by room alone
     landing: Mapping[str, str | None] = field(default_factory=dict)
 
     def worker(self, worker_id: str) -> Worker:
@@ -116,6 +117,32 @@ class ClusterModel:
     def host_of(self) -> dict[str, str]:
         """Worker id -> its host (the seeds' node)."""
         return {w.id: w.host for w in self.workers}
+
+    def shuffle_bytes_per_s(self) -> tuple[float, float]:
+        """(between hosts, within a host) of the traffic (CC) between the managed executors."""
+        host = self.host_of()
+        where = {e.key: host.get(e.worker) for e in self.executors}
+        remote = sum(t.bytes_per_s for t in self.traffic if where.get(t.src) != where.get(t.dst))
+        return remote, sum(t.bytes_per_s for t in self.traffic) - remote
+
+    def to_table(self) -> str:
+        """The cluster as `sparkscale cluster-plan` shows it: workers, then apps."""
+        lines = [f"{'worker':<34} {'host':<15} {'cores used':>10} {'busy':>6}  executors (app/id)"]
+        for w in self.workers:
+            mine = " ".join(str(e.key) for e in self.executors_on(w.id)) or "-"
+            busy = "-" if w.busy_share is None else f"{w.busy_share:.2f}"
+            lines.append(f"{w.id:<34} {w.host:<15} {f'{w.cores_used}/{w.cores}':>10} {busy:>6}  {mine}")
+        lines.append("")
+        lines.append(f"{'app':<16} {'executors':>9} {'shape':>12} {'arrival/s':>10} {'rate/executor':>13} "
+                     f"{'state MB':>9}  lands on")
+        for a in self.apps:
+            rate = "-" if a.rate_per_executor is None else f"{a.rate_per_executor:.1f}"
+            lines.append(f"{a.app:<16} {len(self.executors_of(a.app)):>9} "
+                         f"{f'{a.executor_cores}c/{a.executor_memory_mb}MB':>12} {a.arrival_rate:>10.1f} {rate:>13} "
+                         f"{a.state_bytes / 1e6:>9.1f}  {self.landing.get(a.app) or '-'}")
+        remote, local = self.shuffle_bytes_per_s()
+        lines.append(f"shuffle between managed executors: {remote:.0f} B/s between hosts, {local:.0f} B/s within one")
+        return "\n".join(lines)
 
 
 @dataclass(frozen=True)
@@ -162,6 +189,18 @@ class PlacementPlan:
     @property
     def empty(self) -> bool:
         return not self.moves and not self.counts
+
+    def to_table(self) -> str:
+        lines = [f"placement {self.policy}: {self.reason or ('no change' if self.empty else '')}".rstrip()]
+        lines += [f"  move {m.key} {m.source} -> {m.target} (score {m.score:.4g}): {m.reason}" for m in self.moves]
+        lines += [f"  set {c.app} executors {c.executors_now} -> {c.executors_target}"
+                  + (f", decommission {', '.join(str(k) for k in c.remove)}" if c.remove else "")
+                  + (f": {c.reason}" if c.reason else "") for c in self.counts]
+        lines += [f"  WARNING {w.kind}: {w.message}" for w in self.warnings]
+        if self.objective is not None:
+            lines.append(f"  objective {self.objective:.4f}")
+        lines += [f"  {k} = {v:.4g}" if isinstance(v, float) else f"  {k} = {v}" for k, v in self.figures.items()]
+        return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
         return {
