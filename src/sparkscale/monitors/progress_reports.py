@@ -9,7 +9,6 @@ idle, so a quiet query still has samples of its sources' positions and backlog.
 from __future__ import annotations
 
 import json
-
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
