@@ -44,8 +44,11 @@ class DaemonMetrics:
         self.attention = Gauge("sparkscale_migrations_needing_attention", "1 while the app's last migration "
                                "needs the operator (`sparkscale migrate --resume ID` or `--abort ID`), else 0.",
                                ["app"], registry=r)
+        self.short = Gauge("sparkscale_cluster_short_executors", "Executors the app's last plan needed beyond "
+                           "what the cluster could start (its scale-up was cut by that many), else 0.", ["app"],
+                           registry=r)
         self._by_app = (self.cycles, self.decisions, self.actions, self.cycle_duration, self.executors,
-                        self.parallelism, self.leader, self.blocked, self.attention)
+                        self.parallelism, self.leader, self.blocked, self.attention, self.short)
         self._operators: dict[str, set[str]] = {}
         self._lock = threading.Lock()
         self._server: WSGIServer | None = None
@@ -83,6 +86,9 @@ class DaemonMetrics:
 
     def set_blocked(self, app: str, n: int) -> None:
         self.blocked.labels(app=app).set(n)
+
+    def set_cluster_short(self, app: str, executors: int) -> None:
+        self.short.labels(app=app).set(executors)
 
     def set_migrations_needing_attention(self, app: str, n: int) -> None:
         """From the app's migration journal, each cycle (leader and standbys alike)."""

@@ -61,6 +61,7 @@ from sparkscale.daemon.notify import Notifier
 from sparkscale.monitors.collector import AppNotRunningError, NoQueriesYet, collect_snapshots
 from sparkscale.monitors.spark_rest import SparkRestError
 from sparkscale.pipeline.submit import with_stored_shape
+from sparkscale.policies.capacity import shortfall
 from sparkscale.policies.history import DecisionHistory
 from sparkscale.policies.outcomes import expectation_for
 from sparkscale.policies.planner import decide_app
@@ -93,6 +94,7 @@ class _AppState:
     last_action: str | None = None
     last_action_direction: int | None = None
     in_flight: InFlight | None = None
+    starting_cores: int = 0  # cores of executors asked for and not started, at the last snapshot
 
 
 class Daemon:
@@ -316,7 +318,12 @@ class Daemon:
         partitions = {s.query: query_partitions(self.redis, self.cfg.redis.key_prefix, app.name, s.query,
                                                 app.shuffle_partitions) for s in snapshots}
         queries = tuple(app_status.query_view(s, partitions[s.query]) for s in snapshots)
+        requested = (snapshot.extensions.get("app") or {}).get("requested_executors")
+        st.starting_cores = max(requested - len(snapshot.executors), 0) * app.executor_cores \
+            if isinstance(requested, int) else 0
+        claimed = sum(other.starting_cores for name, other in self._state.items() if name != app.name)
         history = replace(st.history, blocklist=blocklist, last_action_at=st.last_action_at or 0.0,
+                          cores_claimed_elsewhere=claimed,
                           migration_running=journal is not None and journal.open,
                           last_migration_end=journal.phases.get("done") if journal else None,
                           partitions=partitions, last_action_direction=st.last_action_direction,
@@ -324,6 +331,11 @@ class Daemon:
         guarded = decide_app(snapshots, history, self.cfg, app, now)
         st.history = st.history.with_decision(max(now, st.history.last_decided_at), guarded).trimmed(now - HISTORY_S)
         self.metrics.count_decision(app.name, guarded.policy, bool(guarded.changes))
+        short = shortfall(guarded)
+        self.metrics.set_cluster_short(app.name, short)
+        if short:
+            log.warning("cluster.short", app=app.name, short_executors=short,
+                        warning=next(w.reason for w in guarded.warnings if w.reason.startswith("cluster short")))
         expected = expectation_for(guarded, snapshot, app)
         diagnosis = expected.diagnosis if expected else guarded.observation.diagnosis
         snap_id = snapshot_id(snapshot)

@@ -1,5 +1,5 @@
-"""The one decide path: policy -> two-tier partitions -> executor spread -> guards -> blocklist ->
-Spark mapping.
+"""The one decide path: policy -> two-tier partitions -> executor spread -> guards -> the cluster's
+capacity -> blocklist -> Spark mapping.
 
 The daemon, `sparkscale plan` and `sparkscale simulate` all call `decide` (or `decide_app` with the
 snapshots of all the app's queries), so what `plan` shows offline is what the daemon would do given
@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from sparkscale.config import AppConfig, Config
 from sparkscale.plan import Action, Plan
 from sparkscale.policies.base import get_policy
+from sparkscale.policies.capacity import apply_capacity
 from sparkscale.policies.guards import GuardInput, apply_guards
 from sparkscale.policies.history import DecisionHistory
 from sparkscale.policies.outcomes import drop_blocked
@@ -43,7 +44,7 @@ def decide(snapshot: Snapshot, history: DecisionHistory, config: Config, app: Ap
     given = GuardInput(snapshot, history, app, migration_running=history.migration_running,
                        last_migration_end=history.last_migration_end, last_action_at=history.last_action_at)
     raw = spread_moves(raw, given, config.guards)
-    guarded = apply_guards(raw, given, config.guards, config.loop)
+    guarded = apply_capacity(apply_guards(raw, given, config.guards, config.loop), given)
     allowed = drop_blocked(guarded, history.blocklist, now)
     return map_to_spark(allowed, snapshot.query, current if len(names) > 1 else current[snapshot.query],
                         not_migratable(snapshot))
