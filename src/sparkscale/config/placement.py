@@ -13,7 +13,8 @@ from sparkscale.registry import PLACEMENT_POLICIES, Registry
 
 
 class PlacementConfig(SectionedConfig):
-    """`name`: a registered placement policy (`spark-default` moves nothing); its settings are the
+    """`name`: a registered placement policy (`spark-default` moves nothing itself: the master
+    places, and the spread rule keeps a stateful app's executors spread); its settings are the
     section `placement.<name>`. `worker_selection_policy` must be the master's own
     `spark.deploy.workerSelectionPolicy` (it is read by the master at start, not per app)."""
 

@@ -53,6 +53,7 @@ from sparkscale.daemon.action_log import (
     snapshot_id,
 )
 from sparkscale.daemon.background import InFlight, TakenIn, start_actions, take_in_results
+from sparkscale.daemon.cluster_planner import ClusterPlanner
 from sparkscale.daemon.evaluator import OutcomeEvaluator, PendingOutcome, observations_from_log
 from sparkscale.daemon.leader import LeaderElection, default_identity, zk_client
 from sparkscale.daemon.manual import app_restarter
@@ -94,7 +95,6 @@ class _AppState:
     last_action: str | None = None
     last_action_direction: int | None = None
     in_flight: InFlight | None = None
-    starting_cores: int = 0  # cores of executors asked for and not started, at the last snapshot
 
 
 class Daemon:
@@ -116,6 +116,7 @@ class Daemon:
         self.blocklist = BlocklistStore(self.redis, cfg.redis.key_prefix)
         self.metrics = DaemonMetrics()
         self.evaluator = OutcomeEvaluator(self.action_log, self.blocklist, self.metrics)
+        self.cluster = ClusterPlanner(cfg, on_plan=self.metrics.set_placement)
         self.notifier = Notifier()
         self._state: dict[str, _AppState] = {}
         self.elections: dict[str, LeaderElection] = {}
@@ -194,6 +195,7 @@ class Daemon:
         new_apps = {a.name for a in new.apps}
         interval_changed = new.loop.interval_s != self.cfg.loop.interval_s
         self.cfg = new
+        self.cluster.configure(new)
         for name in old_apps - new_apps:
             self._remove_app(name)
         for app in new.apps:
@@ -218,6 +220,7 @@ class Daemon:
         if election is not None:
             election.release()
         self._state.pop(name, None)
+        self.cluster.forget(name)
         self.metrics.forget_app(name)
 
     def _on_zk_state(self, state: str) -> None:
@@ -318,17 +321,14 @@ class Daemon:
         partitions = {s.query: query_partitions(self.redis, self.cfg.redis.key_prefix, app.name, s.query,
                                                 app.shuffle_partitions) for s in snapshots}
         queries = tuple(app_status.query_view(s, partitions[s.query]) for s in snapshots)
-        requested = (snapshot.extensions.get("app") or {}).get("requested_executors")
-        st.starting_cores = max(requested - len(snapshot.executors), 0) * app.executor_cores \
-            if isinstance(requested, int) else 0
-        claimed = sum(other.starting_cores for name, other in self._state.items() if name != app.name)
+        self.cluster.observe(app, snapshot, snapshots if leader else None)
         history = replace(st.history, blocklist=blocklist, last_action_at=st.last_action_at or 0.0,
-                          cores_claimed_elsewhere=claimed,
+                          cores_claimed_elsewhere=self.cluster.claimed_elsewhere(app.name),
                           migration_running=journal is not None and journal.open,
                           last_migration_end=journal.phases.get("done") if journal else None,
                           partitions=partitions, last_action_direction=st.last_action_direction,
                           action_in_progress=st.in_flight.summary if st.in_flight else None)
-        guarded = decide_app(snapshots, history, self.cfg, app, now)
+        guarded = decide_app(snapshots, history, self.cfg, app, now, cluster=self.cluster.plan(now) if leader else None)
         st.history = st.history.with_decision(max(now, st.history.last_decided_at), guarded).trimmed(now - HISTORY_S)
         self.metrics.count_decision(app.name, guarded.policy, bool(guarded.changes))
         short = shortfall(guarded)

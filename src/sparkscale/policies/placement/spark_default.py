@@ -8,10 +8,12 @@ from typing import Any, ClassVar
 from sparkscale.policies.placement.base import register_placement
 from sparkscale.policies.placement.model import ClusterModel, PlacementPlan
 
+SPARK_DEFAULT = "spark-default"
+
 
 @register_placement
 class SparkDefault:
-    name: ClassVar[str] = "spark-default"
+    name: ClassVar[str] = SPARK_DEFAULT
     config_model: ClassVar[Any] = None
 
     def place(self, model: ClusterModel, settings: Any) -> PlacementPlan:
