@@ -208,6 +208,8 @@ class LoopConfig(_Section):
     # Read where the app's executors run from the standalone master's and workers' /json/ (one
     # request to the master and one per alive worker a cycle) for the spread rule; off: no rule.
     cluster_view: bool = True
+    # One read of the cluster view serves every app's cycle for this long (0: each cycle reads its own).
+    cluster_view_max_age_s: float = Field(2.0, ge=0)
 
 
 class PolicyConfig(SectionedConfig):
