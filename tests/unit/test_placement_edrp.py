@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from sparkscale.policies.placement.base import default_settings, get_placement, registered_placements
 from sparkscale.policies.placement.downtime import DowntimeModel, action_downtime_s, action_kind, from_measured
-from sparkscale.policies.placement.edrp import Edrp, EdrpSettings, objective_of, response_s, solve
+from sparkscale.policies.placement.edrp import Edrp, EdrpSettings, objective_of, response_s, soft_response_s, solve
 from sparkscale.policies.placement.model import AppDemand, ClusterModel, ExecutorKey, PlacedExecutor, Worker
 
 Shape = tuple[int, int]  # cores, memory MB
@@ -92,7 +92,7 @@ def test_notes_instance_reduced() -> None:
 
 
 # (b) the MILP's optimum equals a brute-force enumeration
-def brute_force(model: ClusterModel, s: EdrpSettings) -> tuple[float, list[Dep], list[Dep]]:
+def brute_force(model: ClusterModel, s: EdrpSettings, soft: bool = False) -> tuple[float, list[Dep], list[Dep]]:
     """min F, its argmins and every deployment that meets the constraints, written out independently."""
     names = [w.id for w in model.workers]
     x0 = current(model)
@@ -106,6 +106,8 @@ def brute_force(model: ClusterModel, s: EdrpSettings) -> tuple[float, list[Dep],
         n0 = sum(x0[a.app].values())
         if a.rate_per_executor is None:
             allowed = {n0}
+        elif soft:  # R_max in the objective only: every count in range
+            allowed = set(range(max(a.min_executors, 1), a.max_executors + 1))
         else:
             allowed = {k for k in range(max(a.min_executors, 1), a.max_executors + 1)
                        if a.arrival_rate < k * a.rate_per_executor
@@ -135,7 +137,7 @@ def brute_force(model: ClusterModel, s: EdrpSettings) -> tuple[float, list[Dep],
         if sum(max(dep[a][w] - x0[a][w], 0) for a in model.landing if a in dep for w in names) > 1:
             continue
         feasible.append(dep)
-        f = objective_of(model, s, dep)
+        f = objective_of(model, s, dep, soft_r=soft)
         if f < best - 1e-12:
             best, argbest = f, [dep]
         elif abs(f - best) <= 1e-12:
@@ -185,9 +187,15 @@ def test_milp_matches_brute_force(seed: int) -> None:
     model, s = random_instance(random.Random(seed))
     best, argbest, feasible = brute_force(model, s)
     result = solve(model, s)
-    if not argbest:
-        assert result.deployment is None and result.plan.empty
-        assert [w.kind for w in result.plan.warnings] == ["infeasible"]
+    if not argbest:  # the paper's problem has no solution: the best step without the R_max bound
+        best, argbest, feasible = brute_force(model, s, soft=True)
+        assert [w.kind for w in result.plan.warnings][:1] == ["infeasible"]
+        if not argbest:
+            assert result.deployment is None and result.plan.empty
+            return
+        assert result.plan.figures["r_bound_relaxed"] == 1.0
+        assert result.plan.objective == pytest.approx(best, abs=1e-5)
+        assert result.deployment in feasible
         return
     dep = result.deployment
     assert dep is not None, result.plan.warnings
@@ -217,21 +225,28 @@ def test_downtime_weight_keeps_deployment() -> None:
     assert objective_of(model, careful_s, eager_dep) > objective_of(model, careful_s, current(model))
 
 
-# (d) infeasible: no change, and a warning that names what cannot be held
+# (d) infeasible: a warning that names what cannot be held, and the best step towards it
 def test_infeasible_cores() -> None:
     a = app("a", cores=1, lam=250.0)  # needs 3 executors, the cluster has 2 cores
     plan = solve(cluster({"w1": (2, 8192)}, [(a, [1])]), EdrpSettings(r_max_s=1.0)).plan
-    assert plan.empty and plan.objective is None
-    (warning,) = plan.warnings
+    warning = plan.warnings[0]
     assert warning.kind == "infeasible" and "cores" in warning.message
     assert warning.figures["cores_needed"] == 3 and warning.figures["cores_available"] == 2
+    assert [(c.executors_now, c.executors_target) for c in plan.counts] == [(1, 2)]  # all the cluster has
 
 
 def test_infeasible_app_named() -> None:
     a = app("slow", cores=1, lam=250.0, hi=2)  # 2 executors cannot keep up with 250/s at 100/s each
     plan = get_placement("edrp").place(cluster(W3, [(a, [1, 0, 0])]), EdrpSettings())
-    assert plan.empty
-    assert [w.kind for w in plan.warnings] == ["infeasible"] and "slow" in plan.warnings[0].message
+    assert plan.warnings[0].kind == "infeasible" and "slow" in plan.warnings[0].message
+    assert [c.executors_target for c in plan.counts] == [2]  # its max: as close as it may get
+    assert math.isfinite(plan.objective) and plan.figures["r_bound_relaxed"] == 1.0
+
+
+def test_an_overloaded_app_ranks_more_executors_better_without_the_bound() -> None:
+    a = app("slow", cores=1, lam=250.0, hi=2)
+    assert soft_response_s(a, 2, 0.15) < soft_response_s(a, 1, 0.15) < math.inf
+    assert response_s(a, 2) == math.inf
 
 
 # (e) additions only on the landing worker, one per call

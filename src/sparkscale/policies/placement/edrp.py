@@ -90,6 +90,18 @@ def response_s(app: AppDemand, k: int) -> float | None:
     return 1.0 / (mu - lam / k)  # R_i(lambda_i/|U|) = (mu_i - lambda_i/|U|)^-1
 
 
+OVERLOAD_R_FACTOR = 100.0  # soft mode: an unstable count's response, in R_max, per unit of utilisation
+
+
+def soft_response_s(app: AppDemand, k: int, r_max_s: float) -> float | None:
+    """R_a(k) when R_max cannot be held (`solve`'s second try): finite for an unstable count too,
+    100 R_max x its utilisation lambda/(k mu), so that more executors still rank better."""
+    r = response_s(app, k)
+    if r is None or math.isfinite(r) or k <= 0:
+        return r
+    return OVERLOAD_R_FACTOR * r_max_s * app.arrival_rate / (k * (app.rate_per_executor or 1.0))
+
+
 @dataclass
 class _Instance:
     """The data of notes §D, read off the model."""
@@ -102,10 +114,15 @@ class _Instance:
     km: dict[str, int]
     c_max: float
     counts: dict[str, list[int]] = field(default_factory=dict)  # K_a
+    soft_r: bool = False  # R_max not held as a bound (no deployment could hold it)
     ub: dict[tuple[str, str], int] = field(default_factory=dict)  # u_{a,w}
 
 
-def _prepare(model: ClusterModel, s: EdrpSettings) -> _Instance:
+def _response(inst: _Instance, s: EdrpSettings, a: AppDemand, k: int) -> float | None:
+    return soft_response_s(a, k, s.r_max_s) if inst.soft_r else response_s(a, k)
+
+
+def _prepare(model: ClusterModel, s: EdrpSettings, soft_r: bool = False) -> _Instance:
     workers = [w.id for w in model.workers]
     known = set(workers)
     names = {a.app for a in model.apps}
@@ -126,14 +143,14 @@ def _prepare(model: ClusterModel, s: EdrpSettings) -> _Instance:
     kc = {w.id: max(w.cores - w.cores_used + own_cores[w.id], 0) for w in model.workers}
     km = {w.id: max(w.memory_mb - w.memory_used_mb + own_mem[w.id], 0) for w in model.workers}
     c_max = s.c_max if s.c_max is not None else s.price_per_core_hour * sum(w.cores for w in model.workers)
-    inst = _Instance(workers, list(model.apps), x0, ids, kc, km, c_max)
+    inst = _Instance(workers, list(model.apps), x0, ids, kc, km, c_max, soft_r=soft_r)
     for a in model.apps:
         n0 = sum(x0[a.app].values())
         if a.rate_per_executor is None:
             inst.counts[a.app] = [n0]  # no service rate: the count stays, placement may change
-        else:  # stable (lambda < k mu) and within R_max (EDRP eq. 15)
+        else:  # stable (lambda < k mu) and within R_max (EDRP eq. 15); soft: every count in range
             inst.counts[a.app] = [k for k in range(max(a.min_executors, 1), a.max_executors + 1)
-                                  if (r := response_s(a, k)) is not None and r <= s.r_max_s]
+                                  if (r := _response(inst, s, a, k)) is not None and (soft_r or r <= s.r_max_s)]
         kmax = max(inst.counts[a.app], default=0)
         for w in workers:
             fit_c = kc[w] // a.executor_cores if a.executor_cores > 0 else kmax
@@ -148,7 +165,7 @@ def _metrics(inst: _Instance, s: EdrpSettings, counts: Counts) -> tuple[float, f
     for a in inst.apps:
         x = counts.get(a.app, inst.x0[a.app])
         n = sum(x.values())
-        ra = response_s(a, n)
+        ra = _response(inst, s, a, n)
         if ra is not None:
             r = max(r, ra)  # EDRP eq. (5): the slowest path; each app is one
         cost += s.price_per_core_hour * a.executor_cores * n  # EDRP eq. (2), (8)
@@ -156,14 +173,13 @@ def _metrics(inst: _Instance, s: EdrpSettings, counts: Counts) -> tuple[float, f
     return r, cost, max(downs, default=0.0)  # EDRP eq. (10)
 
 
-def objective_of(model: ClusterModel, settings: EdrpSettings | None, counts: Counts) -> float:
+def objective_of(model: ClusterModel, settings: EdrpSettings | None, counts: Counts, soft_r: bool = False) -> float:
     """F (EDRP eq. 12) of any deployment `counts` (app -> worker -> executors), as seen from the
     model's current one. Apps absent from `counts` keep their current deployment. No bound or
-    capacity is checked: an unstable app (lambda >= k mu) gives inf."""
+    capacity is checked: an unstable app (lambda >= k mu) gives inf (`soft_r`: its penalty,
+    `soft_response_s`, as in `solve`'s second try)."""
     s = settings or EdrpSettings()
-    inst = _prepare(model, s)
-    r, cost, t_d = _metrics(inst, s, counts)
-    return s.w_r * r / s.r_max_s + s.w_c * cost / inst.c_max + s.w_d * t_d / s.td_max_s  # EDRP eq. (12)
+    return _f(_prepare(model, s, soft_r), s, counts)
 
 
 @dataclass
@@ -203,7 +219,7 @@ class _Milp:
 def _build(inst: _Instance, s: EdrpSettings, landing: Mapping[str, str | None]) -> tuple[_Milp, dict]:
     """Variables x, p, q, b, z, g, T_a, r, t and rows 1-13 of notes §D."""
     m, dm = _Milp(), s.downtime
-    r = m.var(0.0, s.r_max_s, False, s.w_r / s.r_max_s)  # EDRP eq. (15) as a bound
+    r = m.var(0.0, math.inf if inst.soft_r else s.r_max_s, False, s.w_r / s.r_max_s)  # EDRP eq. (15) as a bound
     t = m.var(0.0, s.td_max_s, False, s.w_d / s.td_max_s)  # EDRP eq. (17) as a bound
     x: dict[tuple[str, str], int] = {}
     cores: dict[str, dict[int, float]] = {w: {} for w in inst.workers}
@@ -264,7 +280,7 @@ def _build(inst: _Instance, s: EdrpSettings, landing: Mapping[str, str | None]) 
             m.row({**base, b: -dm.executor_remove_s, q: -rho}, 0.0, np.inf)
         m.row({t: 1.0, ta: -1.0}, 0.0, np.inf)  # row 10 (EDRP eq. 14)
         if a.rate_per_executor is not None:  # row 11 (EDRP eq. 13)
-            resp = {zi: -float(response_s(a, k) or 0.0) for k, zi in z.items()}
+            resp = {zi: -float(_response(inst, s, a, k) or 0.0) for k, zi in z.items()}
             m.row({r: 1.0, **resp}, 0.0, np.inf)
         for part in (adds, removes) if s.reduced else ():  # row 13 (rEDRP): one add, one remove, or one move
             m.row(part, -np.inf, 1.0)
@@ -302,7 +318,8 @@ def _check(inst: _Instance, s: EdrpSettings, dep: dict[str, dict[str, int]],
     if added_restricted > 1:
         return "more than one addition"
     r, cost, t_d = _metrics(inst, s, dep)
-    if r > s.r_max_s * (1 + 1e-9) or cost > inst.c_max * (1 + 1e-9) or t_d > s.td_max_s * (1 + 1e-9):
+    if ((r > s.r_max_s * (1 + 1e-9) and not inst.soft_r) or cost > inst.c_max * (1 + 1e-9)
+            or t_d > s.td_max_s * (1 + 1e-9)):
         return "a bound (R_max, C_max or T_D,max)"
     return None
 
@@ -356,12 +373,35 @@ def _actions(inst: _Instance, s: EdrpSettings, dep: dict[str, dict[str, int]]) -
     return moves, counts
 
 
+def _f(inst: _Instance, s: EdrpSettings, counts: Counts) -> float:
+    r, cost, t_d = _metrics(inst, s, counts)
+    return s.w_r * r / s.r_max_s + s.w_c * cost / inst.c_max + s.w_d * t_d / s.td_max_s  # EDRP eq. (12)
+
+
 def solve(model: ClusterModel, settings: EdrpSettings | None = None) -> EdrpResult:
-    """The EDRP plan and the deployment it chose."""
+    """The EDRP plan and the deployment it chose. When no deployment holds R_max (an app needs more
+    executors than it may have, or more than the one addition a call can place), the paper's
+    problem is infeasible; an operator still wants the best step towards it: the MILP is solved
+    again with R_max in the objective only, and the plan carries the `infeasible` warning."""
     s = settings or EdrpSettings()
-    inst = _prepare(model, s)
+    hard = _solve(model, s, soft_r=False)
+    failed = next((w for w in hard.plan.warnings if w.kind == "infeasible"), None)
+    if failed is None or not model.apps:
+        return hard
+    soft = _solve(model, s, soft_r=True)
+    if soft.deployment is None:
+        return hard
+    warning = PlacementWarning("infeasible", f"{failed.message}; planned the best step without the R_max bound",
+                               dict(failed.figures))
+    plan = soft.plan
+    return EdrpResult(PlacementPlan(plan.policy, plan.moves, plan.counts, (warning, *plan.warnings), plan.objective,
+                                    {**plan.figures, "r_bound_relaxed": 1.0}, plan.reason), soft.deployment)
+
+
+def _solve(model: ClusterModel, s: EdrpSettings, soft_r: bool) -> EdrpResult:
+    inst = _prepare(model, s, soft_r)
     landing = {a.app: model.landing[a.app] for a in inst.apps if a.app in model.landing}
-    f_now = objective_of(model, s, inst.x0)
+    f_now = _f(inst, s, inst.x0)
     figures: dict[str, float] = {"objective_now": f_now} if math.isfinite(f_now) else {}
     m, x = _build(inst, s, landing)
     figures |= {"variables": float(len(m.lb)), "constraints": float(len(m.rows))}
@@ -392,7 +432,7 @@ def solve(model: ClusterModel, settings: EdrpSettings | None = None) -> EdrpResu
     if broken:
         return no_change("solver_check", f"the solver's solution breaks {broken}; nothing changed")
     r, cost, t_d = _metrics(inst, s, dep)
-    f = objective_of(model, s, dep)
+    f = _f(inst, s, dep)
     changes = sum(abs(dep[a.app][w] - inst.x0[a.app][w]) for a in inst.apps for w in inst.workers)
     figures |= {"objective": f, "milp_objective": float(res.fun) - EPS * changes, "response_s": r,
                 "cost_per_h": cost, "downtime_s": t_d}
