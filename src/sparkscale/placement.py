@@ -32,6 +32,24 @@ MAX_CORES = 1_000_000
 MAX_MEMORY_MB = 1 << 40
 
 
+class FreeRoom:
+    """What is left of a worker: its cores and memory less what its executors use (a mixin for the
+    dataclasses with `cores`, `cores_used`, `memory_mb`, `memory_used_mb`)."""
+
+    cores: int
+    cores_used: int
+    memory_mb: int
+    memory_used_mb: int
+
+    @property
+    def cores_free(self) -> int:
+        return max(self.cores - self.cores_used, 0)
+
+    @property
+    def memory_free_mb(self) -> int:
+        return max(self.memory_mb - self.memory_used_mb, 0)
+
+
 @dataclass(frozen=True)
 class WorkerSlots:
     """One ALIVE worker: what it has free, and which of the app's executors run on it."""

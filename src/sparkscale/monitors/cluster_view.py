@@ -26,7 +26,7 @@ import structlog
 
 from sparkscale.config import Config
 from sparkscale.monitors.spark_master import SparkUnreachable, get_json
-from sparkscale.placement import Placement, WorkerSlots, executor_order
+from sparkscale.placement import FreeRoom, Placement, WorkerSlots, executor_order
 
 log = structlog.get_logger(__name__)
 
@@ -34,7 +34,7 @@ ALIVE = "ALIVE"
 
 
 @dataclass(frozen=True)
-class ClusterWorker:
+class ClusterWorker(FreeRoom):
     """One worker as the master lists it (memory in MB)."""
 
     id: str
@@ -51,13 +51,6 @@ class ClusterWorker:
     def alive(self) -> bool:
         return self.state == ALIVE
 
-    @property
-    def cores_free(self) -> int:
-        return max(self.cores - self.cores_used, 0)
-
-    @property
-    def memory_free_mb(self) -> int:
-        return max(self.memory_mb - self.memory_used_mb, 0)
 
 
 @dataclass(frozen=True)

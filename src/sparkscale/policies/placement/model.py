@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sparkscale.placement import FreeRoom
+
 
 @dataclass(frozen=True, order=True)
 class ExecutorKey:
@@ -29,7 +31,7 @@ class ExecutorKey:
 
 
 @dataclass(frozen=True)
-class Worker:
+class Worker(FreeRoom):
     """One ALIVE standalone worker. `cores_used` / `memory_used_mb` count every app's executors,
     managed or not (the master's `coresused`, `memoryused`)."""
 
@@ -41,13 +43,6 @@ class Worker:
     memory_used_mb: int = 0
     busy_share: float | None = None  # load: busy core-seconds of its executors / (window_s * cores), 0..1
 
-    @property
-    def cores_free(self) -> int:
-        return max(self.cores - self.cores_used, 0)
-
-    @property
-    def memory_free_mb(self) -> int:
-        return max(self.memory_mb - self.memory_used_mb, 0)
 
 
 @dataclass(frozen=True)
