@@ -163,13 +163,13 @@ def test_the_stages_completed_in_the_window_are_summed_each_attempt_once():
 
 
 def test_the_objective_is_edrp_f_on_measured_figures_with_its_terms():
-    s = EdrpSettings()  # w_r 0.3, w_c 0.3, w_d 0.4, R_max 0.15 s, T_D,max 60 s, 1 per core-hour
+    s = EdrpSettings()  # w_r 0.3, w_c 0.3, w_d 0.4, R_max 10 s (latency), T_D,max 60 s, 1 per core-hour
     got = measured_objective(s, response_s=1.5, mean_cores=6.0, longest_stall_s=12.0, cluster_cores=9)
     assert got.c_max == 9.0 and got.cost_per_h == 6.0
-    assert got.response_term == pytest.approx(0.3 * 1.5 / 0.15)
+    assert got.response_term == pytest.approx(0.3 * 1.5 / 10)
     assert got.cost_term == pytest.approx(0.3 * 6 / 9, abs=1e-4)
     assert got.downtime_term == pytest.approx(0.4 * 12 / 60)
-    assert got.objective == pytest.approx(3.0 + 0.2 + 0.08, abs=1e-4)
+    assert got.objective == pytest.approx(0.045 + 0.2 + 0.08, abs=1e-4)
     capped = measured_objective(EdrpSettings(c_max=12.0), 1.5, 6.0, 12.0, cluster_cores=9)
     assert capped.c_max == 12.0 and capped.cost_term == pytest.approx(0.15)
     unknown = measured_objective(s, None, 6.0, 12.0, 9)

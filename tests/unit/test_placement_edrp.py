@@ -7,6 +7,8 @@ import itertools
 import math
 import random
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -55,7 +57,13 @@ def current(model: ClusterModel) -> dict[str, dict[str, int]]:
 
 # (a) the notes' checked instance (§D), from the paper's formulas
 NOTES_DOWNTIME = DowntimeModel(sync_s=1.0, executor_remove_s=0.01, reload_bytes_per_s=100.0)
-NOTES_SETTINGS = EdrpSettings(r_max_s=0.2, c_max=20.0, td_max_s=10.0, downtime=NOTES_DOWNTIME)
+def paper_settings(**settings: Any) -> EdrpSettings:
+    """The paper's per-record M/M/1 (§7.2) and its R_max of 0.15 s unless given: the instances
+    below are in the paper's units."""
+    return EdrpSettings(**{"response_model": "mm1", "r_max_s": 0.15, **settings})
+
+
+NOTES_SETTINGS = paper_settings(r_max_s=0.2, c_max=20.0, td_max_s=10.0, downtime=NOTES_DOWNTIME)
 W3 = {"w1": (4, 8192), "w2": (4, 8192), "w3": (4, 8192)}
 
 
@@ -174,7 +182,7 @@ def random_instance(rng: random.Random) -> tuple[ClusterModel, EdrpSettings]:
     if rng.random() < 0.25:
         raw[2] = 0.0  # w_d = 0: the paper's baseline
     w_r, w_c = raw[0] / sum(raw), raw[1] / sum(raw)
-    settings = EdrpSettings(
+    settings = paper_settings(
         w_r=w_r, w_c=w_c, w_d=max(1.0 - w_r - w_c, 0.0), r_max_s=rng.choice([0.05, 0.2, 1.0, 1.0]),
         c_max=rng.choice([None, None, 8.0]), td_max_s=rng.choice([10.0, 60.0]), reduced=rng.random() < 0.3,
         downtime=DowntimeModel(sync_s=rng.uniform(0.5, 2), executor_remove_s=rng.uniform(0, 6),
@@ -212,23 +220,23 @@ def test_downtime_weight_keeps_deployment() -> None:
     a = app("a", cores=1, lam=50.0, state=10**9)
     model = cluster(W3, [(a, [1, 1, 1])])
     base = dict(r_max_s=0.2, c_max=12.0, td_max_s=60.0)
-    eager = solve(model, EdrpSettings(w_r=0.5, w_c=0.5, w_d=0.0, **base)).plan
-    careful = solve(model, EdrpSettings(w_r=0.05, w_c=0.05, w_d=0.9, **base)).plan
+    eager = solve(model, paper_settings(w_r=0.5, w_c=0.5, w_d=0.0, **base)).plan
+    careful = solve(model, paper_settings(w_r=0.05, w_c=0.05, w_d=0.9, **base)).plan
     assert len(eager.counts) == 1 and eager.counts[0].executors_target < 3
     assert eager.figures["downtime_s"] > 0
     assert careful.empty and careful.figures["downtime_s"] == 0.0
     # the gain eager takes is real in its own weights, and not worth it in careful's
     eager_dep = {"a": {"w1": 1, "w2": 0, "w3": 0}}
-    assert objective_of(model, EdrpSettings(w_r=0.5, w_c=0.5, w_d=0.0, **base), eager_dep) < \
-        objective_of(model, EdrpSettings(w_r=0.5, w_c=0.5, w_d=0.0, **base), current(model))
-    careful_s = EdrpSettings(w_r=0.05, w_c=0.05, w_d=0.9, **base)
+    assert objective_of(model, paper_settings(w_r=0.5, w_c=0.5, w_d=0.0, **base), eager_dep) < \
+        objective_of(model, paper_settings(w_r=0.5, w_c=0.5, w_d=0.0, **base), current(model))
+    careful_s = paper_settings(w_r=0.05, w_c=0.05, w_d=0.9, **base)
     assert objective_of(model, careful_s, eager_dep) > objective_of(model, careful_s, current(model))
 
 
 # (d) infeasible: a warning that names what cannot be held, and the best step towards it
 def test_infeasible_cores() -> None:
     a = app("a", cores=1, lam=250.0)  # needs 3 executors, the cluster has 2 cores
-    plan = solve(cluster({"w1": (2, 8192)}, [(a, [1])]), EdrpSettings(r_max_s=1.0)).plan
+    plan = solve(cluster({"w1": (2, 8192)}, [(a, [1])]), paper_settings(r_max_s=1.0)).plan
     warning = plan.warnings[0]
     assert warning.kind == "infeasible" and "cores" in warning.message
     assert warning.figures["cores_needed"] == 3 and warning.figures["cores_available"] == 2
@@ -237,7 +245,7 @@ def test_infeasible_cores() -> None:
 
 def test_infeasible_app_named() -> None:
     a = app("slow", cores=1, lam=250.0, hi=2)  # 2 executors cannot keep up with 250/s at 100/s each
-    plan = get_placement("edrp").place(cluster(W3, [(a, [1, 0, 0])]), EdrpSettings())
+    plan = get_placement("edrp").place(cluster(W3, [(a, [1, 0, 0])]), paper_settings())
     assert plan.warnings[0].kind == "infeasible" and "slow" in plan.warnings[0].message
     assert [c.executors_target for c in plan.counts] == [2]  # its max: as close as it may get
     assert math.isfinite(plan.objective) and plan.figures["r_bound_relaxed"] == 1.0
@@ -253,14 +261,14 @@ def test_an_overloaded_app_ranks_more_executors_better_without_the_bound() -> No
 @pytest.mark.parametrize("landing", ["w2", "w3"])
 def test_addition_on_landing_worker(landing: str) -> None:
     a = app("a", cores=1, lam=150.0)  # needs 2 executors
-    result = solve(cluster(W3, [(a, [1, 0, 0])], landing={"a": landing}), EdrpSettings(r_max_s=1.0))
+    result = solve(cluster(W3, [(a, [1, 0, 0])], landing={"a": landing}), paper_settings(r_max_s=1.0))
     assert result.deployment == {"a": {w: int(w in ("w1", landing)) for w in W3}}
     assert result.plan.counts[0].executors_target == 2
 
 
 def test_no_landing_worker_is_short() -> None:
     a = app("a", cores=1, lam=150.0)
-    plan = solve(cluster(W3, [(a, [1, 0, 0])], landing={"a": None}), EdrpSettings(r_max_s=1.0)).plan
+    plan = solve(cluster(W3, [(a, [1, 0, 0])], landing={"a": None}), paper_settings(r_max_s=1.0)).plan
     assert plan.empty and plan.warnings[0].kind == "infeasible"
 
 
@@ -268,7 +276,7 @@ def test_one_addition_per_call_with_landing() -> None:
     """Both apps need a second executor. Without landing predictions both get one in this call;
     with them only one addition per call is realisable, so the cluster is short this cycle."""
     apps = [(app("a", lam=150.0), [1, 0, 0]), (app("b", lam=150.0), [0, 1, 0])]
-    s = EdrpSettings(r_max_s=1.0)
+    s = paper_settings(r_max_s=1.0)
     free = solve(cluster(W3, apps), s).deployment
     assert free is not None and [sum(free[n].values()) for n in ("a", "b")] == [2, 2]
     held = solve(cluster(W3, apps, landing={"a": "w3", "b": "w1"}), s).plan
@@ -283,7 +291,7 @@ def test_relocation_becomes_move() -> None:
     a = app("a", cores=1, mu=None)
     b = app("b", cores=3, lam=150.0)
     model = cluster(workers, [(a, [2, 0]), (b, [0, 1])], ids={"a": ["7", "12"]})
-    plan = solve(model, EdrpSettings(r_max_s=1.0)).plan
+    plan = solve(model, paper_settings(r_max_s=1.0)).plan
     (move,) = plan.moves
     assert (move.key, move.source, move.target) == (ExecutorKey("a", "12"), "w1", "w2")  # the newest id
     assert [(c.app, c.executors_target) for c in plan.counts] == [("b", 2)]
@@ -292,7 +300,7 @@ def test_relocation_becomes_move() -> None:
 def test_scale_in_removes_newest() -> None:
     a = app("a", cores=1, lam=10.0, hi=3)
     model = cluster({"w1": (4, 8192)}, [(a, [3])], ids={"a": ["2", "10", "3"]})
-    s = EdrpSettings(w_r=0.1, w_c=0.9, w_d=0.0)
+    s = paper_settings(w_r=0.1, w_c=0.9, w_d=0.0)
     (change,) = solve(model, s).plan.counts
     assert change.executors_target == 1 and set(change.remove) == {ExecutorKey("a", "10"), ExecutorKey("a", "3")}
     (change,) = solve(model, s.model_copy(update={"reduced": True})).plan.counts
@@ -399,12 +407,12 @@ def test_response_time() -> None:
 # (g) settings
 def test_settings_validation() -> None:
     with pytest.raises(ValidationError, match="must be 1"):
-        EdrpSettings(w_r=0.5, w_c=0.5, w_d=0.5)
+        paper_settings(w_r=0.5, w_c=0.5, w_d=0.5)
     with pytest.raises(ValidationError):
-        EdrpSettings(w_r=-0.1, w_c=0.7, w_d=0.4)
+        paper_settings(w_r=-0.1, w_c=0.7, w_d=0.4)
     with pytest.raises(ValidationError):
-        EdrpSettings(unknown=1)
-    ok = EdrpSettings(w_r=0.6, w_c=0.0, w_d=0.4, downtime={"sync_s": 6.0})
+        paper_settings(unknown=1)
+    ok = paper_settings(w_r=0.6, w_c=0.0, w_d=0.4, downtime={"sync_s": 6.0})
     assert ok.downtime.sync_s == 6.0
 
 
@@ -413,3 +421,22 @@ def test_registered() -> None:
     assert "edrp" in registered_placements()
     assert isinstance(get_placement("edrp"), Edrp)
     assert default_settings("edrp") == EdrpSettings()
+
+
+# the default response model: a micro-batch query's end-to-end latency
+def test_the_micro_batch_response_is_mm1_with_a_trigger_intervals_batch_as_the_customer() -> None:
+    a = replace(app("a", lam=150.0, mu=100.0), trigger_s=2.0)
+    # k = 2: rho = 0.75, S = rho T = 1.5 s, R = T/2 + S/(1 - rho) = 1 + 6 = 7 s
+    assert response_s(a, 2, "microbatch") == pytest.approx(7.0)
+    assert response_s(a, 3, "microbatch") == pytest.approx(1.0 + 1.0 / 0.5)  # rho 0.5
+    assert response_s(a, 1, "microbatch") == math.inf  # 150/s at 100/s: never keeps up
+    assert response_s(a, 4, "microbatch") < response_s(a, 3, "microbatch")
+
+
+def test_by_default_edrp_sizes_apps_to_a_latency_bound_in_seconds() -> None:
+    a = replace(app("a", cores=1, lam=150.0, mu=100.0, hi=4), trigger_s=2.0)
+    model = cluster(W3, [(a, [1, 1, 0])])
+    # R_max 5 s: 2 executors give 7 s (too slow), 3 give 3 s: the cheapest that holds it
+    plan = solve(model, EdrpSettings(r_max_s=5.0, w_r=0.2, w_c=0.6, w_d=0.2)).plan
+    assert [(c.executors_now, c.executors_target) for c in plan.counts] == [(2, 3)]
+    assert plan.figures["response_s"] == pytest.approx(3.0) and not plan.warnings

@@ -215,8 +215,8 @@ def measured_objective(settings: EdrpSettings, response_s: float | None, mean_co
                        longest_stall_s: float, cluster_cores: int) -> MeasuredObjective:
     """F = w_r R/R_max + w_c C/C_max + w_d T_D/T_D,max (EDRP eq. 12) with the weights and bounds of
     `settings` (placement.edrp), C_max as EDRP takes it: the configured one, else every core of the
-    cluster at price_per_core_hour. The terms are kept apart: a measured latency of seconds is many
-    R_max (0.15 s by default, the paper's per-tuple bound), so R weighs most."""
+    cluster at price_per_core_hour. R is the measured end-to-end latency, in the seconds of EDRP's
+    micro-batch response model (R_max 10 s by default). The terms are kept apart in the results."""
     s = settings
     cost = mean_cores * s.price_per_core_hour
     c_max = s.c_max if s.c_max is not None else s.price_per_core_hour * cluster_cores

@@ -56,6 +56,7 @@ def _demand(app: AppConfig, snaps: Sequence[Snapshot]) -> AppDemand:
     arrival = 0.0
     rates: list[float] = []
     state = partitions = 0
+    trigger = max((s.trigger_interval_s or app.trigger_interval_s for s in snaps), default=app.trigger_interval_s)
     for snap in snaps:
         figures = load_figures(snap, app)
         arrival += figures.arrival_rate
@@ -70,7 +71,7 @@ def _demand(app: AppConfig, snaps: Sequence[Snapshot]) -> AppDemand:
     # Several queries share the app's executors: one executor serves them in turn, so its rate for
     # the app is the slowest query's (a conservative reading; one query per app is the usual case).
     return AppDemand(app.name, app.executor_cores, app.executor_memory_mb, app.min_executors, app.max_executors,
-                     arrival, min(rates) if rates else None, state, partitions)
+                     arrival, min(rates) if rates else None, state, partitions, trigger)
 
 
 def _gravity(keys: Sequence[ExecutorKey], written: Mapping[ExecutorKey, float],

@@ -11,9 +11,11 @@ The network terms (eq. 3-4) are left out: there is one LAN, and traffic is OTD's
 
 Spark, not in the paper:
 - an operator is an app, a replica is an executor, a node is a standalone worker;
-- R_a(k) = 1/(mu - lambda/k) per executor, M/M/1 with traffic split equally (paper §7.2); k is
-  infeasible when lambda >= k*mu. An app with no `rate_per_executor` keeps its current count
-  (it may still move) and is left out of R;
+- R_a(k): the paper's M/M/1 (§7.2), traffic split equally, with Spark's unit of work as its
+  customer by default: a trigger interval's records served as one batch at k mu, so R is a
+  record's end-to-end latency in seconds (`response_s`, `response_model: microbatch`; "mm1" is
+  the paper's per-record form 1/(mu - lambda/k)); k is infeasible when lambda >= k*mu. An app
+  with no `rate_per_executor` keeps its current count (it may still move) and is left out of R;
 - R in eq. (12) is the worst app's response (each app is a path of eq. 5). C is pi * cores per hour;
 - additions are realisable only on `model.landing[app]`: the master places new executors and the
   daemon cannot choose where. An entry of None allows no addition; an app with no entry has no
@@ -32,7 +34,7 @@ import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -63,7 +65,10 @@ class EdrpSettings(ConfigSection):
     w_r: float = Field(0.3, ge=0.0)
     w_c: float = Field(0.3, ge=0.0)
     w_d: float = Field(0.4, ge=0.0)
-    r_max_s: float = Field(0.15, gt=0.0)  # R_max
+    # R_a(k): "microbatch" (default) the paper's M/M/1 with a trigger interval's batch as the
+    # customer, in seconds of end-to-end latency; "mm1" the paper's per-record M/M/1 (§7.2)
+    response_model: Literal["microbatch", "mm1"] = "microbatch"
+    r_max_s: float = Field(10.0, gt=0.0)  # R_max; the paper's 0.15 s is per record (mm1)
     c_max: float | None = Field(None, gt=0.0)  # C_max, cost units per hour
     td_max_s: float = Field(60.0, gt=0.0)  # T_D,max
     price_per_core_hour: float = Field(1.0, gt=0.0)  # C_i = pi * executor cores
@@ -80,23 +85,33 @@ class EdrpSettings(ConfigSection):
         return self
 
 
-def response_s(app: AppDemand, k: int) -> float | None:
-    """R_a(k): M/M/1 per executor, traffic split equally (EDRP eq. 1, §7.2). None: not modelled."""
+def response_s(app: AppDemand, k: int, model: str = "mm1") -> float | None:
+    """R_a(k), traffic split equally over the k executors (EDRP eq. 1); None: not modelled, inf:
+    unstable (lambda >= k mu).
+
+    - "mm1": the paper's M/M/1 per executor (§7.2), a record's time in seconds;
+    - "microbatch": Spark serves a trigger interval's records (lambda T) as one batch at k mu
+      records/s, so the batch is the M/M/1 customer: service time rho T (rho = lambda / (k mu)),
+      response rho T / (1 - rho), plus the T / 2 a record waits on average for its batch to start:
+      end-to-end latency in seconds, the figure an operator (and `bench placement`) measures."""
     mu, lam = app.rate_per_executor, app.arrival_rate
     if mu is None:
         return None
     if k <= 0 or lam >= k * mu:
         return math.inf
+    if model == "microbatch":
+        rho, t = lam / (k * mu), app.trigger_s
+        return t / 2 + rho * t / (1 - rho)  # M/M/1: S / (1 - rho), S = rho T
     return 1.0 / (mu - lam / k)  # R_i(lambda_i/|U|) = (mu_i - lambda_i/|U|)^-1
 
 
 OVERLOAD_R_FACTOR = 100.0  # soft mode: an unstable count's response, in R_max, per unit of utilisation
 
 
-def soft_response_s(app: AppDemand, k: int, r_max_s: float) -> float | None:
+def soft_response_s(app: AppDemand, k: int, r_max_s: float, model: str = "mm1") -> float | None:
     """R_a(k) when R_max cannot be held (`solve`'s second try): finite for an unstable count too,
     100 R_max x its utilisation lambda/(k mu), so that more executors still rank better."""
-    r = response_s(app, k)
+    r = response_s(app, k, model)
     if r is None or math.isfinite(r) or k <= 0:
         return r
     return OVERLOAD_R_FACTOR * r_max_s * app.arrival_rate / (k * (app.rate_per_executor or 1.0))
@@ -119,7 +134,9 @@ class _Instance:
 
 
 def _response(inst: _Instance, s: EdrpSettings, a: AppDemand, k: int) -> float | None:
-    return soft_response_s(a, k, s.r_max_s) if inst.soft_r else response_s(a, k)
+    if inst.soft_r:
+        return soft_response_s(a, k, s.r_max_s, s.response_model)
+    return response_s(a, k, s.response_model)
 
 
 def _prepare(model: ClusterModel, s: EdrpSettings, soft_r: bool = False) -> _Instance:

@@ -69,6 +69,7 @@ class AppDemand:
     rate_per_executor: float | None = None  # mu: records/s one executor processes (DS2 true rate, scaled)
     state_bytes: int = 0  # I_S: the app's state (sum of its stateful operators' memoryUsedBytes)
     state_partitions: int = 0  # 0: stateless
+    trigger_s: float = 1.0  # the queries' trigger interval (EDRP's micro-batch response model)
 
 
 @dataclass(frozen=True)
