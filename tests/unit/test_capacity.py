@@ -8,7 +8,7 @@ from typing import Any
 
 from sparkscale.config import AppConfig
 from sparkscale.plan import Action, Plan
-from sparkscale.policies.capacity import apply_capacity, room_for, shortfall
+from sparkscale.policies.capacity import apply_capacity, room_for, short_warnings, shortfall
 from sparkscale.policies.guards import GuardInput
 from sparkscale.policies.history import DecisionHistory
 from sparkscale.snapshot import Snapshot
@@ -78,3 +78,17 @@ def test_no_view_and_scale_downs_pass_untouched():
     assert scale(up(8, snap(None))) == (2, 8)
     down = Plan("ds2", "app", actions=(Action.scale_executors(2, 1, "too many"),))
     assert apply_capacity(down, GuardInput(snap([(0, 0)]), DecisionHistory.empty(), APP)) is down
+
+
+def test_sparkscale_status_shows_the_clusters_warnings():
+    import json
+
+    from sparkscale.daemon.operator_view import AppLine, status_table
+    from sparkscale.daemon.status import AppStatus
+
+    cut = up(8, snap([(4, 8192), (2, 8192)]))
+    status = AppStatus("d", "leader", 1, 100.0, "ok", warnings=short_warnings(cut))
+    assert AppStatus.from_dict(json.loads(json.dumps(status.to_dict()))) == status
+    lines = status_table([AppLine("app", "d", status)], 110.0).splitlines()
+    assert lines[lines.index("warnings:") + 1].startswith("  app: cluster short of resources: app needs 8")
+    assert "warnings:" not in status_table([AppLine("app", "d", AppStatus("d", "leader", 1, 100.0, "ok"))], 110.0)

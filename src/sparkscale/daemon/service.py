@@ -62,7 +62,7 @@ from sparkscale.daemon.notify import Notifier
 from sparkscale.monitors.collector import AppNotRunningError, NoQueriesYet, collect_snapshots
 from sparkscale.monitors.spark_rest import SparkRestError
 from sparkscale.pipeline.submit import with_stored_shape
-from sparkscale.policies.capacity import shortfall
+from sparkscale.policies.capacity import short_warnings, shortfall
 from sparkscale.policies.history import DecisionHistory
 from sparkscale.policies.outcomes import expectation_for
 from sparkscale.policies.planner import decide_app
@@ -334,8 +334,7 @@ class Daemon:
         short = shortfall(guarded)
         self.metrics.set_cluster_short(app.name, short)
         if short:
-            log.warning("cluster.short", app=app.name, short_executors=short,
-                        warning=next(w.reason for w in guarded.warnings if w.reason.startswith("cluster short")))
+            log.warning("cluster.short", app=app.name, short_executors=short, warning=short_warnings(guarded)[0])
         expected = expectation_for(guarded, snapshot, app)
         diagnosis = expected.diagnosis if expected else guarded.observation.diagnosis
         snap_id = snapshot_id(snapshot)
@@ -378,8 +377,12 @@ class Daemon:
             explanation=list(guarded.explanation), observation=guarded.observation.to_dict(),
             duration_s=round(time.monotonic() - started, 4),
         )
+        cluster = self.cluster.plan(now) if leader else None
+        warnings = short_warnings(guarded) + tuple(
+            f"placement {cluster.policy}: {w.message}" for w in (cluster.warnings if cluster else ()))
         self._publish(app, st, election, role, "ok", executors=len(snapshot.executors),
-                      parallelism={op.id: op.parallelism for op in snapshot.operators}, queries=queries)
+                      parallelism={op.id: op.parallelism for op in snapshot.operators}, queries=queries,
+                      warnings=warnings)
         return "ok"
 
     # -- stages -----------------------------------------------------------------------------------
@@ -478,13 +481,13 @@ class Daemon:
 
     def _publish(self, app: AppConfig, st: _AppState, election: LeaderElection, role: str, result: str,
                  executors: int | None = None, parallelism: dict[str, int] | None = None, detail: str = "",
-                 queries: tuple[app_status.QueryView, ...] = ()) -> None:
+                 queries: tuple[app_status.QueryView, ...] = (), warnings: tuple[str, ...] = ()) -> None:
         try:
             app_status.publish(self.redis, self.cfg.redis.key_prefix, app.name, app_status.AppStatus(
                 daemon=self.identity, role=role, epoch=election.epoch if role == "leader" else None,
                 cycle_at=time.time(), result=result, executors=executors, parallelism=parallelism or {},
                 last_decision=st.last_decision, last_decision_at=st.last_decision_at, last_action=st.last_action,
-                last_action_at=st.last_action_at, detail=detail, queries=queries))
+                last_action_at=st.last_action_at, detail=detail, queries=queries, warnings=warnings))
         except redis.RedisError as exc:
             log.warning("status.publish_failed", app=app.name, error=str(exc))
 

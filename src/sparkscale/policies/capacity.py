@@ -25,6 +25,12 @@ from sparkscale.plan import Action, Plan
 from sparkscale.policies.guards import GuardInput, _replace_scale, _scale, _target
 
 SHORT_FIGURE = "cluster_short_executors"  # the observation figure: executors cut from the scale-up
+SHORT_WARNING = "cluster short of resources:"  # how the plan's warning starts
+
+
+def short_warnings(plan: Plan) -> tuple[str, ...]:
+    """The plan's warnings that the cluster could not start what the app needs."""
+    return tuple(w.reason for w in plan.warnings if w.reason.startswith(SHORT_WARNING))
 
 
 def shortfall(plan: Plan) -> int:
@@ -63,7 +69,7 @@ def cluster_capacity(actions: list[Action], given: GuardInput, notes: list[str])
     why = (f"the cluster can start {fits} more executor(s) of {given.app.executor_cores} core(s) "
            f"({free_cores} free core(s) on its workers" + (f", {claimed} asked for by other apps" if claimed else "")
            + ")")
-    short = Action.warn(f"cluster short of resources: {given.app.name} needs {action.to} executors, gets {to}: "
+    short = Action.warn(f"{SHORT_WARNING} {given.app.name} needs {action.to} executors, gets {to}: "
                         f"{why}")
     if to <= given.executors:
         notes.append(f"guard cluster capacity: {action.summary()} dropped: {why}")
