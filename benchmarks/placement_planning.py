@@ -22,7 +22,8 @@ import random
 import statistics
 import time
 
-from sparkscale.policies.placement.edrp import EdrpSettings, solve
+from sparkscale.policies.placement.edrp import solve
+from sparkscale.policies.placement.edrp_model import EdrpSettings
 from sparkscale.policies.placement.landing import landing_worker
 from sparkscale.policies.placement.model import AppDemand, ClusterModel, ExecutorKey, PlacedExecutor, Worker
 

@@ -32,7 +32,7 @@ from sparkscale.bench.placement_report import placement_table
 from sparkscale.bench.timeline import Sample
 from sparkscale.cli import main
 from sparkscale.config import load_config
-from sparkscale.policies.placement.edrp import EdrpSettings
+from sparkscale.policies.placement.edrp_model import EdrpSettings
 
 # -- busy share, imbalance ---------------------------------------------------------------------------
 

@@ -15,7 +15,8 @@ from pydantic import ValidationError
 
 from sparkscale.policies.placement.base import default_settings, get_placement, registered_placements
 from sparkscale.policies.placement.downtime import DowntimeModel, action_downtime_s, action_kind, from_measured
-from sparkscale.policies.placement.edrp import Edrp, EdrpSettings, objective_of, response_s, soft_response_s, solve
+from sparkscale.policies.placement.edrp import Edrp, solve
+from sparkscale.policies.placement.edrp_model import EdrpSettings, objective_of, response_s, soft_response_s
 from sparkscale.policies.placement.model import AppDemand, ClusterModel, ExecutorKey, PlacedExecutor, Worker
 
 Shape = tuple[int, int]  # cores, memory MB

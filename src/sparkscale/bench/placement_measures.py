@@ -22,7 +22,7 @@ from typing import Any
 from sparkscale.bench.measures import Segment, SloLimits, measure
 from sparkscale.bench.timeline import Sample
 from sparkscale.monitors.spark_rest import parse_time_s
-from sparkscale.policies.placement.edrp import EdrpSettings
+from sparkscale.policies.placement.edrp_model import EdrpSettings
 
 ProcessKey = tuple[int, float]  # (pid, create_time): a recycled pid is another process
 
