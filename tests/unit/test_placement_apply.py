@@ -84,3 +84,21 @@ def test_the_cores_other_apps_still_wait_for_are_claimed():
     assert planner.claimed_elsewhere("b") == 4 and planner.claimed_elsewhere("a") == 0
     planner.forget("a")
     assert planner.claimed_elsewhere("b") == 0
+
+
+def test_one_round_otd_moves_one_executor_of_one_app_through_its_own_decision():
+    from sparkscale.policies.planner import decide_app
+
+    config = cfg()
+    planner = ClusterPlanner(config)
+    a, b = snap("a", BUSY, WA), snap("b", [{"id": "7", "cores": 1, "task_time_fraction": 1.0}], WB)
+    planner.observe(APP, a, [a])
+    planner.observe(config.app("b"), b, [b])
+    cluster = planner.plan(a.taken_at)
+    assert cluster is not None and len(cluster.moves) == 1
+    moved = cluster.moves[0].key
+    plans = {name: decide_app([s], DecisionHistory.empty(), config, config.app(name), cluster=cluster)
+             for name, s in (("a", a), ("b", b))}
+    replaced = {name: [x.executor for x in p.actions if x.type == "replace_executor"] for name, p in plans.items()}
+    assert replaced[moved.app] == [moved.id]  # the app whose executor moves carries the move
+    assert all(not ids for name, ids in replaced.items() if name != moved.app)  # the other does nothing
