@@ -22,7 +22,7 @@ from typing import Any
 from sparkscale.bench.measures import Segment, SloLimits, measure
 from sparkscale.bench.timeline import Sample
 from sparkscale.monitors.spark_rest import parse_time_s
-from sparkscale.policies.placement.edrp_model import EdrpSettings
+from sparkscale.policies.placement.edrp_model import EdrpSettings, cost_bound, weighted_terms
 
 ProcessKey = tuple[int, float]  # (pid, create_time): a recycled pid is another process
 
@@ -219,10 +219,9 @@ def measured_objective(settings: EdrpSettings, response_s: float | None, mean_co
     micro-batch response model (R_max 10 s by default). The terms are kept apart in the results."""
     s = settings
     cost = mean_cores * s.price_per_core_hour
-    c_max = s.c_max if s.c_max is not None else s.price_per_core_hour * cluster_cores
-    r_term = None if response_s is None else s.w_r * response_s / s.r_max_s
-    c_term = s.w_c * cost / c_max
-    d_term = s.w_d * longest_stall_s / s.td_max_s
+    c_max = cost_bound(s, cluster_cores)
+    r_term, c_term, d_term = weighted_terms(s, response_s or 0.0, cost, c_max, longest_stall_s)
+    r_term = None if response_s is None else r_term
     return MeasuredObjective(None if r_term is None else round(r_term + c_term + d_term, 4), response_s,
                              round(cost, 4), longest_stall_s, c_max, _round(r_term, 4), round(c_term, 4),
                              round(d_term, 4))

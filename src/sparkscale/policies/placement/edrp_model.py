@@ -121,7 +121,7 @@ def prepare(model: ClusterModel, s: EdrpSettings, soft_r: bool = False) -> Insta
     # capacity: free + the managed apps' own executors (EDRP eq. 18; C.2 Res_u)
     kc = {w.id: max(w.cores - w.cores_used + own_cores[w.id], 0) for w in model.workers}
     km = {w.id: max(w.memory_mb - w.memory_used_mb + own_mem[w.id], 0) for w in model.workers}
-    c_max = s.c_max if s.c_max is not None else s.price_per_core_hour * sum(w.cores for w in model.workers)
+    c_max = cost_bound(s, sum(w.cores for w in model.workers))
     inst = Instance(workers, list(model.apps), x0, ids, kc, km, c_max, soft_r=soft_r)
     for a in model.apps:
         n0 = sum(x0[a.app].values())
@@ -161,6 +161,16 @@ def objective_of(model: ClusterModel, settings: EdrpSettings | None, counts: Cou
     return objective(prepare(model, s, soft_r), s, counts)
 
 
+def cost_bound(s: EdrpSettings, cluster_cores: int) -> float:
+    """C_max: the configured one, else every core of the cluster at price_per_core_hour."""
+    return s.c_max if s.c_max is not None else s.price_per_core_hour * cluster_cores
+
+
+def weighted_terms(s: EdrpSettings, r: float, cost: float, c_max: float, t_d: float) -> tuple[float, float, float]:
+    """w_r R/R_max, w_c C/C_max, w_d T_D/T_D,max: the terms of F (EDRP eq. 12)."""
+    return s.w_r * r / s.r_max_s, s.w_c * cost / c_max, s.w_d * t_d / s.td_max_s
+
+
 def objective(inst: Instance, s: EdrpSettings, counts: Counts) -> float:
     r, cost, t_d = metrics(inst, s, counts)
-    return s.w_r * r / s.r_max_s + s.w_c * cost / inst.c_max + s.w_d * t_d / s.td_max_s  # EDRP eq. (12)
+    return sum(weighted_terms(s, r, cost, inst.c_max, t_d))  # EDRP eq. (12)
