@@ -208,6 +208,7 @@ def test_a_run_config_pins_two_workers_on_their_hosts_with_the_policy(tmp_path):
     assert [cfg.cluster.cores_of(i) for i in (1, 2)] == [6, 3]
     assert [cfg.cluster.cpus_of(i) for i in (1, 2)] == [[0], [1]]
     assert (cfg.placement.name, cfg.policy.name) == ("otd", "ds2")
+    assert cfg.placement.host_cpus == {"127.0.0.2": 1, "127.0.0.3": 1}  # each worker's load is over its one CPU
 
 
 # -- results.md, the plot, the command --------------------------------------------------------------

@@ -95,6 +95,15 @@ def test_apps_without_a_view_or_a_config_are_left_out():
     assert cluster_model([], {"a": APP_A}).workers == ()
 
 
+def test_an_oversubscribed_workers_load_is_over_its_hosts_cpus():
+    wa, _ = slots(["1"], ["2"], [], [])
+    a = snap("a", [{"id": "1", "cores": 2, "task_time_fraction": 0.5},
+                   {"id": "2", "cores": 2, "task_time_fraction": 1.0}], wa)
+    model = cluster_model([a], {"a": APP_A}, host_cpus={"10.0.0.1": 2, "10.0.0.2": 16})
+    assert model.worker("w1").busy_share == pytest.approx(1.0 / 2)  # 1 busy core of the host's 2 CPUs, not of 8 cores
+    assert model.worker("w2").busy_share == pytest.approx(2.0 / 8)  # more CPUs than cores: the cores count
+
+
 # -- sparkscale cluster-plan ----------------------------------------------------------------------
 
 

@@ -114,8 +114,10 @@ def apps_yaml(spec: PlacementSpec) -> str:
 def bench_yaml(spec: PlacementSpec, placement: str) -> str:
     """The scaling benchmark's daemon timings, DS2, the run's placement policy, and the cluster."""
     cpus = ", ".join("[" + ", ".join(map(str, c)) + "]" for c in spec.worker_cpus)
+    # Each worker advertises more cores than the CPU it is pinned to: its load is over that CPU.
+    host_cpus = ", ".join(f"{h}: {len(c)}" for h, c in zip(WORKER_HOSTS, spec.worker_cpus, strict=False))
     return DAEMON_YAML + (
-        f"policy: {{name: ds2}}\nplacement: {{name: {placement}}}\n"
+        f"policy: {{name: ds2}}\nplacement: {{name: {placement}, host_cpus: {{{host_cpus}}}}}\n"
         f"cluster:\n  workers: {len(WORKER_HOSTS)}\n  worker_hosts: [{', '.join(WORKER_HOSTS)}]\n"
         f"  worker_cores: [{', '.join(map(str, spec.worker_cores))}]\n  worker_cpus: [{cpus}]\n")
 

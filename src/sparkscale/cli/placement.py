@@ -68,7 +68,7 @@ def cluster_plan_command(snapshot_paths: tuple[str, ...], config_path: str | Non
     unknown = sorted({s.app for s in snapshots} - set(apps))
     if unknown:
         exit_invalid("snapshot", f"app(s) {', '.join(unknown)} are not in the config's apps")
-    model = cluster_model(snapshots, apps, cfg.placement.worker_selection_policy)
+    model = cluster_model(snapshots, apps, cfg.placement.worker_selection_policy, cfg.placement.host_cpus)
     if not model.workers:
         click.echo("no cluster view in the snapshots (loop.cluster_view off, or the master did not answer)",
                    err=True)

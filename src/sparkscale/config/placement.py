@@ -24,6 +24,17 @@ class PlacementConfig(SectionedConfig):
     worker_selection_policy: Literal["CORES_FREE_DESC", "CORES_FREE_ASC", "MEMORY_FREE_DESC", "MEMORY_FREE_ASC",
                                      "WORKER_ID"] = "CORES_FREE_DESC"
     every_cycles: int = Field(1, ge=1)  # plan the cluster once per this many cycles
+    # The CPUs of a worker's host, where its worker advertises more cores than that
+    # (SPARK_WORKER_CORES oversubscribed): a worker's load is then its busy cores over these CPUs,
+    # not over the advertised cores, which the master alone counts. Host -> CPUs; others: cores.
+    host_cpus: dict[str, int] = Field(default_factory=dict)
+
+    @field_validator("host_cpus")
+    @classmethod
+    def _cpus(cls, value: dict[str, int]) -> dict[str, int]:
+        if bad := {h: n for h, n in value.items() if n < 1}:
+            raise ValueError(f"host_cpus {bad}: a host has at least 1 CPU")
+        return value
 
     @field_validator("name")
     @classmethod

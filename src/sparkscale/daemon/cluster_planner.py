@@ -79,7 +79,8 @@ class ClusterPlanner:
             fresh = [s for snaps in self._snapshots.values() for s in snaps
                      if now - s.taken_at <= 2 * self.cfg.loop.window_s]
             started = time.monotonic()
-            model = cluster_model(fresh, {a.name: a for a in self.cfg.apps}, placement.worker_selection_policy)
+            model = cluster_model(fresh, {a.name: a for a in self.cfg.apps}, placement.worker_selection_policy,
+                                  placement.host_cpus)
             settings = placement.section(placement.name) if placement.section_model(placement.name) else None
             try:
                 plan = get_placement(placement.name).place(model, settings) if model.workers else None

@@ -6,7 +6,8 @@ executors run on each) and the executors' figures over the window. Put together 
 `ClusterModel`, so `sparkscale cluster-plan SNAPSHOTS` offline sees what the daemon saw.
 
 - Worker load (`busy_share`): the managed executors' busy task-slot time on it (`task_time_fraction`
-  x cores, Python workers' time included) over its cores. Executors of apps sparkscale does not
+  x cores, Python workers' time included) over its cores, or over its host's CPUs where the
+  operator says they are fewer (`placement.host_cpus`, an oversubscribed worker). Executors of apps sparkscale does not
   manage are invisible here (their cores count as used, not as load).
 - Traffic CC_{e->e'} (OTD's input): Spark gives no per-pair figure, only each executor's shuffle
   bytes written and read in the window. A hash shuffle is all-to-all, so a gravity model spreads
@@ -85,8 +86,10 @@ def _gravity(keys: Sequence[ExecutorKey], written: Mapping[ExecutorKey, float],
 
 
 def cluster_model(snapshots: Sequence[Snapshot], apps: Mapping[str, AppConfig],
-                  selection_policy: str = "CORES_FREE_DESC") -> ClusterModel:
-    """The model of the managed apps in `snapshots` (those without a cluster view are left out)."""
+                  selection_policy: str = "CORES_FREE_DESC",
+                  host_cpus: Mapping[str, int] | None = None) -> ClusterModel:
+    """The model of the managed apps in `snapshots` (those without a cluster view are left out);
+    `host_cpus`: a worker host's CPUs where fewer than its worker's cores (`placement.host_cpus`)."""
     by_app: dict[str, list[Snapshot]] = {}
     for snap in snapshots:
         if snap.app in apps:
@@ -130,8 +133,10 @@ def cluster_model(snapshots: Sequence[Snapshot], apps: Mapping[str, AppConfig],
                                             placement.executor_memory_mb or app.executor_memory_mb, share))
             busy_cores[worker_id] = busy_cores.get(worker_id, 0.0) + (share or 0.0) * n_cores
         traffic += _gravity(keys, written, read)
+    cpus = host_cpus or {}
     loaded = {wid: Worker(w.id, w.host, w.cores, w.memory_mb, w.cores_used, w.memory_used_mb,
-                          min(busy_cores.get(wid, 0.0) / w.cores, 1.0) if w.cores else None)
+                          min(busy_cores.get(wid, 0.0) / min(w.cores, cpus.get(w.host, w.cores)), 1.0)
+                          if w.cores else None)
               for wid, w in workers.items()}
     demands = tuple(_demand(apps[name], by_app[name]) for name in sorted(placements))
     landing = {d.app: landing_worker(loaded.values(), d.executor_cores, d.executor_memory_mb, selection_policy)
