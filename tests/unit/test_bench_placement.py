@@ -203,7 +203,7 @@ def test_a_run_config_pins_two_workers_on_their_hosts_with_the_policy(tmp_path):
     cfg = load_config(path, [f"cluster.run_dir={tmp_path}"])
     assert [a.name for a in cfg.apps] == ["placement-1", "placement-2", "placement-3"]
     assert {(a.pipeline, a.min_executors, a.initial_executors, a.max_executors, a.executor_cores)
-            for a in cfg.apps} == {("wordcount", 1, 2, 3, 1)}
+            for a in cfg.apps} == {("wordcount", 1, 1, 2, 1)}
     assert cfg.cluster.worker_hosts == ["127.0.0.2", "127.0.0.3"]
     assert [cfg.cluster.cores_of(i) for i in (1, 2)] == [6, 3]
     assert [cfg.cluster.cpus_of(i) for i in (1, 2)] == [[0], [1]]

@@ -56,6 +56,14 @@ def test_an_edrp_count_replaces_the_scaling_policys_target():
     assert placement_actions(Plan("ds2", "a"), given(), same) == Plan("ds2", "a")
 
 
+def test_an_app_edrp_sizes_keeps_its_count_against_the_scaling_policy():
+    ds2 = Plan("ds2", "a", actions=(Action.scale_executors(2, 1, "ds2 wants 1"),))
+    kept = placement_actions(ds2, given(), PlacementPlan("edrp", sized=("a",)))
+    assert kept.actions == () and "keeps 2 executors" in kept.explanation[-1]
+    # an app the plan does not size (no measured rate) is sized by its scaling policy
+    assert placement_actions(ds2, given(), PlacementPlan("edrp", sized=("b",))).actions == ds2.actions
+
+
 def cfg(name: str = "otd", every: int = 1) -> Config:
     return Config.model_validate({"apps": [APP.model_dump(), {"name": "b"}], "loop": {"interval_s": 10.0},
                                   "placement": {"name": name, "every_cycles": every, "otd": {"high_load": 0.6}}})
@@ -91,7 +99,9 @@ def test_one_round_otd_moves_one_executor_of_one_app_through_its_own_decision():
 
     config = cfg()
     planner = ClusterPlanner(config)
-    a, b = snap("a", BUSY, WA), snap("b", [{"id": "7", "cores": 1, "task_time_fraction": 1.0}], WB)
+    # no record processed: DS2 has no rate to size from and changes nothing, so each app's plan is its move
+    a, b = snap("a", BUSY, WA, records=0.0), snap("b", [{"id": "7", "cores": 1, "task_time_fraction": 1.0}], WB,
+                                                  records=0.0)
     planner.observe(APP, a, [a])
     planner.observe(config.app("b"), b, [b])
     cluster = planner.plan(a.taken_at)

@@ -43,8 +43,10 @@ def snap(app: str, executors: list[dict[str, Any]], workers: list[dict[str, Any]
         "version": 1, "app": app, "query": "q", "taken_at": 1000.0, "window_s": 10.0,
         "executors": [{"host": "h", **e} for e in executors],
         "operators": [{"id": "source", "source": True, "parallelism": 1, "arrival_rate": 250.0,
+                       "instances": [{"records_in": records, "records_out": records, "useful_time_s": 9.0}]},
+                      {"id": "count", "parallelism": 4,
                        "instances": [{"records_in": records, "records_out": records, "useful_time_s": useful_s}]}],
-        "edges": [],
+        "edges": [["source", "count"]],
         "extensions": {"progress": progress, "cluster": {
             "app_id": f"app-{app}", "workers": workers, "unreachable": [], "executor_memory_mb": 1024}},
     })
@@ -80,7 +82,9 @@ def test_the_model_holds_every_apps_executors_on_their_workers_with_load_traffic
     assert flows == {("a/1", "a/2"): pytest.approx(25.0), ("a/1", "a/3"): pytest.approx(75.0)}
     demand = model.app("a")
     assert (demand.arrival_rate, demand.state_bytes, demand.state_partitions) == (250.0, 5_000_000, 4)
-    assert demand.rate_per_executor == pytest.approx(3000 / 10 * 2)  # true rate x the executor's 2 cores
+    # DS2's capacity on one executor's 2 cores: the stage's true rate 300/s per task, 2 at once; the
+    # source's 9 s (waiting on its input) are no work an executor adds
+    assert demand.rate_per_executor == pytest.approx(3000 / 10 * 2)
     assert model.app("b").rate_per_executor is None  # no record processed: unknown, not 0
     assert model.landing == {"a": "w2", "b": "w2"}  # equal free cores: the largest id
     assert ExecutorKey("a", "1") < ExecutorKey("a", "2")

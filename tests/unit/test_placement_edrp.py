@@ -226,6 +226,7 @@ def test_downtime_weight_keeps_deployment() -> None:
     assert len(eager.counts) == 1 and eager.counts[0].executors_target < 3
     assert eager.figures["downtime_s"] > 0
     assert careful.empty and careful.figures["downtime_s"] == 0.0
+    assert careful.sized == ("a",)  # kept, not left to the scaling policy
     # the gain eager takes is real in its own weights, and not worth it in careful's
     eager_dep = {"a": {"w1": 1, "w2": 0, "w3": 0}}
     assert objective_of(model, paper_settings(w_r=0.5, w_c=0.5, w_d=0.0, **base), eager_dep) < \
@@ -250,6 +251,7 @@ def test_infeasible_app_named() -> None:
     assert plan.warnings[0].kind == "infeasible" and "slow" in plan.warnings[0].message
     assert [c.executors_target for c in plan.counts] == [2]  # its max: as close as it may get
     assert math.isfinite(plan.objective) and plan.figures["r_bound_relaxed"] == 1.0
+    assert plan.sized == ("slow",)  # the relaxed plan sizes it too
 
 
 def test_an_overloaded_app_ranks_more_executors_better_without_the_bound() -> None:

@@ -102,8 +102,8 @@ def method(spec: Mapping[str, Any], edrp: Mapping[str, Any] | None) -> str:
         "R = the worst app's mean end-to-end latency (batch end "
         "minus the arrival of the oldest record it read, `bench.probes`), as EDRP's R is its slowest path's; C = "
         "the executor cores the apps held on average x price_per_core_hour; T_D = the longest single stall. "
-        "R_max is the paper's per-tuple bound, so a micro-batch latency of seconds is many R_max and R weighs "
-        "most: the terms are shown apart.",
+        "R_max bounds one micro-batch's response (`placement.edrp.r_max_s`), not the paper's 0.15 s per tuple; "
+        "the terms are shown apart.",
         "- **moves / actions**: the daemon's actions carried out from the load's start to the window's end "
         "(the action log): a move is a `replace_executor`, actions are every executed action but warnings.",
     ])

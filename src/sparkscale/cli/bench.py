@@ -220,16 +220,16 @@ def _counts(value: str, n: int, what: str, param: str) -> tuple[int, ...]:
 @click.option("--placements", default="spark-default,otd,edrp", show_default=True,
               help="Comma-separated registered placement policies, one run each (per repeat), in this order.")
 @click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--duration-s", type=click.FloatRange(min=60), default=600.0, show_default=True,
+@click.option("--duration-s", type=click.FloatRange(min=60), default=300.0, show_default=True,
               help="The measured window of each run, after the warm-up.")
 @click.option("--warmup-s", type=click.FloatRange(min=0), default=60.0, show_default=True,
               help="Load before the window opens (the daemon acts from the load's start).")
-@click.option("--rate", type=click.IntRange(min=1), default=1000, show_default=True,
+@click.option("--rate", type=click.IntRange(min=1), default=300, show_default=True,
               help="Input lines/s into each of the three wordcount apps, constant.")
 @click.option("--worker-cores", default="7,4", show_default=True,
               help="Cores each of the two workers advertises (each runs on one pinned CPU): unevenly, so that the "
                    "master crowds worker 1, with room left for a move's extra executor.")
-@click.option("--executors", default="1,2,3", show_default=True, help="MIN,INITIAL,MAX executors of each app.")
+@click.option("--executors", default="1,1,2", show_default=True, help="MIN,INITIAL,MAX executors of each app.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="docs/results/placement",
               show_default=True)
 def bench_placement(placements: str, repeat: int, duration_s: float, warmup_s: float, rate: int,

@@ -4,7 +4,9 @@ The placement policy decides for the whole cluster (`PlacementPlan`); each app's
 its part through the same path as everything else (guards, blocklist, action log): a `Move` of one
 of its executors becomes a `replace_executor` (make-before-break: one more executor lands where the
 master puts it, the policy's target, then the old one is decommissioned), a `CountChange` (EDRP)
-replaces the scaling policy's executor count. A move waits while this cycle's plan changes
+replaces the scaling policy's executor count, and for an app the plan sizes without a change
+(`PlacementPlan.sized`) the scaling policy's count change is dropped: two deciders would undo
+each other every cycle. A move waits while this cycle's plan changes
 something already or executors are still starting (a replacement sets the target to the registered
 count plus one and would cancel them), as the spread rule does.
 """
@@ -32,6 +34,10 @@ def placement_actions(plan: Plan, given: GuardInput, cluster: PlacementPlan | No
         actions = _replace_scale(actions, chosen)
         notes.append(f"placement {cluster.policy}: {count.executors_now} -> {count.executors_target} executors "
                      f"(the cluster-wide plan; the scaling policy's count is replaced)")
+    elif app in cluster.sized and (scale := next((a for a in actions if a.type == "scale_executors"), None)):
+        actions = _replace_scale(actions, None)
+        notes.append(f"placement {cluster.policy}: keeps {given.executors} executors (the cluster-wide plan "
+                     f"decides this app's count; the scaling policy's {scale.summary()} is not carried out)")
     moves = [m for m in cluster.moves if m.key.app == app]
     if moves:
         move = moves[0]

@@ -14,8 +14,8 @@ executors run on each) and the executors' figures over the window. Put together 
   e's written bytes over the readers in proportion to what each read:
   CC_{e->e'} = W_e x R_e' / sum_x R_x (docs/internals.md, "Placement"). The measured remote share
   (`shuffle_remote_read_bytes`) is what it is checked against.
-- Demand: arrival rate and the rate one executor sustains (DS2's true rate: source records per
-  useful core-second x the executor's cores, `policies/figures.load_figures`), state size from
+- Demand: arrival rate and the rate one executor sustains (DS2's capacity on one executor's cores,
+  `Ds2Estimate.capacity_rps`, the figure a scale-up's outcome is judged by), state size from
   the progress reports' `memoryUsedBytes`.
 """
 
@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 
 from sparkscale.config import AppConfig
 from sparkscale.placement import Placement, placement_of
+from sparkscale.policies.ds2 import estimate
 from sparkscale.policies.figures import load_figures
 from sparkscale.policies.placement.landing import landing_worker
 from sparkscale.policies.placement.model import (
@@ -61,11 +62,11 @@ def _demand(app: AppConfig, snaps: Sequence[Snapshot]) -> AppDemand:
     for snap in snaps:
         figures = load_figures(snap, app)
         arrival += figures.arrival_rate
-        sources = [op for op in snap.operators if op.source]
-        records = sum(i.records_in for op in sources for i in op.instances)
-        useful = sum(i.useful_time_s for op in snap.operators for i in op.instances)
-        if records > 0 and useful > 0:
-            rates.append(records / useful * app.executor_cores)  # DS2's true rate, one executor's cores
+        # DS2's capacity model on one executor's cores: its stages' true rates, each stage capped
+        # at its partitions; a source's time (waiting on its input) is not work an executor adds.
+        capacity = estimate(snap).capacity_rps(app.executor_cores)
+        if capacity:
+            rates.append(capacity)
         progress = snap.extensions.get("progress") or {}
         state += int(_num(progress.get("state_memory_bytes")) or 0)
         partitions = max(partitions, int(_num(progress.get("state_partitions")) or 0))

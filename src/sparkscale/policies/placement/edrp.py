@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -267,8 +267,8 @@ def solve(model: ClusterModel, settings: EdrpSettings | None = None) -> EdrpResu
     warning = PlacementWarning("infeasible", f"{failed.message}; planned the best step without the R_max bound",
                                dict(failed.figures))
     plan = soft.plan
-    return EdrpResult(PlacementPlan(plan.policy, plan.moves, plan.counts, (warning, *plan.warnings), plan.objective,
-                                    {**plan.figures, "r_bound_relaxed": 1.0}, plan.reason), soft.deployment)
+    relaxed = replace(plan, warnings=(warning, *plan.warnings), figures={**plan.figures, "r_bound_relaxed": 1.0})
+    return EdrpResult(relaxed, soft.deployment)
 
 
 def _solve(model: ClusterModel, s: EdrpSettings, soft_r: bool) -> EdrpResult:
@@ -312,7 +312,8 @@ def _solve(model: ClusterModel, s: EdrpSettings, soft_r: bool) -> EdrpResult:
     moves, counts = _actions(inst, s, dep)
     reason = (f"EDRP F={f:.4f} (now {f_now:.4f})" if math.isfinite(f_now) else f"EDRP F={f:.4f}")
     plan = PlacementPlan("edrp", tuple(moves), tuple(counts), tuple(warnings), f, figures,
-                         reason + ("" if moves or counts else ": keep the current deployment"))
+                         reason + ("" if moves or counts else ": keep the current deployment"),
+                         sized=tuple(a.app for a in inst.apps if a.rate_per_executor is not None))
     return EdrpResult(plan, dep)
 
 

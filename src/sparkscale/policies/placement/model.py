@@ -181,6 +181,9 @@ class PlacementPlan:
     objective: float | None = None  # EDRP's F of the chosen deployment
     figures: Mapping[str, float] = field(default_factory=dict)  # what the decision rests on
     reason: str = ""
+    # Apps whose executor count this plan decides, changed or kept (EDRP: those with a measured
+    # rate): their scaling policy's count is replaced, so the two never undo each other.
+    sized: tuple[str, ...] = ()
 
     @property
     def empty(self) -> bool:
@@ -209,4 +212,5 @@ class PlacementPlan:
             "objective": self.objective,
             "figures": dict(self.figures),
             "reason": self.reason,
+            "sized": list(self.sized),
         }
