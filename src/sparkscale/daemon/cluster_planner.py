@@ -20,8 +20,10 @@ from collections.abc import Callable, Sequence
 import structlog
 
 from sparkscale.config import AppConfig, Config
+from sparkscale.daemon.downtime_tracker import DowntimeTracker
 from sparkscale.policies.placement.base import get_placement
 from sparkscale.policies.placement.build import cluster_model
+from sparkscale.policies.placement.downtime import DowntimeModel
 from sparkscale.policies.placement.model import PlacementPlan
 from sparkscale.policies.placement.spark_default import SPARK_DEFAULT
 from sparkscale.snapshot import Snapshot
@@ -38,6 +40,8 @@ class ClusterPlanner:
         self._planned_at: float | None = None
         self._lock = threading.Lock()
         self.on_plan = on_plan  # called with each new plan (metrics); None: nothing
+        # the stalls of the executor changes carried out, for EDRP's downtime model
+        self.downtime = DowntimeTracker(horizon_s=2 * cfg.loop.window_s)
 
     def configure(self, cfg: Config) -> None:
         """A reloaded config: the next `plan` call plans afresh with it."""
@@ -49,6 +53,7 @@ class ClusterPlanner:
         daemon leads it (`led`: its query snapshots), its place in the next plan."""
         requested = (merged.extensions.get("app") or {}).get("requested_executors")
         starting = max(requested - len(merged.executors), 0) if isinstance(requested, int) else 0
+        self.downtime.observe(app.name, merged)
         with self._lock:
             self._starting_cores[app.name] = starting * app.executor_cores
             if led is None:
@@ -82,6 +87,8 @@ class ClusterPlanner:
             model = cluster_model(fresh, {a.name: a for a in self.cfg.apps}, placement.worker_selection_policy,
                                   placement.host_cpus)
             settings = placement.section(placement.name) if placement.section_model(placement.name) else None
+            if isinstance(getattr(settings, "downtime", None), DowntimeModel):  # EDRP: what this cluster measured
+                settings = settings.model_copy(update={"downtime": self.downtime.model(settings.downtime)})
             try:
                 plan = get_placement(placement.name).place(model, settings) if model.workers else None
             except (ValueError, ArithmeticError) as exc:  # a policy's arithmetic on extreme figures

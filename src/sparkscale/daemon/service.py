@@ -387,9 +387,12 @@ class Daemon:
 
     # -- stages -----------------------------------------------------------------------------------
 
-    def _remember(self, st: _AppState, taken: TakenIn) -> None:
-        """What an ended background action leaves: the cooldown's reference and its outcome to judge."""
+    def _remember(self, app: str, st: _AppState, taken: TakenIn) -> None:
+        """What an ended background action leaves: the cooldown's reference, its outcome to judge, and
+        the stall to measure (EDRP's downtime)."""
         if taken.done is not None:
+            started_at = time.time() - (time.monotonic() - taken.flight.started)  # the flight's start, wall clock
+            self.cluster.downtime.action_done(app, taken.done, started_at, taken.finished_at)
             st.last_action_at, st.last_action, st.last_action_direction = (
                 taken.finished_at, taken.summary, taken.direction)
             pending = taken.pending_outcome(self.cfg.outcomes.evaluation_windows * self.cfg.loop.window_s)
@@ -460,7 +463,7 @@ class Daemon:
         taken = take_in_results(st.in_flight, self.metrics, app.name)
         if taken is not None:
             st.in_flight = None
-            self._remember(st, taken)
+            self._remember(app.name, st, taken)
         if st.in_flight is not None:
             return
         for result in manual.serve_requests(self.zk, self.cfg.zookeeper.root, app.name, self.action_log,
