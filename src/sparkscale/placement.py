@@ -32,6 +32,24 @@ MAX_CORES = 1_000_000
 MAX_MEMORY_MB = 1 << 40
 
 
+class FreeRoom:
+    """What is left of a worker: its cores and memory less what its executors use (a mixin for the
+    dataclasses with `cores`, `cores_used`, `memory_mb`, `memory_used_mb`)."""
+
+    cores: int
+    cores_used: int
+    memory_mb: int
+    memory_used_mb: int
+
+    @property
+    def cores_free(self) -> int:
+        return max(self.cores - self.cores_used, 0)
+
+    @property
+    def memory_free_mb(self) -> int:
+        return max(self.memory_mb - self.memory_used_mb, 0)
+
+
 @dataclass(frozen=True)
 class WorkerSlots:
     """One ALIVE worker: what it has free, and which of the app's executors run on it."""
@@ -41,6 +59,8 @@ class WorkerSlots:
     cores_free: int
     memory_free_mb: int
     executors: tuple[str, ...] = ()
+    cores: int = 0  # the worker's own; 0: unknown (a snapshot from before they were recorded)
+    memory_mb: int = 0
 
     def has_room(self, cores: int, memory_mb: int) -> bool:
         """Could the master launch one more executor of this shape here?"""
@@ -48,7 +68,8 @@ class WorkerSlots:
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "host": self.host, "cores_free": self.cores_free,
-                "memory_free_mb": self.memory_free_mb, "executors": list(self.executors)}
+                "memory_free_mb": self.memory_free_mb, "executors": list(self.executors), "cores": self.cores,
+                "memory_mb": self.memory_mb}
 
 
 @dataclass(frozen=True)
@@ -90,6 +111,8 @@ class Placement:
                 memory_free_mb=integer(get(worker, "memory_free_mb", at), join(at, "memory_free_mb"), 0,
                                        MAX_MEMORY_MB),
                 executors=tuple(string(e, f"{join(at, 'executors')}[{k}]") for k, e in enumerate(executors)),
+                cores=optional_integer(worker.get("cores"), join(at, "cores"), 0, MAX_CORES) or 0,
+                memory_mb=optional_integer(worker.get("memory_mb"), join(at, "memory_mb"), 0, MAX_MEMORY_MB) or 0,
             ))
         seen: dict[str, str] = {}
         for i, worker in enumerate(workers):

@@ -120,3 +120,6 @@ STRATEGIES: Registry[Any] = Registry("migration strategy", "sparkscale.actuators
                                      _adopt("sparkscale.actuators.migration.base:register_strategy"))
 WORKLOADS: Registry[Any] = Registry("workload", "sparkscale.pipeline.workloads", "sparkscale.workloads",
                                     _adopt("sparkscale.pipeline.workloads:register_workload"))
+PLACEMENT_POLICIES: Registry[Any] = Registry("placement policy", "sparkscale.policies.placement",
+                                             "sparkscale.placement_policies",
+                                             _adopt("sparkscale.policies.placement.base:register_placement"))

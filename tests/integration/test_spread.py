@@ -7,19 +7,24 @@ executors over 2 workers on their own addresses (127.0.0.2, 127.0.0.3), a daemon
 - the worker comes back (`cluster up` again): nothing moves by itself; the daemon sees the crowding
   in the cluster view and carries out one `replace_executor` whose reason names the spread; after
   it each worker holds one executor again;
+- `sparkscale cluster-plan` then shows both workers, one executor on each, and the shuffle between
+  them (the placement policies' live model);
 - nothing lost or duplicated (the verifier).
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
+from click.testing import CliRunner
 
 from sparkscale.bench.daemon_process import DaemonProcess
+from sparkscale.cli import main
 from sparkscale.config import Config
 from sparkscale.daemon.action_log import ActionLog
 from sparkscale.localenv import LocalEnvironment
@@ -136,6 +141,25 @@ def test_the_daemon_restores_the_spread_after_a_worker_comes_back(spread_env):
         assert decision.decision.plan.observation.figures["spread_at_risk"] == 1.0
         acted = daemon.events("cycle", app=APP, mode="acted")
         assert any(a.startswith("replace_executor") for e in acted for a in e["actions"])
+
+        # The cluster as the placement policies see it, live: both workers, one executor each, and,
+        # once both run the query's tasks again (the replacement gets its state partitions back over
+        # some batches), the wordcount's shuffle between the two hosts (issue 20's model).
+        args = ["cluster-plan", "--config", path, *(x for o in overrides for x in ("--set", o)), "--policy", "otd",
+                "--json"]
+        seen: list[dict] = []
+
+        def model_with_traffic() -> bool:
+            shown = CliRunner().invoke(main, args)
+            assert shown.exit_code == 0, shown.output
+            seen.append(json.loads(shown.stdout)["model"])
+            return sum(t["bytes_per_s"] for t in seen[-1]["traffic"]) > 0
+
+        wait_until(model_with_traffic, 120, "shuffle between the two executors in cluster-plan's model",
+                   story=lambda: f"last model: {seen[-1] if seen else None}")
+        model = seen[-1]
+        assert sorted(w["host"] for w in model["workers"]) == list(WORKER_HOSTS)
+        assert sorted(e["worker"] for e in model["executors"]) == sorted(w["id"] for w in model["workers"])
 
         stop_load.set()
         loader.join(30)

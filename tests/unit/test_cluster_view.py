@@ -71,8 +71,9 @@ def test_the_view_maps_each_apps_executors_to_their_workers():
     assert view.app_executors(APP) == {"1": W1, "2": W1} and view.app_executors("app-none") == {}
     assert [w.id for w in view.alive] == [W1, W2] and view.requests == 3 and not view.unreachable
     placement = view.placement(APP)
-    assert placement == Placement(APP, (WorkerSlots(W1, "127.0.0.2", 6, 7168, ("1", "2")),
-                                        WorkerSlots(W2, "127.0.0.3", 7, 7680, ())), (), 512)
+    assert placement == Placement(APP, (WorkerSlots(W1, "127.0.0.2", 6, 7168, ("1", "2"), 8, 8192),
+                                        WorkerSlots(W2, "127.0.0.3", 7, 7680, (), 8, 8192)), (), 512)
+    assert Placement.from_extension(placement.to_extension()) == placement  # the worker's size goes along
     assert placement.worker_of() == {"1": W1, "2": W1}
 
 
@@ -129,6 +130,12 @@ def test_fetch_asks_the_master_then_each_alive_worker_once(monkeypatch):
     assert view.app_executors(APP) == {"1": W1, "2": W1}
 
 
+@pytest.fixture(autouse=True)
+def fresh_recent_view(monkeypatch):
+    """Each test reads its own view: none kept from another test."""
+    monkeypatch.setattr(cluster_view, "RECENT", cluster_view.RecentView())
+
+
 def test_the_snapshot_extension_off_or_with_the_master_down(monkeypatch):
     assert cluster_extension(Config(loop={"cluster_view": False}), APP) is None
 
@@ -139,3 +146,28 @@ def test_the_snapshot_extension_off_or_with_the_master_down(monkeypatch):
     extension = cluster_extension(Config(), APP)
     assert extension is not None and "did not answer" in extension["error"] and extension["requests"] == 1
     assert placement_of({"cluster": extension}).error == extension["error"]
+
+
+def test_one_read_of_the_view_serves_every_apps_cycle_for_its_max_age(monkeypatch):
+    reads: list[str] = []
+
+    def fetch(url: str, timeout_s: float) -> Any:
+        reads.append(url)
+        return build_view(load("master.json"), answers())
+
+    monkeypatch.setattr(cluster_view, "fetch_cluster_view", fetch)
+    cfg = Config(loop={"cluster_view_max_age_s": 60})
+    first, second = cluster_extension(cfg, APP), cluster_extension(cfg, OTHER)
+    assert len(reads) == 1 and first["requests"] == 3 and second["requests"] == 0  # the second app's is free
+    assert placement_of({"cluster": second}).worker_of() == {"0": W2}  # its own share of the same view
+    cluster_extension(Config(loop={"cluster_view_max_age_s": 0}), APP)
+    assert len(reads) == 2  # 0: every cycle reads its own
+
+    def down(url: str, timeout_s: float) -> Any:
+        raise SparkUnreachable("refused")
+
+    monkeypatch.setattr(cluster_view, "fetch_cluster_view", down)
+    monkeypatch.setattr(cluster_view, "RECENT", cluster_view.RecentView())
+    assert "refused" in cluster_extension(cfg, APP)["error"]
+    monkeypatch.setattr(cluster_view, "fetch_cluster_view", fetch)
+    assert "error" not in cluster_extension(cfg, APP)  # a failed read is not kept

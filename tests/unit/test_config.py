@@ -209,3 +209,18 @@ def test_policy_name_sections_and_registry_names_are_checked_together(tmp_path):
                          "migration.strategy"}
     assert "'ds2'" in keys["policy.name"] and "'ccr'" in keys["migration.strategy"]
     assert "did you mean 'policy.dhalion'" in keys["policy.dhalon"]
+
+
+def test_the_placement_section_takes_a_registered_policy_and_its_own_settings(tmp_path):
+    text = ("placement:\n  name: otdd\n  worker_selection_policy: RANDOM\n  otd: {high_load: 2}\n  edpr: {}\n"
+            "  host_cpus: {10.0.0.1: 0}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, text))
+    keys = {p.key: p.message for p in err.value.problems}
+    assert set(keys) == {"placement.name", "placement.worker_selection_policy", "placement.otd.high_load",
+                         "placement.edpr", "placement.host_cpus"}
+    assert "at least 1 CPU" in keys["placement.host_cpus"]
+    assert "'otd'" in keys["placement.name"] and "did you mean 'placement.edrp'" in keys["placement.edpr"]
+    cfg = load_config(write(tmp_path, "placement:\n  name: otd\n  otd: {low_load: 0.25}\n"))
+    assert (cfg.placement.name, cfg.placement.otd.low_load, cfg.placement.otd.high_load) == ("otd", 0.25, 0.85)
+    assert load_config(None).placement.name == "spark-default"  # nothing moves unless asked

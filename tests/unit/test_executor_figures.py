@@ -111,6 +111,19 @@ def test_window_work_counts_each_finished_task_by_its_share_of_the_window():
     assert work["2"] == ExecutorWork(1, pytest.approx(1.0), pytest.approx(1.0))
 
 
+def test_window_work_carries_shuffle_bytes_by_the_same_share():
+    shuffled = task(7, "0", 9.0, 2000, 1000, 800)  # half of its run inside the window
+    shuffled["taskMetrics"] |= {"shuffleReadMetrics": {"remoteBytesRead": 4000, "localBytesRead": 1000},
+                                "shuffleWriteMetrics": {"bytesWritten": 600, "recordsWritten": 3}}
+    t = parse_stage_attempts([{**STAGE[0], "tasks": {"7": shuffled}}])[0].tasks[0]
+    assert (t.remote_bytes_read, t.local_bytes_read, t.shuffle_write_bytes) == (4000, 1000, 600)
+    work = window_work(stage_map([{**STAGE[0], "tasks": {"7": shuffled}}]), TAKEN_AT, WINDOW_S)["0"]
+    assert (work.remote_read_bytes, work.local_read_bytes, work.shuffle_write_bytes) == (2000, 500, 300)
+    figures = executor_figures(hosts_executors()[:1], {"0": work}, TAKEN_AT, WINDOW_S)[0].extra
+    if figures["shuffle_remote_read_bytes"] or hosts_executors()[0].id == "0":
+        assert (figures["shuffle_remote_read_bytes"], figures["shuffle_local_read_bytes"]) in ((2000, 500), (0, 0))
+
+
 def test_undated_tasks_count_whole():
     undated = [{**STAGE[0], "tasks": {"9": task(9, "0", None, 0, 200, 150)}}]
     assert window_work(stage_map(undated), TAKEN_AT, WINDOW_S)["0"].cpu_s == pytest.approx(0.15)

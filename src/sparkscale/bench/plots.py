@@ -142,3 +142,50 @@ def _executors_plot(path: Path, controllers: list[str], runs: list[dict[str, Any
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def worker_loads(runs: list[dict[str, Any]], path: Path) -> Path:
+    """`bench placement`: a column per run, each worker's busy share over time above, the executors
+    on each worker below; the measured window shaded."""
+    fig, axes = plt.subplots(2, max(len(runs), 1), figsize=(5.5 * max(len(runs), 1), 6.5), sharex="col",
+                             sharey="row", squeeze=False)
+    for col, run in enumerate(runs):
+        ax_busy, ax_exec = axes[0][col], axes[1][col]
+        samples = run.get("worker_samples") or []
+        hosts = sorted({h for s in samples for h in s.get("busy_share", {})})
+        for host in hosts:
+            busy = [(s["t_s"], s["busy_share"].get(host)) for s in samples if s["busy_share"].get(host) is not None]
+            line, = ax_busy.plot([t for t, _ in busy], [v for _, v in busy], linewidth=0.5, alpha=0.35)
+            ax_busy.plot([t for t, _ in busy], _rolling_mean([v for _, v in busy], 10), color=line.get_color(),
+                         linewidth=1.2, label=f"{host} (10-sample mean)")
+            known = [(s["t_s"], s["executors"].get(host)) for s in samples if s["executors"].get(host) is not None]
+            ax_exec.step([t for t, _ in known], [n for _, n in known], where="post", label=host)
+        start, end = run.get("window_s") or (0.0, 0.0)
+        for ax in (ax_busy, ax_exec):
+            ax.axvspan(start, end, alpha=0.08, color="tab:green")
+        imbalance = run.get("worker_load_imbalance")
+        ax_busy.set_title(f"{run['placement']} (run {run.get('repeat', 1)}): imbalance "
+                          f"{'-' if imbalance is None else f'{imbalance:.2f}'}", fontsize=10)
+        ax_busy.set_ylim(0, 1.05)  # of the pinned CPUs: 1 is all of them
+        ax_exec.set_ylim(0, max([n for s in samples for n in s["executors"].values() if n is not None] + [1]) + 1)
+        ax_exec.yaxis.get_major_locator().set_params(integer=True)
+        ax_exec.set_xlabel("time since the load started (s)")
+        if col == 0:
+            ax_busy.set_ylabel("worker busy share (its pinned CPU)")
+            ax_exec.set_ylabel("executors on the worker")
+        ax_busy.legend(loc="upper right", fontsize=7)
+        ax_exec.legend(loc="upper right", fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _rolling_mean(values: list[float], n: int) -> list[float]:
+    """The mean of each value with up to n - 1 before it."""
+    out, total = [], 0.0
+    for i, v in enumerate(values):
+        total += v - (values[i - n] if i >= n else 0.0)
+        out.append(total / min(i + 1, n))
+    return out

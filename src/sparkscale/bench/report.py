@@ -5,7 +5,8 @@ A scaling benchmark's DIR gets `results.md` (per case: the controllers compared,
 repeats with the range, then DS2's targets, met or missed and by how much) and
 `timeline-<case>-<controller>-<repeat>.png` per run plus `executors-<case>.png` (older single-case
 results: without the case); a migration benchmark's DIR gets `results.md` and
-`timeline-<strategy>.png`; a chaos run's DIR `results.md` and `timeline-<fault>.png`.
+`timeline-<strategy>.png`; a chaos run's DIR `results.md` and `timeline-<fault>.png`; a placement
+run's DIR `results.md` and `workers.png`.
 """
 
 from __future__ import annotations
@@ -45,6 +46,10 @@ def render(results_dir: Path) -> str:
         from sparkscale.bench.chaos_report import render_chaos
 
         return render_chaos(results_dir, results)
+    if kind == "placement":
+        from sparkscale.bench.placement_report import render_placement
+
+        return render_placement(results_dir, results)
     results = remeasure_legacy(results)
     table = scaling_table(results)
     (results_dir / "results.md").write_text(f"{table}\n\nCommand: `{results['command']}`\n")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import click
 
-from sparkscale.cli import bench, cluster, daemon, migrate, offline, pipeline
+from sparkscale.cli import bench, cluster, daemon, migrate, offline, pipeline, placement
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -25,6 +25,7 @@ for _command in (
     pipeline.pipeline, pipeline.loadgen, pipeline.verify,
     migrate.migrate_command,
     offline.plan_command, offline.snapshot_command, offline.simulate_command,
+    placement.cluster_plan_command,
     bench.bench, bench.report_command, bench.demo,
 ):
     main.add_command(_command)

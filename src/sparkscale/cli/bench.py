@@ -1,4 +1,4 @@
-"""`sparkscale bench scaling|migration|userjob|chaos`, `report DIR` and `demo`.
+"""`sparkscale bench scaling|migration|userjob|chaos|placement`, `report DIR` and `demo`.
 
 The benchmarks bring up their own embedded environments on free ports in temp dirs; they read no
 config file (the user's environment is left alone). The demo drives one app under a steps load
@@ -202,6 +202,65 @@ def bench_chaos(faults: str | None, variants: str, rate: int, out_dir: str, quic
     click.echo(render(Path(out_dir)))
     if not passed(results):
         click.echo("a fault did not recover, or records were lost or duplicated (results.md)", err=True)
+        sys.exit(1)
+
+
+def _counts(value: str, n: int, what: str, param: str) -> tuple[int, ...]:
+    """`n` comma-separated whole numbers of at least 1."""
+    try:
+        counts = tuple(int(v) for v in value.split(","))
+    except ValueError:
+        counts = ()
+    if len(counts) != n or min(counts) < 1:
+        raise click.BadParameter(f"{value!r}: expected {n} comma-separated {what} of at least 1", param_hint=param)
+    return counts
+
+
+@bench.command("placement")
+@click.option("--placements", default="spark-default,otd,edrp", show_default=True,
+              help="Comma-separated registered placement policies, one run each (per repeat), in this order.")
+@click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--duration-s", type=click.FloatRange(min=60), default=300.0, show_default=True,
+              help="The measured window of each run, after the warm-up.")
+@click.option("--warmup-s", type=click.FloatRange(min=0), default=60.0, show_default=True,
+              help="Load before the window opens (the daemon acts from the load's start).")
+@click.option("--rate", type=click.IntRange(min=1), default=300, show_default=True,
+              help="Input lines/s into each of the three wordcount apps, constant.")
+@click.option("--worker-cores", default="7,4", show_default=True,
+              help="Cores each of the two workers advertises (each runs on one pinned CPU): unevenly, so that the "
+                   "master crowds worker 1, with room left for a move's extra executor.")
+@click.option("--executors", default="1,1,2", show_default=True, help="MIN,INITIAL,MAX executors of each app.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="docs/results/placement",
+              show_default=True)
+def bench_placement(placements: str, repeat: int, duration_s: float, warmup_s: float, rate: int,
+                    worker_cores: str, executors: str, out_dir: str) -> None:
+    """Spark's own executor placement against OTD and EDRP: three wordcount apps under the same load on
+    two workers pinned to a CPU each, the daemon (DS2) with each placement policy in turn. Worker load
+    imbalance, remote shuffle bytes, the backlog SLO, downtime, EDRP's objective on what was measured,
+    lost and duplicated records. Exit 1 when anything was lost or duplicated, or a run failed."""
+    from sparkscale.bench.placement import PlacementSpec, estimated_duration_s, run_placement_bench
+    from sparkscale.bench.report import render
+    from sparkscale.config.sections import usable_cpus
+    from sparkscale.policies.placement.base import registered_placements
+
+    chosen = _names(placements, registered_placements(), "placement")
+    cores = _counts(worker_cores, 2, "core counts", "--worker-cores")
+    low, initial, high = _counts(executors, 3, "executor counts", "--executors")
+    if not low <= initial <= high:
+        raise click.BadParameter(f"{executors!r}: expected MIN <= INITIAL <= MAX", param_hint="--executors")
+    cpus = sorted(usable_cpus())
+    if len(cpus) < 2:
+        raise click.UsageError(f"the two workers need a CPU each; this process may run on {len(cpus)}")
+    spec = PlacementSpec(placements=chosen, repeat=repeat, duration_s=duration_s, warmup_s=warmup_s, rate=rate,
+                         worker_cores=cores, worker_cpus=((cpus[0],), (cpus[1],)), min_executors=low,
+                         initial_executors=initial, max_executors=high)
+    _logging()
+    click.echo(f"{len(chosen)} placement(s) x {repeat} repeat(s); about {estimated_duration_s(spec) / 60:.0f} min",
+               err=True)
+    results = run_placement_bench(spec, Path(out_dir), _command_line())
+    click.echo(render(Path(out_dir)))
+    if results["failed_runs"] or any(r["lost"] or r["duplicated"] for r in results["runs"]):
+        click.echo("a run failed, or records were lost or duplicated (results.md)", err=True)
         sys.exit(1)
 
 

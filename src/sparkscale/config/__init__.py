@@ -9,6 +9,7 @@ from sparkscale.config.apps import AppConfig, DagConfig, DynamicAllocationConfig
 from sparkscale.config.base import ConfigSection
 from sparkscale.config.drivers import DriversConfig
 from sparkscale.config.loading import ConfigError, ConfigProblem, load_config
+from sparkscale.config.placement import PlacementConfig
 from sparkscale.config.sections import (
     ActionLogConfig,
     ActuatorConfig,
@@ -46,6 +47,7 @@ __all__ = [
     "MetricsConfig",
     "MigrationConfig",
     "OutcomesConfig",
+    "PlacementConfig",
     "PolicyConfig",
     "RedisConfig",
     "SparkConfig",

@@ -14,8 +14,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from sparkscale.config.sections import Config, PolicyConfig
-from sparkscale.registry import POLICIES
+from sparkscale.config.sectioned import SectionedConfig
+from sparkscale.config.sections import Config
 
 
 @dataclass(frozen=True)
@@ -211,15 +211,19 @@ def _fields_at(loc: tuple[Any, ...]) -> list[str]:
             continue
         field = model.model_fields.get(part) if _is_model(model) else None
         if field is None:
-            section = model.section_model(str(part)) if model is PolicyConfig else None
+            section = model.section_model(str(part)) if _sectioned(model) else None
             if section is None:
                 return []
             model = section
             continue
         model = _unwrap(field.annotation)
-    if model is PolicyConfig:
-        return [*PolicyConfig.model_fields, *(n for n in POLICIES.names() if PolicyConfig.section_model(n))]
+    if _sectioned(model):
+        return model.section_names()
     return list(model.model_fields) if _is_model(model) else []
+
+
+def _sectioned(model: Any) -> bool:
+    return isinstance(model, type) and issubclass(model, SectionedConfig)
 
 
 def _unwrap(annotation: Any) -> Any:

@@ -8,19 +8,23 @@ registries (sparkscale.registry), and each policy's own section against the mode
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from sparkscale.config.apps import AppConfig
 from sparkscale.config.base import ConfigSection, _one_of
 from sparkscale.config.drivers import DriversConfig
+from sparkscale.config.placement import PlacementConfig
 from sparkscale.config.secrets import read_secret_file, split_digest
-from sparkscale.registry import POLICIES, STRATEGIES, WORKLOADS
+from sparkscale.config.sectioned import SectionedConfig
+from sparkscale.registry import POLICIES, STRATEGIES, WORKLOADS, Registry
 
 _Section = ConfigSection
+MAX_WORKER_CORES = 256
 
 
 class SparkConfig(_Section):
@@ -71,14 +75,19 @@ class ClusterConfig(_Section):
     run_dir: str = "~/.sparkscale/run"
     workers: int = Field(2, ge=1, le=16)
     # More cores than the machine has: operators that wait (sleep per record) rather than compute
-    # can then scale past the physical cores.
-    worker_cores: int = Field(8, ge=1, le=256)
+    # can then scale past the physical cores. One count for every worker, or one per worker
+    # (worker N: item N), e.g. [6, 3]: the master then places by free cores unevenly (bench placement).
+    worker_cores: int | list[int] = 8
     worker_memory_mb: int = Field(8192, ge=512)
     worker_web_port: int = Field(8081, ge=1, le=65535)
     # The address worker i binds and advertises (and its executors with it): worker_hosts[i-1].
     # Empty: every worker on 127.0.0.1. Distinct loopback addresses (127.0.0.0/8 on Linux) make the
     # executors of one machine look like those of several hosts, so nothing can assume one host.
     worker_hosts: list[str] = Field(default_factory=list)
+    # The CPUs worker N (item N) and so its executors may run on: `taskset -c` on its launch, whose
+    # affinity the worker JVM and every process it forks inherit. [] = not pinned. [[0], [1]] gives
+    # each worker a CPU of its own, so a worker's load is its own CPU's (bench placement).
+    worker_cpus: list[list[int]] = Field(default_factory=list)
     java: str = "java"
     start_timeout_s: float = Field(120.0, gt=0)
 
@@ -92,12 +101,45 @@ class ClusterConfig(_Section):
                 raise ValueError(f"worker_hosts[{i}] = {host!r} is not an IPv4 address such as 127.0.0.2") from None
         return value
 
+    @field_validator("worker_cores")
+    @classmethod
+    def _core_counts(cls, value: int | list[int]) -> int | list[int]:
+        for i, cores in enumerate([value] if isinstance(value, int) else value):
+            if not 1 <= cores <= MAX_WORKER_CORES:
+                where = "" if isinstance(value, int) else f"[{i}]"
+                raise ValueError(f"worker_cores{where} = {cores}: expected 1 to {MAX_WORKER_CORES} cores")
+        return value
+
+    @field_validator("worker_cpus")
+    @classmethod
+    def _cpus_of_this_machine(cls, value: list[list[int]]) -> list[list[int]]:
+        available = usable_cpus()
+        for i, cpus in enumerate(value):
+            if not cpus:
+                raise ValueError(f"worker_cpus[{i}] is empty: give each worker at least one CPU, or [] for none pinned")
+            for cpu in cpus:
+                if cpu not in available:
+                    raise ValueError(
+                        f"worker_cpus[{i}] names CPU {cpu}, which this machine cannot run on: usable CPUs "
+                        f"{','.join(map(str, sorted(available)))} (os.cpu_count() = {os.cpu_count()})")
+        return value
+
     @model_validator(mode="after")
     def _one_host_per_worker(self) -> ClusterConfig:
         if self.worker_hosts and len(self.worker_hosts) != self.workers:
             raise ValueError(
                 f"worker_hosts lists {len(self.worker_hosts)} address(es) but workers is {self.workers}: "
                 "give one address per worker, or none (every worker on 127.0.0.1)"
+            )
+        if isinstance(self.worker_cores, list) and len(self.worker_cores) != self.workers:
+            raise ValueError(
+                f"worker_cores lists {len(self.worker_cores)} count(s) but workers is {self.workers}: "
+                "give one count per worker, or a single number for all"
+            )
+        if self.worker_cpus and len(self.worker_cpus) != self.workers:
+            raise ValueError(
+                f"worker_cpus lists {len(self.worker_cpus)} CPU set(s) but workers is {self.workers}: "
+                "give one list of CPUs per worker (e.g. [[0], [1]]), or [] for none pinned"
             )
         return self
 
@@ -108,6 +150,22 @@ class ClusterConfig(_Section):
     def worker_host(self, number: int) -> str:
         """The address of worker `number` (1-based, as the services are named)."""
         return self.worker_hosts[number - 1] if self.worker_hosts else "127.0.0.1"
+
+    def cores_of(self, number: int) -> int:
+        """The cores worker `number` (1-based) advertises to the master."""
+        return self.worker_cores if isinstance(self.worker_cores, int) else self.worker_cores[number - 1]
+
+    def cpus_of(self, number: int) -> list[int]:
+        """The CPUs worker `number` (1-based) is pinned to; [] = not pinned."""
+        return list(self.worker_cpus[number - 1]) if self.worker_cpus else []
+
+
+def usable_cpus() -> set[int]:
+    """The CPUs this process may run on (its affinity, which `taskset` cannot widen), else all of
+    os.cpu_count()'s."""
+    if hasattr(os, "sched_getaffinity"):
+        return set(os.sched_getaffinity(0))
+    return set(range(os.cpu_count() or 1))
 
 
 class RedisConfig(_Section):
@@ -206,14 +264,16 @@ class LoopConfig(_Section):
     # Read where the app's executors run from the standalone master's and workers' /json/ (one
     # request to the master and one per alive worker a cycle) for the spread rule; off: no rule.
     cluster_view: bool = True
+    # One read of the cluster view serves every app's cycle for this long (0: each cycle reads its own).
+    cluster_view_max_age_s: float = Field(2.0, ge=0)
 
 
-class PolicyConfig(_Section):
+class PolicyConfig(SectionedConfig):
     """`name` is a registered policy (sparkscale.policies); every policy's own settings are the
     section `policy.<its name>`, validated by the model the policy declares (`config_model`), so a
     new policy brings its settings with it. A section left out has its model's defaults."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    registry: ClassVar[Registry[Any]] = POLICIES
 
     name: str = "ds2"
     target_utilization: float = Field(0.8, ge=0.01, le=1)  # below 1 %, every need overflows
@@ -222,72 +282,6 @@ class PolicyConfig(_Section):
     @classmethod
     def _registered(cls, value: str) -> str:
         return _one_of(value, sorted(POLICIES.names()))
-
-    @model_validator(mode="wrap")
-    @classmethod
-    def _sections(cls, data: Any, handler: Any) -> Any:
-        """Each section validated by its policy's model (every registered policy's section present),
-        and every problem of the fields and the sections reported together."""
-        if not isinstance(data, dict):
-            return handler(data)
-        out = {name: model() for name in POLICIES.names() if (model := cls.section_model(name)) is not None}
-        errors: list[Any] = []
-        for key, value in data.items():
-            model = None if key in cls.model_fields else cls.section_model(str(key))
-            if key in cls.model_fields or isinstance(value, model or ()):
-                out[key] = value
-            elif model is None:
-                errors.append({"type": "extra_forbidden", "loc": (key,), "input": value})
-            else:
-                try:
-                    out[key] = model.model_validate(value)
-                except ValidationError as exc:
-                    errors += _located(exc, (key,))
-        try:
-            validated = handler(out)
-        except ValidationError as exc:
-            errors = [*_located(exc, ()), *errors]
-        if errors:
-            raise ValidationError.from_exception_data(cls.__name__, errors)
-        return validated
-
-    @staticmethod
-    def section_model(name: str) -> type[BaseModel] | None:
-        """The settings model of the policy registered as `name` (None: no such policy or no settings)."""
-        try:
-            return getattr(POLICIES.get(name), "config_model", None)
-        except KeyError:
-            return None
-
-    def section(self, name: str) -> Any:
-        """The settings of policy `name`: as configured, else its model's defaults."""
-        extra = self.__pydantic_extra__ or {}
-        if name in extra:
-            return extra[name]
-        model = self.section_model(name)
-        if model is None:
-            raise AttributeError(f"no policy named {name!r} with settings")
-        return model()
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            return super().__getattr__(name)  # type: ignore[misc]
-        try:
-            return self.section(name)
-        except AttributeError:
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}") from None
-
-
-def _located(exc: ValidationError, prefix: tuple[Any, ...]) -> list[Any]:
-    """The errors of `exc`, their locations under `prefix`, ready for `ValidationError.from_exception_data`
-    (pydantic otherwise drops a section's name from errors raised inside a validator)."""
-    out: list[Any] = []
-    for err in exc.errors():
-        detail = {"type": err["type"], "loc": (*prefix, *err["loc"]), "input": err.get("input")}
-        if "ctx" in err:
-            detail["ctx"] = err["ctx"]
-        out.append(detail)
-    return out
 
 
 class GuardsConfig(_Section):
@@ -412,6 +406,7 @@ class Config(_Section):
     apps: list[AppConfig] = [AppConfig(name="wordcount")]
     loop: LoopConfig = LoopConfig()
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    placement: PlacementConfig = Field(default_factory=PlacementConfig)
     guards: GuardsConfig = GuardsConfig()
     outcomes: OutcomesConfig = OutcomesConfig()
     actuator: ActuatorConfig = ActuatorConfig()

@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 from wsgiref.simple_server import WSGIServer
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, start_http_server
+
+if TYPE_CHECKING:
+    from sparkscale.policies.placement.model import PlacementPlan
 
 log = structlog.get_logger(__name__)
 
@@ -44,8 +48,18 @@ class DaemonMetrics:
         self.attention = Gauge("sparkscale_migrations_needing_attention", "1 while the app's last migration "
                                "needs the operator (`sparkscale migrate --resume ID` or `--abort ID`), else 0.",
                                ["app"], registry=r)
+        self.short = Gauge("sparkscale_cluster_short_executors", "Executors the app's last plan needed beyond "
+                           "what the cluster could start (its scale-up was cut by that many), else 0.", ["app"],
+                           registry=r)
+        self.placement_moves = Counter("sparkscale_placement_moves", "Executor moves the placement policy planned.",
+                                       ["policy"], registry=r)
+        self.placement_short = Gauge("sparkscale_placement_short", "1 while the placement policy's last plan "
+                                     "warned that the cluster cannot hold what the apps need, else 0.",
+                                     ["policy"], registry=r)
+        self.placement_objective = Gauge("sparkscale_placement_objective", "The placement policy's objective for "
+                                         "its last plan (EDRP's F), NaN when it has none.", ["policy"], registry=r)
         self._by_app = (self.cycles, self.decisions, self.actions, self.cycle_duration, self.executors,
-                        self.parallelism, self.leader, self.blocked, self.attention)
+                        self.parallelism, self.leader, self.blocked, self.attention, self.short)
         self._operators: dict[str, set[str]] = {}
         self._lock = threading.Lock()
         self._server: WSGIServer | None = None
@@ -83,6 +97,17 @@ class DaemonMetrics:
 
     def set_blocked(self, app: str, n: int) -> None:
         self.blocked.labels(app=app).set(n)
+
+    def set_placement(self, plan: PlacementPlan) -> None:
+        """From each new cluster placement plan (`daemon/cluster_planner.py`)."""
+        self.placement_moves.labels(policy=plan.policy).inc(len(plan.moves))
+        self.placement_short.labels(policy=plan.policy).set(
+            1 if any(w.kind in ("short_of_resources", "infeasible") for w in plan.warnings) else 0)
+        self.placement_objective.labels(policy=plan.policy).set(
+            float("nan") if plan.objective is None else plan.objective)
+
+    def set_cluster_short(self, app: str, executors: int) -> None:
+        self.short.labels(app=app).set(executors)
 
     def set_migrations_needing_attention(self, app: str, n: int) -> None:
         """From the app's migration journal, each cycle (leader and standbys alike)."""

@@ -72,8 +72,10 @@ def status_table(lines: Sequence[AppLine], now: float) -> str:
     # Each query's own figures under the table: arrival and its estimate, backlog (or unknown), partitions.
     queries = [f"  {line.app}/{q.summary()}" for line in lines if line.view for q in line.view.queries]
     attention = [f"  {line.attention}" for line in lines if line.attention]
+    warnings = [f"  {line.app}: {w}" for line in lines if line.view for w in line.view.warnings]
     return "\n".join([*table, *(["", "queries:", *queries] if queries else []),
-                      *(["", "migrations needing attention:", *attention] if attention else [])])
+                      *(["", "migrations needing attention:", *attention] if attention else []),
+                      *(["", "warnings:", *warnings] if warnings else [])])
 
 
 def decision_row(d: LoggedDecision) -> list[str]:

@@ -53,6 +53,7 @@ from sparkscale.daemon.action_log import (
     snapshot_id,
 )
 from sparkscale.daemon.background import InFlight, TakenIn, start_actions, take_in_results
+from sparkscale.daemon.cluster_planner import ClusterPlanner
 from sparkscale.daemon.evaluator import OutcomeEvaluator, PendingOutcome, observations_from_log
 from sparkscale.daemon.leader import LeaderElection, default_identity, zk_client
 from sparkscale.daemon.manual import app_restarter
@@ -61,6 +62,7 @@ from sparkscale.daemon.notify import Notifier
 from sparkscale.monitors.collector import AppNotRunningError, NoQueriesYet, collect_snapshots
 from sparkscale.monitors.spark_rest import SparkRestError
 from sparkscale.pipeline.submit import with_stored_shape
+from sparkscale.policies.capacity import short_warnings, shortfall
 from sparkscale.policies.history import DecisionHistory
 from sparkscale.policies.outcomes import expectation_for
 from sparkscale.policies.planner import decide_app
@@ -114,6 +116,7 @@ class Daemon:
         self.blocklist = BlocklistStore(self.redis, cfg.redis.key_prefix)
         self.metrics = DaemonMetrics()
         self.evaluator = OutcomeEvaluator(self.action_log, self.blocklist, self.metrics)
+        self.cluster = ClusterPlanner(cfg, on_plan=self.metrics.set_placement)
         self.notifier = Notifier()
         self._state: dict[str, _AppState] = {}
         self.elections: dict[str, LeaderElection] = {}
@@ -192,6 +195,7 @@ class Daemon:
         new_apps = {a.name for a in new.apps}
         interval_changed = new.loop.interval_s != self.cfg.loop.interval_s
         self.cfg = new
+        self.cluster.configure(new)
         for name in old_apps - new_apps:
             self._remove_app(name)
         for app in new.apps:
@@ -216,6 +220,7 @@ class Daemon:
         if election is not None:
             election.release()
         self._state.pop(name, None)
+        self.cluster.forget(name)
         self.metrics.forget_app(name)
 
     def _on_zk_state(self, state: str) -> None:
@@ -316,14 +321,20 @@ class Daemon:
         partitions = {s.query: query_partitions(self.redis, self.cfg.redis.key_prefix, app.name, s.query,
                                                 app.shuffle_partitions) for s in snapshots}
         queries = tuple(app_status.query_view(s, partitions[s.query]) for s in snapshots)
+        self.cluster.observe(app, snapshot, snapshots if leader else None)
         history = replace(st.history, blocklist=blocklist, last_action_at=st.last_action_at or 0.0,
+                          cores_claimed_elsewhere=self.cluster.claimed_elsewhere(app.name),
                           migration_running=journal is not None and journal.open,
                           last_migration_end=journal.phases.get("done") if journal else None,
                           partitions=partitions, last_action_direction=st.last_action_direction,
                           action_in_progress=st.in_flight.summary if st.in_flight else None)
-        guarded = decide_app(snapshots, history, self.cfg, app, now)
+        guarded = decide_app(snapshots, history, self.cfg, app, now, cluster=self.cluster.plan(now) if leader else None)
         st.history = st.history.with_decision(max(now, st.history.last_decided_at), guarded).trimmed(now - HISTORY_S)
         self.metrics.count_decision(app.name, guarded.policy, bool(guarded.changes))
+        short = shortfall(guarded)
+        self.metrics.set_cluster_short(app.name, short)
+        if short:
+            log.warning("cluster.short", app=app.name, short_executors=short, warning=short_warnings(guarded)[0])
         expected = expectation_for(guarded, snapshot, app)
         diagnosis = expected.diagnosis if expected else guarded.observation.diagnosis
         snap_id = snapshot_id(snapshot)
@@ -366,15 +377,22 @@ class Daemon:
             explanation=list(guarded.explanation), observation=guarded.observation.to_dict(),
             duration_s=round(time.monotonic() - started, 4),
         )
+        cluster = self.cluster.plan(now) if leader else None
+        warnings = short_warnings(guarded) + tuple(
+            f"placement {cluster.policy}: {w.message}" for w in (cluster.warnings if cluster else ()))
         self._publish(app, st, election, role, "ok", executors=len(snapshot.executors),
-                      parallelism={op.id: op.parallelism for op in snapshot.operators}, queries=queries)
+                      parallelism={op.id: op.parallelism for op in snapshot.operators}, queries=queries,
+                      warnings=warnings)
         return "ok"
 
     # -- stages -----------------------------------------------------------------------------------
 
-    def _remember(self, st: _AppState, taken: TakenIn) -> None:
-        """What an ended background action leaves: the cooldown's reference and its outcome to judge."""
+    def _remember(self, app: str, st: _AppState, taken: TakenIn) -> None:
+        """What an ended background action leaves: the cooldown's reference, its outcome to judge, and
+        the stall to measure (EDRP's downtime)."""
         if taken.done is not None:
+            started_at = time.time() - (time.monotonic() - taken.flight.started)  # the flight's start, wall clock
+            self.cluster.downtime.action_done(app, taken.done, started_at, taken.finished_at)
             st.last_action_at, st.last_action, st.last_action_direction = (
                 taken.finished_at, taken.summary, taken.direction)
             pending = taken.pending_outcome(self.cfg.outcomes.evaluation_windows * self.cfg.loop.window_s)
@@ -445,7 +463,7 @@ class Daemon:
         taken = take_in_results(st.in_flight, self.metrics, app.name)
         if taken is not None:
             st.in_flight = None
-            self._remember(st, taken)
+            self._remember(app.name, st, taken)
         if st.in_flight is not None:
             return
         for result in manual.serve_requests(self.zk, self.cfg.zookeeper.root, app.name, self.action_log,
@@ -466,13 +484,13 @@ class Daemon:
 
     def _publish(self, app: AppConfig, st: _AppState, election: LeaderElection, role: str, result: str,
                  executors: int | None = None, parallelism: dict[str, int] | None = None, detail: str = "",
-                 queries: tuple[app_status.QueryView, ...] = ()) -> None:
+                 queries: tuple[app_status.QueryView, ...] = (), warnings: tuple[str, ...] = ()) -> None:
         try:
             app_status.publish(self.redis, self.cfg.redis.key_prefix, app.name, app_status.AppStatus(
                 daemon=self.identity, role=role, epoch=election.epoch if role == "leader" else None,
                 cycle_at=time.time(), result=result, executors=executors, parallelism=parallelism or {},
                 last_decision=st.last_decision, last_decision_at=st.last_decision_at, last_action=st.last_action,
-                last_action_at=st.last_action_at, detail=detail, queries=queries))
+                last_action_at=st.last_action_at, detail=detail, queries=queries, warnings=warnings))
         except redis.RedisError as exc:
             log.warning("status.publish_failed", app=app.name, error=str(exc))
 

@@ -61,6 +61,9 @@ class AppStatus:
     last_action_at: float | None = None
     detail: str = ""
     queries: tuple[QueryView, ...] = ()
+    # What the operator should act on now: the cluster cannot start what the app needs, or the
+    # placement policy's warning for the whole cluster (`policies/capacity.py`, `cluster_planner`)
+    warnings: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -71,6 +74,7 @@ class AppStatus:
     def from_dict(cls, data: dict[str, Any]) -> AppStatus:
         known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
         known["queries"] = tuple(QueryView.from_dict(q) for q in data.get("queries") or () if isinstance(q, dict))
+        known["warnings"] = tuple(str(w) for w in data.get("warnings") or ())
         return cls(**known)
 
 

@@ -2,7 +2,9 @@
 
 Each worker binds and advertises its own address (`cluster.worker_hosts`, default 127.0.0.1 for
 all): its RPC, web UI and, through `--hostname` and the inherited SPARK_LOCAL_IP, the executors it
-launches, so one machine can look like several hosts to Spark and to the monitor.
+launches, so one machine can look like several hosts to Spark and to the monitor. With
+`cluster.worker_cpus` each worker starts under `taskset -c`, so it and its executors run on its own
+CPUs only, and `cluster.worker_cores` may give each worker its own advertised core count.
 
 `up` starts what is not already running and waits until each service answers; `down` stops exactly
 the processes that `up` recorded (pid and start time, so a recycled pid is never killed), with the
@@ -99,7 +101,7 @@ class LocalEnvironment:
                 "redis.tls is set, but the embedded Redis does not serve TLS: set redis.tls: false for "
                 "`cluster up`, or point redis.* at a Redis of your own that does"
             )
-        tools = check_tools(self.cfg.cluster.java, self.cfg.spark.home)
+        tools = check_tools(self.cfg.cluster.java, self.cfg.spark.home, pin_cpus=bool(self.cfg.cluster.worker_cpus))
         check_addresses(self.cfg.cluster.worker_host(i) for i in range(1, self.cfg.cluster.workers + 1))
         self.run_dir.mkdir(parents=True, exist_ok=True)
         specs = [s for s in self.specs(tools) if only is None or s.name in only]
@@ -214,11 +216,12 @@ class LocalEnvironment:
                 ServiceSpec(
                     name=f"spark-worker-{i}",
                     argv=[
+                        *pinned(cfg.cluster.cpus_of(i), tools.taskset if tools and tools.taskset else "taskset"),
                         spark_class, "org.apache.spark.deploy.worker.Worker",
                         # Spark passes this to the executors it launches as --hostname (their bind
                         # and advertised address); SPARK_LOCAL_IP below binds its web UI there.
                         "--host", host,
-                        "--cores", str(cfg.cluster.worker_cores),
+                        "--cores", str(cfg.cluster.cores_of(i)),
                         "--memory", f"{cfg.cluster.worker_memory_mb}M",
                         "--webui-port", str(web_port),
                         "--work-dir", str(workdir / "work"),
@@ -332,6 +335,14 @@ class LocalEnvironment:
 
 
 # -- helpers --------------------------------------------------------------------------------------
+
+
+def pinned(cpus: list[int], taskset: str = "taskset") -> list[str]:
+    """The launch prefix that pins a worker to `cpus` ([] = none). It must be the launch command:
+    `taskset` sets the affinity and execs spark-class, which execs the JVM, and the executors (and
+    their Python workers) the JVM forks inherit it; setting it after the start (psutil's
+    cpu_affinity) would pin only the one thread it names."""
+    return [taskset, "-c", ",".join(str(c) for c in cpus)] if cpus else []
 
 
 def _stop_order(name: str) -> tuple[int, str]:

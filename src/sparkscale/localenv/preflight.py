@@ -31,6 +31,7 @@ class Tools:
     java_major: int
     redis_server: str
     spark_home: Path
+    taskset: str | None = None  # found only when workers are pinned (cluster.worker_cpus)
 
     @property
     def spark_class(self) -> Path:
@@ -52,7 +53,9 @@ def spark_home(configured: str | None = None) -> Path:
     return Path(spec.origin).parent
 
 
-def check_tools(java: str = "java", configured_spark_home: str | None = None) -> Tools:
+def check_tools(java: str = "java", configured_spark_home: str | None = None, pin_cpus: bool = False) -> Tools:
+    """Every tool the environment starts its services with; `pin_cpus`: also `taskset`, which
+    `cluster.worker_cpus` launches the workers under."""
     problems: list[str] = []
     java_path = shutil.which(java)
     major = 0
@@ -70,13 +73,17 @@ def check_tools(java: str = "java", configured_spark_home: str | None = None) ->
         problems.append("redis-server is missing: apt-get install redis-server")
     if not ZOOKEEPER_JAR.exists():
         problems.append(f"ZooKeeper is missing ({ZOOKEEPER_JAR} not found): apt-get install zookeeper")
+    taskset = shutil.which("taskset") if pin_cpus else None
+    if pin_cpus and taskset is None:
+        problems.append("taskset is missing (cluster.worker_cpus pins each worker to its CPUs with it): "
+                        "apt-get install util-linux, or set cluster.worker_cpus: []")
     home = spark_home(configured_spark_home)
     if not (home / "bin" / "spark-class").exists():
         problems.append(f"spark-class not found under {home}: pip install pyspark==4.3.0 (or fix spark.home)")
     if problems:
         raise PreflightError("\n".join(problems))
     assert java_path is not None and redis_server is not None
-    return Tools(java=java_path, java_major=major, redis_server=redis_server, spark_home=home)
+    return Tools(java=java_path, java_major=major, redis_server=redis_server, spark_home=home, taskset=taskset)
 
 
 def java_major_version(java_path: str) -> int:

@@ -16,6 +16,8 @@ One master request and one per ALIVE worker a cycle. A worker that does not answ
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +26,7 @@ import structlog
 
 from sparkscale.config import Config
 from sparkscale.monitors.spark_master import SparkUnreachable, get_json
-from sparkscale.placement import Placement, WorkerSlots, executor_order
+from sparkscale.placement import FreeRoom, Placement, WorkerSlots, executor_order
 
 log = structlog.get_logger(__name__)
 
@@ -32,7 +34,7 @@ ALIVE = "ALIVE"
 
 
 @dataclass(frozen=True)
-class ClusterWorker:
+class ClusterWorker(FreeRoom):
     """One worker as the master lists it (memory in MB)."""
 
     id: str
@@ -49,13 +51,6 @@ class ClusterWorker:
     def alive(self) -> bool:
         return self.state == ALIVE
 
-    @property
-    def cores_free(self) -> int:
-        return max(self.cores - self.cores_used, 0)
-
-    @property
-    def memory_free_mb(self) -> int:
-        return max(self.memory_mb - self.memory_used_mb, 0)
 
 
 @dataclass(frozen=True)
@@ -106,7 +101,8 @@ class ClusterView:
             mine = [e for e in self.executors.get(worker.id, ()) if e.app_id == app_id]
             memory = max([memory, *(e.memory_mb for e in mine)])
             slots.append(WorkerSlots(worker.id, worker.host, worker.cores_free, worker.memory_free_mb,
-                                     tuple(sorted((e.executor_id for e in mine), key=executor_order))))
+                                     tuple(sorted((e.executor_id for e in mine), key=executor_order)),
+                                     worker.cores, worker.memory_mb))
         return Placement(app_id, tuple(slots), tuple(sorted(self.unreachable)), memory)
 
 
@@ -185,17 +181,42 @@ def fetch_cluster_view(master_web_url: str, timeout_s: float) -> ClusterView:
     return build_view(master, answers)
 
 
+class RecentView:
+    """The last view read, shared by every app's cycle (the daemon is one process; its apps' cycles
+    run on several threads): with N apps, the master and the workers are asked once per
+    `max_age_s`, not N times, and the apps of one round see the same cluster (one placement plan
+    is made from their snapshots together). A failed read is not kept."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._kept: tuple[str, float, ClusterView] | None = None
+
+    def get(self, master_web_url: str, timeout_s: float, max_age_s: float) -> tuple[ClusterView, bool]:
+        """The view, and whether it was read now (False: kept from less than `max_age_s` ago)."""
+        with self._lock:
+            kept = self._kept
+            if kept is not None and kept[0] == master_web_url and time.monotonic() - kept[1] < max_age_s:
+                return kept[2], False
+            view = fetch_cluster_view(master_web_url, timeout_s)
+            self._kept = (master_web_url, time.monotonic(), view)
+            return view, True
+
+
+RECENT = RecentView()
+
+
 def cluster_extension(cfg: Config, app_id: str) -> dict[str, Any] | None:
-    """A snapshot's `extensions["cluster"]` for the app (`sparkscale.placement`), with what it cost;
-    None when `loop.cluster_view` is off. A master that does not answer gives an `error`, not a
-    failed cycle: the view serves only the spread rule."""
+    """A snapshot's `extensions["cluster"]` for the app (`sparkscale.placement`), with what it cost
+    (`requests`: 0 when the view was one read less than `loop.cluster_view_max_age_s` ago); None
+    when `loop.cluster_view` is off. A master that does not answer gives an `error`, not a failed
+    cycle: the view serves the spread rule, placement and the capacity guard, which then hold."""
     if not cfg.loop.cluster_view:
         return None
     try:
-        view = fetch_cluster_view(cfg.spark.master_web_url, cfg.spark.rest_timeout_s)
+        view, fetched = RECENT.get(cfg.spark.master_web_url, cfg.spark.rest_timeout_s, cfg.loop.cluster_view_max_age_s)
     except SparkUnreachable as exc:
         log.warning("monitor.cluster_unreachable", app_id=app_id, error=str(exc))
         return {**Placement(app_id, error=str(exc)).to_extension(), "requests": 1}
-    if view.unreachable:
+    if view.unreachable and fetched:
         log.warning("monitor.worker_unreachable", app_id=app_id, workers=dict(view.unreachable))
-    return {**view.placement(app_id).to_extension(), "requests": view.requests}
+    return {**view.placement(app_id).to_extension(), "requests": view.requests if fetched else 0}

@@ -39,9 +39,17 @@ class ExecutorWork:
     tasks: int = 0
     cpu_s: float = 0.0
     run_s: float = 0.0
+    shuffle_write_bytes: float = 0.0
+    remote_read_bytes: float = 0.0  # shuffle bytes fetched from executors on other hosts
+    local_read_bytes: float = 0.0  # ... from this host's
 
-    def plus(self, cpu_s: float, run_s: float) -> ExecutorWork:
-        return ExecutorWork(self.tasks + 1, self.cpu_s + cpu_s, self.run_s + run_s)
+    def plus(self, task: RestTask, share: float) -> ExecutorWork:
+        """Add `share` (0..1: how much of its run fell in the window) of a finished task."""
+        return ExecutorWork(self.tasks + 1, self.cpu_s + task.cpu_time_ns / 1e9 * share,
+                            self.run_s + task.run_time_ms / 1e3 * share,
+                            self.shuffle_write_bytes + task.shuffle_write_bytes * share,
+                            self.remote_read_bytes + task.remote_bytes_read * share,
+                            self.local_read_bytes + task.local_bytes_read * share)
 
 
 def window_work(stages: Mapping[int, Sequence[RestStage]], taken_at: float, window_s: float) -> dict[str, ExecutorWork]:
@@ -59,7 +67,7 @@ def window_work(stages: Mapping[int, Sequence[RestStage]], taken_at: float, wind
                 if share <= 0:
                     continue
                 current = work.get(task.executor_id, ExecutorWork())
-                work[task.executor_id] = current.plus(task.cpu_time_ns / 1e9 * share, task.run_time_ms / 1e3 * share)
+                work[task.executor_id] = current.plus(task, share)
     return work
 
 
@@ -100,6 +108,9 @@ def executor_figures(executors: Sequence[RestExecutor], work: Mapping[str, Execu
             "cpu_s": round(done.cpu_s, 3),
             "task_time_s": round(done.run_s, 3),
             "tasks": done.tasks,
+            "shuffle_write_bytes": round(done.shuffle_write_bytes),
+            "shuffle_remote_read_bytes": round(done.remote_read_bytes),
+            "shuffle_local_read_bytes": round(done.local_read_bytes),
             "present_s": round(present, 3),
             "total_task_time_s": round(e.total_task_time_ms / 1e3, 3),
             "total_gc_time_s": round(e.total_gc_time_ms / 1e3, 3),

@@ -8,6 +8,7 @@ idle, so a quiet query still has samples of its sources' positions and backlog.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -31,6 +32,7 @@ class ProgressReport:
     sources: tuple[SourceReport, ...] = ()
     state_rows_total: int | None = None
     state_partitions: int | None = None
+    state_memory_bytes: int | None = None  # the stateful operators' memoryUsedBytes, summed (EDRP's I_S)
     # State reload figures (protocol.queries.STATE_LOAD_FIELDS): sums of task time and counts over
     # the batch's tasks, None when the agent published none (not RocksDB, an older Spark).
     state_load_ms: float | None = None
@@ -74,9 +76,20 @@ class ProgressReport:
             processed_rows_per_s=num("processed_rows_per_s"), timestamp=fields.get("timestamp"),
             published_at_s=num("published_at"), sources=sources,
             state_rows_total=count("state_rows_total"), state_partitions=count("state_partitions"),
+            state_memory_bytes=_state_memory(fields.get("state_operators")),
             state_load_ms=num("state_load_ms"), state_loaded_from_dfs=count("state_loaded_from_dfs"),
             state_replay_ms=num("state_replay_ms"), state_replayed_files=count("state_replayed_files"),
         )
+
+
+def _state_memory(text: Any) -> int | None:
+    """The `memory_used_bytes` of the agent's `state_operators` JSON, summed; None when absent."""
+    try:
+        ops = json.loads(text) if isinstance(text, (str, bytes)) else None
+        values = [int(op["memory_used_bytes"]) for op in ops or () if op.get("memory_used_bytes") is not None]
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+    return sum(values) if values else None
 
 
 def parse_progress_time(text: str | None) -> float | None:

@@ -264,6 +264,9 @@ def _progress_summary(reports: Sequence[ProgressReport]) -> dict[str, Any]:
         "input_rows_per_s": mean([r.input_rows_per_s for r in reports if r.input_rows_per_s is not None]),
         "processed_rows_per_s": mean([r.processed_rows_per_s for r in reports if r.processed_rows_per_s is not None]),
     }
+    durations = [r.batch_duration_ms / 1000.0 for r in reports if r.batch_duration_ms is not None]
+    if durations:
+        summary["longest_batch_s"] = max(durations)  # a stall shows as one long batch (daemon/downtime_tracker)
     if reports:
         latest = max(reports, key=lambda r: r.batch_id)
         summary["latest_batch_id"] = latest.batch_id
@@ -271,4 +274,6 @@ def _progress_summary(reports: Sequence[ProgressReport]) -> dict[str, Any]:
             summary["state_rows_total"] = latest.state_rows_total
         if latest.state_partitions is not None:
             summary["state_partitions"] = latest.state_partitions
+        if latest.state_memory_bytes is not None:
+            summary["state_memory_bytes"] = latest.state_memory_bytes
     return summary

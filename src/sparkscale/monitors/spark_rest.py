@@ -126,6 +126,11 @@ class RestTask:
     cpu_time_ns: float = 0.0
     launched_at_s: float | None = None
     duration_ms: float | None = None  # launch to finish (still growing while it runs)
+    # shuffle bytes (`shuffleReadMetrics.remoteBytesRead` / `localBytesRead`, fetched from another
+    # host's / this host's executors; `shuffleWriteMetrics.bytesWritten`): the placement's traffic
+    remote_bytes_read: int = 0
+    local_bytes_read: int = 0
+    shuffle_write_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -256,6 +261,9 @@ def _parse_task(t: Mapping[str, Any]) -> RestTask:
         cpu_time_ns=float(m.get("executorCpuTime", 0)) + float(m.get("executorDeserializeCpuTime", 0)),
         launched_at_s=parse_time_s(t.get("launchTime")),
         duration_ms=float(t["duration"]) if isinstance(t.get("duration"), (int, float)) else None,
+        remote_bytes_read=int(shuffle_read.get("remoteBytesRead", 0)),
+        local_bytes_read=int(shuffle_read.get("localBytesRead", 0)),
+        shuffle_write_bytes=int((m.get("shuffleWriteMetrics") or {}).get("bytesWritten", 0)),
     )
 
 

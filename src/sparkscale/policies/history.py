@@ -108,7 +108,9 @@ class DecisionHistory:
     snapshot's executors: some are still starting). `last_action_direction`: +1 when the last
     executed action added executors, -1 when it removed some, 0 for any other change (None: take
     the last plan with a change). `action_in_progress`: the summary of an action still being
-    carried out (the daemon runs actions in the background). `scalability`: judged scale-ups,
+    carried out (the daemon runs actions in the background). `cores_claimed_elsewhere`: the cores of
+    executors other managed apps asked for and that have not started (`policies/capacity.py`).
+    `scalability`: judged scale-ups,
     oldest first."""
 
     decisions: tuple[PastDecision, ...] = ()
@@ -121,6 +123,7 @@ class DecisionHistory:
     last_action_direction: int | None = None
     action_in_progress: str | None = None
     scalability: tuple[ScalingObservation, ...] = ()
+    cores_claimed_elsewhere: int = 0  # cores other managed apps asked for that have not started yet
 
     def __post_init__(self) -> None:
         decisions = tuple(self.decisions)

@@ -1,5 +1,5 @@
-"""The one decide path: policy -> two-tier partitions -> executor spread -> guards -> blocklist ->
-Spark mapping.
+"""The one decide path: policy -> two-tier partitions -> executor spread (or the app's part of the
+placement policy's plan) -> guards -> the cluster's capacity -> blocklist -> Spark mapping.
 
 The daemon, `sparkscale plan` and `sparkscale simulate` all call `decide` (or `decide_app` with the
 snapshots of all the app's queries), so what `plan` shows offline is what the daemon would do given
@@ -14,9 +14,13 @@ from collections.abc import Mapping, Sequence
 from sparkscale.config import AppConfig, Config
 from sparkscale.plan import Action, Plan
 from sparkscale.policies.base import get_policy
+from sparkscale.policies.capacity import apply_capacity
 from sparkscale.policies.guards import GuardInput, apply_guards
 from sparkscale.policies.history import DecisionHistory
 from sparkscale.policies.outcomes import drop_blocked
+from sparkscale.policies.placement.apply import placement_actions
+from sparkscale.policies.placement.model import PlacementPlan
+from sparkscale.policies.placement.spark_default import SPARK_DEFAULT
 from sparkscale.policies.spread import spread_moves
 from sparkscale.policies.two_tier import band_migrations
 from sparkscale.snapshot import Snapshot
@@ -24,16 +28,18 @@ from sparkscale.snapshot_merge import merge_snapshots, query_extensions, query_n
 
 
 def decide_app(snapshots: Sequence[Snapshot], history: DecisionHistory, config: Config, app: AppConfig,
-               now: float | None = None, policy: str | None = None) -> Plan:
+               now: float | None = None, policy: str | None = None, cluster: PlacementPlan | None = None) -> Plan:
     """The plan for an app over all its queries: one decision on their merged snapshot (the
     executors are the app's, shared by every query), then one migration at most per query."""
-    return decide(merge_snapshots(snapshots), history, config, app, now, policy)
+    return decide(merge_snapshots(snapshots), history, config, app, now, policy, cluster)
 
 
 def decide(snapshot: Snapshot, history: DecisionHistory, config: Config, app: AppConfig,
-           now: float | None = None, policy: str | None = None) -> Plan:
+           now: float | None = None, policy: str | None = None, cluster: PlacementPlan | None = None) -> Plan:
     """The plan to carry out for `snapshot` (`policy` overrides `config.policy.name`; `now` defaults
-    to the snapshot's time)."""
+    to the snapshot's time). `cluster`: the placement policy's plan for the whole cluster, of which
+    this app's part is added; with a placement policy configured, it (not the spread rule) moves
+    executors."""
     now = snapshot.taken_at if now is None else now
     names = query_names(snapshot)
     current = {q: history.partitions.get(q, app.shuffle_partitions) for q in names}
@@ -42,8 +48,11 @@ def decide(snapshot: Snapshot, history: DecisionHistory, config: Config, app: Ap
                           config.guards.partitions_per_core_max, not_migratable(snapshot))
     given = GuardInput(snapshot, history, app, migration_running=history.migration_running,
                        last_migration_end=history.last_migration_end, last_action_at=history.last_action_at)
-    raw = spread_moves(raw, given, config.guards)
-    guarded = apply_guards(raw, given, config.guards, config.loop)
+    if config.placement.name == SPARK_DEFAULT:
+        raw = spread_moves(raw, given, config.guards)
+    else:
+        raw = placement_actions(raw, given, cluster)
+    guarded = apply_capacity(apply_guards(raw, given, config.guards, config.loop), given)
     allowed = drop_blocked(guarded, history.blocklist, now)
     return map_to_spark(allowed, snapshot.query, current if len(names) > 1 else current[snapshot.query],
                         not_migratable(snapshot))

@@ -1,0 +1,42 @@
+"""`placement`: which cluster placement policy runs (sparkscale.policies.placement) and how the
+standalone master places executors (what a plan's additions must agree with)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, field_validator
+
+from sparkscale.config.base import _one_of
+from sparkscale.config.sectioned import SectionedConfig
+from sparkscale.registry import PLACEMENT_POLICIES, Registry
+
+
+class PlacementConfig(SectionedConfig):
+    """`name`: a registered placement policy (`spark-default` moves nothing itself: the master
+    places, and the spread rule keeps a stateful app's executors spread); its settings are the
+    section `placement.<name>`. `worker_selection_policy` must be the master's own
+    `spark.deploy.workerSelectionPolicy` (it is read by the master at start, not per app)."""
+
+    registry: ClassVar[Registry[Any]] = PLACEMENT_POLICIES
+
+    name: str = "spark-default"
+    worker_selection_policy: Literal["CORES_FREE_DESC", "CORES_FREE_ASC", "MEMORY_FREE_DESC", "MEMORY_FREE_ASC",
+                                     "WORKER_ID"] = "CORES_FREE_DESC"
+    every_cycles: int = Field(1, ge=1)  # plan the cluster once per this many cycles
+    # The CPUs of a worker's host, where its worker advertises more cores than that
+    # (SPARK_WORKER_CORES oversubscribed): a worker's load is then its busy cores over these CPUs,
+    # not over the advertised cores, which the master alone counts. Host -> CPUs; others: cores.
+    host_cpus: dict[str, int] = Field(default_factory=dict)
+
+    @field_validator("host_cpus")
+    @classmethod
+    def _cpus(cls, value: dict[str, int]) -> dict[str, int]:
+        if bad := {h: n for h, n in value.items() if n < 1}:
+            raise ValueError(f"host_cpus {bad}: a host has at least 1 CPU")
+        return value
+
+    @field_validator("name")
+    @classmethod
+    def _registered(cls, value: str) -> str:
+        return _one_of(value, sorted(PLACEMENT_POLICIES.names()))

@@ -1,0 +1,113 @@
+"""EDRP's downtime per kind of action, measured on this cluster (Cardellini et al., Appendix A.1:
+t_D per migration, scale-out and scale-in; `policies/placement/downtime.py` holds the model).
+
+Why: the model's defaults (an addition stalls nothing, a decommission 6 s, a restart 20 s) are
+guesses for a cluster the daemon has not watched. Here each executor change the daemon carried
+out is followed: the stall an operator sees is the longest micro-batch that ended from the
+action's start until `horizon_s` after it ended, less the median batch before it (a batch that
+ran while executors came and went, and state reloaded, is where the query stood still). The
+model's own terms are taken off when it is read (t_syn, and a removal's state reload, which the
+model adds by itself), so that `from_measured` puts the rest in place of the default. Kept in memory: a restarted
+daemon plans with the defaults until it has measured again.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import dataclass
+
+import structlog
+
+from sparkscale.plan import Action
+from sparkscale.policies.placement.downtime import DowntimeModel, from_measured
+from sparkscale.snapshot import Snapshot
+
+log = structlog.get_logger(__name__)
+
+KEEP = 20  # samples per kind: the median of the last ones
+
+
+def action_kind(action: Action) -> str | None:
+    """The model's kind of an action the daemon carried out (None: not an executor change it models;
+    a move adds and removes at once, which no single kind holds)."""
+    if action.type == "scale_executors" and action.from_ is not None and action.to is not None:
+        return "executor_add" if action.to > action.from_ else "executor_remove" if action.to < action.from_ else None
+    if action.type == "set_parallelism":
+        return "restart"
+    return None
+
+
+@dataclass
+class _Watch:
+    app: str
+    kind: str
+    started_at: float  # epoch s
+    ended_at: float
+    baseline_s: float  # median batch before the action
+    state_share_bytes: float  # state the removed executors held (removals), for the reload term
+    longest_s: float = 0.0
+
+
+class DowntimeTracker:
+    """Follows each executor change into the snapshots after it; `model` is the measured model."""
+
+    def __init__(self, horizon_s: float) -> None:
+        self.horizon_s = horizon_s
+        self._watches: list[_Watch] = []
+        self._samples: dict[str, deque[tuple[float, float]]] = {}  # kind -> (stall s, reloaded bytes)
+        self._baseline: dict[str, tuple[float, float]] = {}  # app -> (median batch s, state bytes)
+        self._lock = threading.Lock()
+
+    def action_done(self, app: str, action: Action, started_at: float, ended_at: float) -> None:
+        """`action` of `app` ran from `started_at` to `ended_at` (epoch s)."""
+        kind = action_kind(action)
+        with self._lock:
+            baseline = self._baseline.get(app)
+            if kind is None or baseline is None:
+                return  # no batch seen before it: nothing to measure against
+            removed = max((action.from_ or 0) - (action.to or 0), 0) if kind == "executor_remove" else 0
+            share = baseline[1] * removed / action.from_ if removed and action.from_ else 0.0
+            self._watches.append(_Watch(app, kind, started_at, ended_at, baseline[0], share))
+
+    def observe(self, app: str, snapshot: Snapshot) -> None:
+        """One cycle's merged snapshot of `app`: its batches feed the open watches and, outside them,
+        the baseline."""
+        longest, state = _progress_figures(snapshot)
+        with self._lock:
+            mine = [w for w in self._watches if w.app == app]
+            for w in mine:
+                if longest is not None and snapshot.taken_at >= w.started_at:
+                    w.longest_s = max(w.longest_s, longest)
+            if not mine and snapshot.batch_duration_s is not None:
+                self._baseline[app] = (snapshot.batch_duration_s, state)
+            for w in [w for w in mine if snapshot.taken_at > w.ended_at + self.horizon_s]:
+                self._watches.remove(w)
+                self._close(w)
+
+    def _close(self, w: _Watch) -> None:
+        stall_s = max(w.longest_s - w.baseline_s, 0.0)
+        self._samples.setdefault(w.kind, deque(maxlen=KEEP)).append((stall_s, w.state_share_bytes))
+        log.info("downtime.measured", app=w.app, kind=w.kind, stall_s=round(stall_s, 3),
+                 longest_batch_s=round(w.longest_s, 3), median_batch_before_s=round(w.baseline_s, 3),
+                 samples=len(self._samples[w.kind]))
+
+    def samples(self, base: DowntimeModel) -> dict[str, list[float]]:
+        """Each kind's measured stalls less what `base` adds by itself (t_syn; a removal's reload)."""
+        with self._lock:
+            return {kind: [max(stall - base.sync_s - state / base.reload_bytes_per_s, 0.0) for stall, state in values]
+                    for kind, values in self._samples.items()}
+
+    def model(self, base: DowntimeModel) -> DowntimeModel:
+        """`base` with the median of each measured kind in place of its value."""
+        return from_measured(self.samples(base), base)
+
+
+def _progress_figures(snapshot: Snapshot) -> tuple[float | None, float]:
+    """The longest batch in the window (over the app's queries) and the state bytes they hold."""
+    queries = snapshot.extensions.get("queries")
+    parts = ([q.get("progress") or {} for q in queries.values() if isinstance(q, dict)] if isinstance(queries, dict)
+             else [snapshot.extensions.get("progress") or {}])
+    longest = [float(v) for p in parts if isinstance(v := p.get("longest_batch_s"), (int, float))]
+    state = sum(float(v) for p in parts if isinstance(v := p.get("state_memory_bytes"), (int, float)))
+    return (max(longest) if longest else None), state

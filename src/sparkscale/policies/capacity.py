@@ -1,0 +1,90 @@
+"""The cluster's capacity, as the last guard: a scale-up asks for no more executors than the
+cluster can start. Pure.
+
+Without it, a scale-up the cluster cannot satisfy leaves executors "starting" for minutes: the
+starting-executors guard then holds every later decision of the app, and the master hands the cores
+to whichever app asked first when some come free. Here the request is cut to what fits, and the
+plan says so with a warning (the operator's sign that the cluster is short).
+
+What fits: on each ALIVE worker of the app's cluster view (`extensions["cluster"]`), as many
+executors of the app's shape as its free cores and memory allow (the master places whole
+executors: `Master.scheduleExecutorsOnWorkers`), summed; less what is already promised: this app's
+executors asked for and not started, and the cores other managed apps asked for and have not got
+(`history.cores_claimed_elsewhere`, from the daemon, which sees every app). Cycles of different apps
+are not simultaneous, so two apps that ask in the same instant can still overbook by one request;
+the next cycle sees it. No cluster view (`loop.cluster_view` off, the master not answering):
+unknown, nothing is cut.
+"""
+
+from __future__ import annotations
+
+import math
+
+from sparkscale.placement import placement_of
+from sparkscale.plan import Action, Plan
+from sparkscale.policies.guards import GuardInput, _replace_scale, _scale, _target
+
+SHORT_FIGURE = "cluster_short_executors"  # the observation figure: executors cut from the scale-up
+SHORT_WARNING = "cluster short of resources:"  # how the plan's warning starts
+
+
+def short_warnings(plan: Plan) -> tuple[str, ...]:
+    """The plan's warnings that the cluster could not start what the app needs."""
+    return tuple(w.reason for w in plan.warnings if w.reason.startswith(SHORT_WARNING))
+
+
+def shortfall(plan: Plan) -> int:
+    """Executors the plan needed beyond the cluster's room (0: none cut)."""
+    return int(plan.observation.figure(SHORT_FIGURE) or 0)
+
+
+def room_for(given: GuardInput) -> tuple[int, int] | None:
+    """(executors of the app's shape the cluster can still start, free cores seen); None: no view."""
+    placement = placement_of(given.snapshot.extensions)
+    if placement is None or placement.error is not None or not placement.workers:
+        return None
+    cores = max(given.app.executor_cores, 1)
+    memory = placement.executor_memory_mb or given.app.executor_memory_mb
+    fits = sum(min(w.cores_free // cores, w.memory_free_mb // max(memory, 1)) for w in placement.workers)
+    own_starting = max((given.requested or 0) - given.executors, 0)
+    elsewhere = math.ceil(given.history.cores_claimed_elsewhere / cores)
+    return max(fits - own_starting - elsewhere, 0), sum(w.cores_free for w in placement.workers)
+
+
+def cluster_capacity(actions: list[Action], given: GuardInput, notes: list[str]) -> list[Action]:
+    """A scale-up cut to what the cluster can start (module docstring), with a warning when cut."""
+    action = _scale(actions)
+    if action is None or action.to is None or action.executor_direction <= 0:
+        return actions
+    room = room_for(given)
+    if room is None:
+        return actions
+    fits, free_cores = room
+    base = max(given.executors, given.requested or 0)
+    wanted = action.to - base
+    if wanted <= fits:
+        return actions
+    to = base + fits
+    claimed = given.history.cores_claimed_elsewhere
+    why = (f"the cluster can start {fits} more executor(s) of {given.app.executor_cores} core(s) "
+           f"({free_cores} free core(s) on its workers" + (f", {claimed} asked for by other apps" if claimed else "")
+           + ")")
+    short = Action.warn(f"{SHORT_WARNING} {given.app.name} needs {action.to} executors, gets {to}: "
+                        f"{why}")
+    if to <= given.executors:
+        notes.append(f"guard cluster capacity: {action.summary()} dropped: {why}")
+        return [*_replace_scale(actions, None), short]
+    notes.append(f"guard cluster capacity: {action.summary()} cut to {to}: {why}")
+    cut = Action.scale_executors(action.from_ if action.from_ is not None else given.executors, to,
+                                 f"{action.reason}; cut to what the cluster can start")
+    return [*_replace_scale(actions, cut), short]
+
+
+def apply_capacity(plan: Plan, given: GuardInput) -> Plan:
+    """`plan` with its scale-up cut to the cluster's room (after the other guards)."""
+    notes: list[str] = []
+    actions = cluster_capacity(list(plan.actions), given, notes)
+    if not notes:
+        return plan
+    wanted, got = _target(list(plan.actions), given.executors), _target(actions, given.executors)
+    return plan.with_actions(actions, notes, figures={SHORT_FIGURE: max(wanted - max(got, given.executors), 0)})

@@ -1,0 +1,61 @@
+"""What a placement policy is and how the daemon finds one by name.
+
+Unlike a scaling policy (one app, one snapshot), a placement policy sees every managed app on the
+cluster at once (`ClusterModel`) and returns one `PlacementPlan` for all of them. It is pure: no
+I/O, no clock, so `sparkscale cluster-plan MODEL.json` offline gives the daemon's decision.
+
+To add one: a class with a `name`, a `place` method and, if it has settings, a `config_model` (a
+pydantic model: the section `placement.<name>` of the config file), decorated with
+`@register_placement`, in `sparkscale.policies.placement.<name>` or a module named by an entry point
+of the group `sparkscale.placement_policies`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
+
+from sparkscale.policies.placement.model import ClusterModel, PlacementPlan
+from sparkscale.registry import PLACEMENT_POLICIES
+
+
+@runtime_checkable
+class PlacementPolicy(Protocol):
+    name: ClassVar[str]
+    config_model: ClassVar[Any] = None  # pydantic model of `placement.<name>`; None: no settings
+
+    def place(self, model: ClusterModel, settings: Any) -> PlacementPlan:
+        """The plan for `model` under `settings` (an instance of `config_model`, or None)."""
+        ...
+
+
+P = TypeVar("P", bound=type)
+
+
+def register_placement(cls: P | None = None, *, replace: bool = False) -> P | Callable[[P], P]:
+    """Class decorator: make `cls` available as `get_placement(cls.name)`."""
+
+    def add(klass: P) -> P:
+        name = getattr(klass, "name", None)
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"{klass.__qualname__} has no `name` (a non-empty str class attribute)")
+        if not callable(getattr(klass, "place", None)):
+            raise TypeError(f"{klass.__qualname__} has no `place` method")
+        return PLACEMENT_POLICIES.register(name, klass, replace=replace)
+
+    return add(cls) if cls is not None else add
+
+
+def get_placement(name: str) -> PlacementPolicy:
+    """A fresh instance of the placement policy registered as `name`."""
+    return PLACEMENT_POLICIES.get(name)()
+
+
+def registered_placements() -> tuple[str, ...]:
+    return tuple(sorted(PLACEMENT_POLICIES.names()))
+
+
+def default_settings(name: str) -> Any:
+    """The policy's settings with every default (None when it has none)."""
+    model = getattr(PLACEMENT_POLICIES.get(name), "config_model", None)
+    return None if model is None else model()
