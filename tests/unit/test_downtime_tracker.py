@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sparkscale.config import AppConfig, Config
 from sparkscale.daemon.cluster_planner import ClusterPlanner
-from sparkscale.daemon.downtime_tracker import DowntimeTracker, action_kind
+from sparkscale.daemon.downtime_tracker import DowntimeTracker, measured_kind
 from sparkscale.plan import Action
 from sparkscale.policies.placement.downtime import DowntimeModel
 from sparkscale.snapshot import Snapshot
@@ -20,10 +20,10 @@ def snap(at: float, median_s: float, longest_s: float, state_bytes: int = 0, app
 
 
 def test_the_kind_of_each_action():
-    assert action_kind(Action.scale_executors(1, 2, "up")) == "executor_add"
-    assert action_kind(Action.scale_executors(3, 1, "down")) == "executor_remove"
-    assert action_kind(Action.set_parallelism("stage1", 4, 6, "more")) == "restart"
-    assert action_kind(Action.replace_executor("2", "move")) is None  # adds and removes at once
+    assert measured_kind(Action.scale_executors(1, 2, "up")) == "executor_add"
+    assert measured_kind(Action.scale_executors(3, 1, "down")) == "executor_remove"
+    assert measured_kind(Action.set_parallelism("stage1", 4, 6, "more")) == "restart"
+    assert measured_kind(Action.replace_executor("2", "move")) is None  # adds and removes at once
 
 
 def test_a_scale_up_stall_is_its_longest_batch_less_the_usual_one_and_t_syn():

@@ -22,13 +22,14 @@ import structlog
 from sparkscale.plan import Action
 from sparkscale.policies.placement.downtime import DowntimeModel, from_measured
 from sparkscale.snapshot import Snapshot
+from sparkscale.snapshot_merge import query_extensions
 
 log = structlog.get_logger(__name__)
 
 KEEP = 20  # samples per kind: the median of the last ones
 
 
-def action_kind(action: Action) -> str | None:
+def measured_kind(action: Action) -> str | None:
     """The model's kind of an action the daemon carried out (None: not an executor change it models;
     a move adds and removes at once, which no single kind holds)."""
     if action.type == "scale_executors" and action.from_ is not None and action.to is not None:
@@ -61,7 +62,7 @@ class DowntimeTracker:
 
     def action_done(self, app: str, action: Action, started_at: float, ended_at: float) -> None:
         """`action` of `app` ran from `started_at` to `ended_at` (epoch s)."""
-        kind = action_kind(action)
+        kind = measured_kind(action)
         with self._lock:
             baseline = self._baseline.get(app)
             if kind is None or baseline is None:
@@ -105,9 +106,7 @@ class DowntimeTracker:
 
 def _progress_figures(snapshot: Snapshot) -> tuple[float | None, float]:
     """The longest batch in the window (over the app's queries) and the state bytes they hold."""
-    queries = snapshot.extensions.get("queries")
-    parts = ([q.get("progress") or {} for q in queries.values() if isinstance(q, dict)] if isinstance(queries, dict)
-             else [snapshot.extensions.get("progress") or {}])
+    parts = [ext.get("progress") or {} for ext in query_extensions(snapshot).values()]
     longest = [float(v) for p in parts if isinstance(v := p.get("longest_batch_s"), (int, float))]
     state = sum(float(v) for p in parts if isinstance(v := p.get("state_memory_bytes"), (int, float)))
     return (max(longest) if longest else None), state

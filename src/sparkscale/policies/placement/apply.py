@@ -14,7 +14,7 @@ count plus one and would cancel them), as the spread rule does.
 from __future__ import annotations
 
 from sparkscale.plan import Action, Plan
-from sparkscale.policies.guards import GuardInput, _replace_scale
+from sparkscale.policies.guards import GuardInput, _replace_scale, _scale
 from sparkscale.policies.placement.model import PlacementPlan
 
 PLACEMENT_DIAGNOSIS = "placement"
@@ -34,7 +34,7 @@ def placement_actions(plan: Plan, given: GuardInput, cluster: PlacementPlan | No
         actions = _replace_scale(actions, chosen)
         notes.append(f"placement {cluster.policy}: {count.executors_now} -> {count.executors_target} executors "
                      f"(the cluster-wide plan; the scaling policy's count is replaced)")
-    elif app in cluster.sized and (scale := next((a for a in actions if a.type == "scale_executors"), None)):
+    elif app in cluster.sized and (scale := _scale(actions)) is not None:
         actions = _replace_scale(actions, None)
         notes.append(f"placement {cluster.policy}: keeps {given.executors} executors (the cluster-wide plan "
                      f"decides this app's count; the scaling policy's {scale.summary()} is not carried out)")
