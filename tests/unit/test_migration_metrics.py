@@ -4,6 +4,7 @@ rate stabilisation from a sequence of batches, each dated from the request (no s
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -103,6 +104,16 @@ def test_sources_without_positions_give_no_catch_up_and_rate_stability_from_back
     assert blind.stabilization_basis == "pre_migration_output"
     assert blind.stabilization_s == pytest.approx(128.5 - REQUEST)
     assert follow_up(timeline(), ccr_run(positions=False, backlog=False), 0.05, 60).stabilization_s is None
+
+
+def test_a_source_read_twice_in_one_query_stabilises_on_its_positions_not_its_doubled_rows():
+    """Spark counts a source scanned twice (dag-star's two spokes read one source) twice in
+    `numInputRows`: the output rate is the processed positions' rate, which its rows are not."""
+    doubled = [replace(p, rows=2 * p.rows) for p in ccr_run()]
+    assert follow_up(timeline(), doubled, 0.2, 60).stabilization_s == pytest.approx(126.5 - REQUEST)
+    # Without positions the rows are all there is: twice the arrivals never stabilises.
+    blind = [replace(p, processed_position=None) for p in doubled]
+    assert stabilisation(blind, timeline(), 110.5, 0.2, 60).at_s is None
 
 
 def test_output_below_the_input_rate_never_stabilises():

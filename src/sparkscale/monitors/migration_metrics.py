@@ -150,15 +150,18 @@ class Stabilisation:
 
 def stabilisation(points: list[BatchPoint], timeline: MigrationTimeline, start_s: float, tolerance: float,
                   window_s: float) -> Stabilisation:
-    """Output rate: the new run's input rows per second. Expected rate, best first: the arrival rate
-    (sources' latest offsets), the output rate plus the backlog's change, else the output rate over the
-    `LOOKBACK_S` before the request. Rates over max(`RATE_WINDOW_S`, 3 batch intervals), once a second
-    from `start_s` (the first output)."""
+    """Output rate: the new run's processed positions per second where its sources count records, else
+    its input rows per second (Spark counts a source read twice in one query twice in `numInputRows`,
+    docs/internals.md). Expected rate, best first: the arrival rate (sources' latest offsets), the
+    output rate plus the backlog's change, else the output rate over the `LOOKBACK_S` before the
+    request. Rates over max(`RATE_WINDOW_S`, 3 batch intervals), once a second from `start_s` (the
+    first output)."""
     new = [p for p in _by_commit(points) if timeline.in_new_run(p)]
+    positions = bool(new) and all(p.processed_position is not None for p in new)
     out_knots, rows = [], 0
     for p in new:
         rows += p.rows
-        out_knots.append((p.committed_at_s, float(rows)))
+        out_knots.append((p.committed_at_s, float(p.processed_position if positions else rows)))
     expected_knots: list[tuple[float, float]] | None = None
     constant: float | None = None
     if new and all(p.arrived_position is not None for p in new):
