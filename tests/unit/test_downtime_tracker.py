@@ -11,12 +11,16 @@ from sparkscale.policies.placement.downtime import DowntimeModel
 from sparkscale.snapshot import Snapshot
 
 
-def snap(at: float, median_s: float, longest_s: float, state_bytes: int = 0, app: str = "a") -> Snapshot:
+def snap(at: float, median_s: float, longest_s: float, state_bytes: int = 0, app: str = "a",
+         ended_at: float | None = None) -> Snapshot:
+    progress = {"longest_batch_s": longest_s, "state_memory_bytes": state_bytes}
+    if ended_at is not None:
+        progress["longest_batch_ended_at_s"] = ended_at
     return Snapshot.from_dict({
         "version": 1, "app": app, "query": "q", "taken_at": at, "window_s": 10.0, "batch_duration_s": median_s,
         "executors": [], "operators": [{"id": "source", "source": True, "parallelism": 1, "arrival_rate": 10.0,
                                        "instances": []}], "edges": [],
-        "extensions": {"progress": {"longest_batch_s": longest_s, "state_memory_bytes": state_bytes}}})
+        "extensions": {"progress": progress}})
 
 
 def test_the_kind_of_each_action():
@@ -70,3 +74,18 @@ def test_the_cluster_planner_gives_edrp_the_measured_downtime():
     planner.observe(app, snap(10.0, 1.0, 5.0), None)
     planner.observe(app, snap(30.0, 1.0, 1.0), None)
     assert planner.downtime.model(cfg.placement.edrp.downtime).executor_add_s == 3.0
+
+
+def test_a_long_batch_that_ended_before_the_action_is_the_previous_actions_stall_not_its_own():
+    """Two changes in a row: the first one's 9 s batch is still in the window when the second starts."""
+    tracker = DowntimeTracker(horizon_s=20.0)
+    tracker.observe("a", snap(90.0, 1.0, 1.0, ended_at=89.0))
+    tracker.action_done("a", Action.scale_executors(1, 2, "up"), 100.0, 101.0)
+    tracker.observe("a", snap(110.0, 1.0, 10.0, ended_at=109.0))  # the addition's stall
+    tracker.observe("a", snap(122.0, 1.0, 10.0, ended_at=109.0))  # closed at 121; still the longest in the window
+    tracker.action_done("a", Action.scale_executors(2, 1, "down"), 115.0, 116.0)
+    tracker.observe("a", snap(130.0, 1.0, 10.0, ended_at=109.0))
+    tracker.observe("a", snap(140.0, 1.0, 1.5, ended_at=139.0))  # the removal's own batches
+    samples = tracker.samples(DowntimeModel(sync_s=0.0))
+    assert samples["executor_add"] == [9.0]
+    assert samples["executor_remove"] == [0.5]  # not 9 s again

@@ -57,7 +57,7 @@ def current(model: ClusterModel) -> dict[str, dict[str, int]]:
 
 
 # (a) the notes' checked instance (§D), from the paper's formulas
-NOTES_DOWNTIME = DowntimeModel(sync_s=1.0, executor_remove_s=0.01, reload_bytes_per_s=100.0)
+NOTES_DOWNTIME = DowntimeModel(sync_s=1.0, executor_add_s=0.0, executor_remove_s=0.01, reload_bytes_per_s=100.0)
 def paper_settings(**settings: Any) -> EdrpSettings:
     """The paper's per-record M/M/1 (§7.2) and its R_max of 0.15 s unless given: the instances
     below are in the paper's units."""
@@ -355,7 +355,7 @@ def test_solution_breaking_capacity_is_refused(monkeypatch: pytest.MonkeyPatch) 
 
 
 # (f) the downtime model on hand-computed cases
-DM = DowntimeModel(sync_s=1.0, executor_remove_s=6.0, reload_bytes_per_s=50e6)
+DM = DowntimeModel(sync_s=1.0, executor_add_s=0.0, executor_remove_s=6.0, reload_bytes_per_s=50e6)
 STATEFUL = app("s", state=100 * 10**6)
 
 

@@ -202,6 +202,8 @@ def test_durations_progress_and_host_in_snapshot():
     assert snap.trigger_interval_s == 1.0
     assert snap.batch_duration_s == pytest.approx(0.85)  # median of 800 and 900 ms
     assert snap.extensions["progress"]["longest_batch_s"] == pytest.approx(0.9)  # a stall shows here
+    longest = next(r for r in rest_inputs(HANDMADE)[2] if r.batch_duration_ms == 900)
+    assert snap.extensions["progress"]["longest_batch_ended_at_s"] == pytest.approx(longest.at_s + 0.9)
     assert snap.extensions["progress"]["num_input_rows"] == 420
     assert snap.extensions["progress"]["state_rows_total"] == 42
     assert snap.extensions["host"]["cpu_fraction"] == 0.5

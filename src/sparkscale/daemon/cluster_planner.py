@@ -17,10 +17,11 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+import redis
 import structlog
 
 from sparkscale.config import AppConfig, Config
-from sparkscale.daemon.downtime_tracker import DowntimeTracker
+from sparkscale.daemon.downtime_tracker import DowntimeStore, DowntimeTracker
 from sparkscale.policies.placement.base import get_placement
 from sparkscale.policies.placement.build import cluster_model
 from sparkscale.policies.placement.downtime import DowntimeModel
@@ -32,7 +33,8 @@ log = structlog.get_logger(__name__)
 
 
 class ClusterPlanner:
-    def __init__(self, cfg: Config, on_plan: Callable[[PlacementPlan], None] | None = None) -> None:
+    def __init__(self, cfg: Config, on_plan: Callable[[PlacementPlan], None] | None = None,
+                 redis_client: redis.Redis | None = None) -> None:
         self.cfg = cfg
         self._snapshots: dict[str, list[Snapshot]] = {}
         self._starting_cores: dict[str, int] = {}
@@ -41,7 +43,9 @@ class ClusterPlanner:
         self._lock = threading.Lock()
         self.on_plan = on_plan  # called with each new plan (metrics); None: nothing
         # the stalls of the executor changes carried out, for EDRP's downtime model
-        self.downtime = DowntimeTracker(horizon_s=2 * cfg.loop.window_s)
+        # (kept in Redis where there is one: the samples are the cluster's, not this daemon's)
+        store = None if redis_client is None else DowntimeStore(redis_client, cfg.redis.key_prefix)
+        self.downtime = DowntimeTracker(horizon_s=2 * cfg.loop.window_s, store=store)
 
     def configure(self, cfg: Config) -> None:
         """A reloaded config: the next `plan` call plans afresh with it."""

@@ -7,20 +7,26 @@ out is followed: the stall an operator sees is the longest micro-batch that ende
 action's start until `horizon_s` after it ended, less the median batch before it (a batch that
 ran while executors came and went, and state reloaded, is where the query stood still). The
 model's own terms are taken off when it is read (t_syn, and a removal's state reload, which the
-model adds by itself), so that `from_measured` puts the rest in place of the default. Kept in memory: a restarted
-daemon plans with the defaults until it has measured again.
+model adds by itself), so that `from_measured` puts the rest in place of the default. A batch
+that ended before the action started is not its stall (the previous action's, still in the window).
+The samples are the cluster's, not one daemon's: `DowntimeStore` keeps them in Redis, so that a
+restarted daemon or a new leader plans with what was measured, not the defaults.
 """
 
 from __future__ import annotations
 
+import json
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass
 
+import redis
 import structlog
 
 from sparkscale.plan import Action
-from sparkscale.policies.placement.downtime import DowntimeModel, from_measured
+from sparkscale.policies.placement.downtime import MEASURED_KINDS, DowntimeModel, from_measured
+from sparkscale.protocol.keys import downtime_samples_key
 from sparkscale.snapshot import Snapshot
 from sparkscale.snapshot_merge import query_extensions
 
@@ -39,6 +45,34 @@ def measured_kind(action: Action) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class DowntimeStore:
+    """The measured samples in Redis, one list per kind, newest first, the last `KEEP` of each."""
+
+    client: redis.Redis
+    prefix: str
+
+    def add(self, kind: str, stall_s: float, state_bytes: float, app: str) -> None:
+        key = downtime_samples_key(self.prefix, kind)
+        entry = json.dumps({"stall_s": stall_s, "state_bytes": state_bytes, "app": app, "at": time.time()})
+        self.client.pipeline().lpush(key, entry).ltrim(key, 0, KEEP - 1).execute()
+
+    def load(self) -> dict[str, list[tuple[float, float]]]:
+        """kind -> (stall s, state bytes), oldest first."""
+        out: dict[str, list[tuple[float, float]]] = {}
+        for kind in MEASURED_KINDS:
+            values = []
+            for raw in reversed(self.client.lrange(downtime_samples_key(self.prefix, kind), 0, KEEP - 1)):
+                try:
+                    entry = json.loads(raw)
+                    values.append((float(entry["stall_s"]), float(entry.get("state_bytes") or 0.0)))
+                except (ValueError, KeyError, TypeError) as exc:
+                    log.warning("downtime.bad_sample", kind=kind, error=str(exc))
+            if values:
+                out[kind] = values
+        return out
+
+
 @dataclass
 class _Watch:
     app: str
@@ -53,12 +87,28 @@ class _Watch:
 class DowntimeTracker:
     """Follows each executor change into the snapshots after it; `model` is the measured model."""
 
-    def __init__(self, horizon_s: float) -> None:
+    def __init__(self, horizon_s: float, store: DowntimeStore | None = None) -> None:
         self.horizon_s = horizon_s
+        self.store = store  # None: in memory only
+        self._loaded = store is None
         self._watches: list[_Watch] = []
         self._samples: dict[str, deque[tuple[float, float]]] = {}  # kind -> (stall s, reloaded bytes)
         self._baseline: dict[str, tuple[float, float]] = {}  # app -> (median batch s, state bytes)
         self._lock = threading.Lock()
+
+    def _load(self) -> None:
+        """The stored samples ahead of those measured since the start (once; retried while Redis fails)."""
+        if self._loaded or self.store is None:
+            return
+        try:
+            stored = self.store.load()
+        except redis.RedisError as exc:
+            log.warning("downtime.load_failed", error=str(exc))
+            return
+        for kind, values in stored.items():
+            mine = list(self._samples.get(kind, ()))
+            self._samples[kind] = deque(values + mine, maxlen=KEEP)
+        self._loaded = True
 
     def action_done(self, app: str, action: Action, started_at: float, ended_at: float) -> None:
         """`action` of `app` ran from `started_at` to `ended_at` (epoch s)."""
@@ -74,11 +124,12 @@ class DowntimeTracker:
     def observe(self, app: str, snapshot: Snapshot) -> None:
         """One cycle's merged snapshot of `app`: its batches feed the open watches and, outside them,
         the baseline."""
-        longest, state = _progress_figures(snapshot)
+        longest, ended_at, state = _progress_figures(snapshot)
         with self._lock:
             mine = [w for w in self._watches if w.app == app]
             for w in mine:
-                if longest is not None and snapshot.taken_at >= w.started_at:
+                after = ended_at > w.started_at if ended_at is not None else snapshot.taken_at >= w.started_at
+                if longest is not None and after:
                     w.longest_s = max(w.longest_s, longest)
             if not mine and snapshot.batch_duration_s is not None:
                 self._baseline[app] = (snapshot.batch_duration_s, state)
@@ -87,8 +138,14 @@ class DowntimeTracker:
                 self._close(w)
 
     def _close(self, w: _Watch) -> None:
+        self._load()  # the stored samples first, so that this one is not read back twice
         stall_s = max(w.longest_s - w.baseline_s, 0.0)
         self._samples.setdefault(w.kind, deque(maxlen=KEEP)).append((stall_s, w.state_share_bytes))
+        if self.store is not None and self._loaded:
+            try:
+                self.store.add(w.kind, stall_s, w.state_share_bytes, w.app)
+            except redis.RedisError as exc:  # kept in memory; the next daemon plans without it
+                log.warning("downtime.store_failed", kind=w.kind, error=str(exc))
         log.info("downtime.measured", app=w.app, kind=w.kind, stall_s=round(stall_s, 3),
                  longest_batch_s=round(w.longest_s, 3), median_batch_before_s=round(w.baseline_s, 3),
                  samples=len(self._samples[w.kind]))
@@ -96,6 +153,7 @@ class DowntimeTracker:
     def samples(self, base: DowntimeModel) -> dict[str, list[float]]:
         """Each kind's measured stalls less what `base` adds by itself (t_syn; a removal's reload)."""
         with self._lock:
+            self._load()
             return {kind: [max(stall - base.sync_s - state / base.reload_bytes_per_s, 0.0) for stall, state in values]
                     for kind, values in self._samples.items()}
 
@@ -104,9 +162,14 @@ class DowntimeTracker:
         return from_measured(self.samples(base), base)
 
 
-def _progress_figures(snapshot: Snapshot) -> tuple[float | None, float]:
-    """The longest batch in the window (over the app's queries) and the state bytes they hold."""
+def _progress_figures(snapshot: Snapshot) -> tuple[float | None, float | None, float]:
+    """The longest batch in the window (over the app's queries), when it ended (None: not reported),
+    and the state bytes the queries hold."""
     parts = [ext.get("progress") or {} for ext in query_extensions(snapshot).values()]
-    longest = [float(v) for p in parts if isinstance(v := p.get("longest_batch_s"), (int, float))]
+    longest = [(float(v), p.get("longest_batch_ended_at_s")) for p in parts
+               if isinstance(v := p.get("longest_batch_s"), (int, float))]
     state = sum(float(v) for p in parts if isinstance(v := p.get("state_memory_bytes"), (int, float)))
-    return (max(longest) if longest else None), state
+    if not longest:
+        return None, None, state
+    duration, ended = max(longest, key=lambda x: x[0])
+    return duration, (float(ended) if isinstance(ended, (int, float)) else None), state

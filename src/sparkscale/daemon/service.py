@@ -116,7 +116,7 @@ class Daemon:
         self.blocklist = BlocklistStore(self.redis, cfg.redis.key_prefix)
         self.metrics = DaemonMetrics()
         self.evaluator = OutcomeEvaluator(self.action_log, self.blocklist, self.metrics)
-        self.cluster = ClusterPlanner(cfg, on_plan=self.metrics.set_placement)
+        self.cluster = ClusterPlanner(cfg, on_plan=self.metrics.set_placement, redis_client=self.redis)
         self.notifier = Notifier()
         self._state: dict[str, _AppState] = {}
         self.elections: dict[str, LeaderElection] = {}

@@ -264,9 +264,12 @@ def _progress_summary(reports: Sequence[ProgressReport]) -> dict[str, Any]:
         "input_rows_per_s": mean([r.input_rows_per_s for r in reports if r.input_rows_per_s is not None]),
         "processed_rows_per_s": mean([r.processed_rows_per_s for r in reports if r.processed_rows_per_s is not None]),
     }
-    durations = [r.batch_duration_ms / 1000.0 for r in reports if r.batch_duration_ms is not None]
-    if durations:
-        summary["longest_batch_s"] = max(durations)  # a stall shows as one long batch (daemon/downtime_tracker)
+    timed = [r for r in reports if r.batch_duration_ms is not None]
+    if timed:
+        longest = max(timed, key=lambda r: r.batch_duration_ms or 0.0)
+        summary["longest_batch_s"] = (longest.batch_duration_ms or 0.0) / 1000.0  # a stall shows as one long batch
+        if longest.at_s is not None:  # its end, so that daemon/downtime_tracker counts it for the right action
+            summary["longest_batch_ended_at_s"] = longest.at_s + summary["longest_batch_s"]
     if reports:
         latest = max(reports, key=lambda r: r.batch_id)
         summary["latest_batch_id"] = latest.batch_id

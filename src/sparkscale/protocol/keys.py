@@ -104,3 +104,9 @@ def actions_key(prefix: str) -> str:
 def blocklist_key(prefix: str) -> str:
     """Blocked (app, diagnosis, action type) entries with their expiry (a hash)."""
     return f"{prefix}blocklist"
+
+
+def downtime_samples_key(prefix: str, kind: str) -> str:
+    """The cluster's measured stalls of one kind of action (a list, newest first, trimmed):
+    `daemon/downtime_tracker.py`, EDRP's downtime model."""
+    return f"{prefix}downtime:{kind}"

@@ -5,13 +5,13 @@ Why a model of its own: EDRP weighs a better deployment against the downtime of 
 (eq. 12), so each action kind needs a duration. The paper's pause-and-resume protocol moves state
 through a DataStore. In Spark the checkpoint plays that part, and sparkscale changes counts without
 a stop:
-- an addition is make-before-break. The new executor starts before anything leaves and holds no
-  state partitions yet (they stay with their executor: the state-store coordinator's preferred
-  location), so `executor_add_s` is 0 until measured, and eq. (27)'s t_s term and eq. (31)'s
-  scale-out redistribution term fall away;
-- a removal is a graceful decommission (`executor_remove_s`). The state partitions it held are
-  reloaded from the checkpoint by whichever executors take them: eq. (31)'s "otherwise" case,
-  I_S * delta-_u / |U|, at `reload_bytes_per_s`;
+- an addition is make-before-break: nothing leaves, so eq. (31)'s scale-out redistribution term
+  falls away. It still stalls: the bench measured a batch 9-11 s longer after each scale-up (the
+  new executor's first tasks, state partitions it takes over included), which `executor_add_s`
+  holds (eq. (27)'s t_s);
+- a removal is a graceful decommission (`executor_remove_s`, measured 0 beyond t_syn). The state
+  partitions it held are reloaded from the checkpoint by whichever executors take them: eq. (31)'s
+  "otherwise" case, I_S * delta-_u / |U|, at `reload_bytes_per_s`;
 - a whole query restart (`restart_s`) only happens when partitions change too (DCR/CCR). That is
   eq. (33)'s t_{D,R}, used only on request (`restart=True`).
 
@@ -33,11 +33,12 @@ MEASURED_KINDS = ("sync", "executor_add", "executor_remove", "restart")
 
 
 class DowntimeModel(ConfigSection):
-    """Seconds of stall per action kind. The defaults hold until measured (`from_measured`)."""
+    """Seconds of stall per action kind. The defaults, measured by `sparkscale bench placement`
+    (docs/results/placement), hold until this cluster has measured its own (`from_measured`)."""
 
     sync_s: float = Field(1.0, ge=0.0)  # t_syn: daemon <-> agent round trip + the action's confirmation
-    executor_add_s: float = Field(0.0, ge=0.0)  # make-before-break: an addition stalls nothing
-    executor_remove_s: float = Field(6.0, ge=0.0)  # graceful decommission of the executors on one worker
+    executor_add_s: float = Field(9.0, ge=0.0)  # the bench: a scale-up stalled a batch 9-11 s, t_syn included
+    executor_remove_s: float = Field(0.0, ge=0.0)  # the bench: a scale-in 0.4-0.5 s, below t_syn
     reload_bytes_per_s: float = Field(50e6, gt=0.0)  # state reload rate from the checkpoint
     restart_s: float = Field(20.0, ge=0.0)  # stop + restart of a query (partition change)
 
