@@ -90,6 +90,7 @@ class _AppState:
     elected_epoch: int | None = None
     watching_requests: bool = False
     running_since: float | None = None
+    cpu_since: float = 0.0  # this thread's CPU time at the cycle's start: the daemon's own work (`cpu_s`)
     last_decision: str | None = None
     last_decision_at: float | None = None
     last_action: str | None = None
@@ -105,11 +106,8 @@ class Daemon:
         self.overrides = tuple(overrides)
         self.max_cycles = max_cycles
         self.identity = cfg.daemon.id or default_identity()
-        self._stop = threading.Event()
-        self._wake = threading.Event()
-        self._reload_requested = threading.Event()
-        self._apps_to_wake: set[str] = set()
-        self._apps_to_wake_lock = threading.Lock()
+        self._stop, self._wake, self._reload_requested = threading.Event(), threading.Event(), threading.Event()
+        self._apps_to_wake, self._apps_to_wake_lock = set[str](), threading.Lock()
         self.zk = zk_client(cfg.zookeeper)
         self.redis = connect(cfg.redis)
         self.action_log = ActionLog(self.redis, cfg.redis.key_prefix, cfg.action_log)
@@ -253,7 +251,7 @@ class Daemon:
             return
         app = self.cfg.app(app_name)
         started = time.monotonic()
-        st.running_since = started
+        st.running_since, st.cpu_since = started, time.thread_time()
         result = "ok"
         try:
             result = self._cycle(app, st, started)
@@ -303,7 +301,7 @@ class Daemon:
             self._publish(app, st, election, role, result, detail=str(exc))
             st.failures = 0
             return result
-        st.failures = 0
+        st.failures, collected_at = 0, time.monotonic()
         snapshot = merge_snapshots(snapshots)  # the app's: every query's operators, the executors once
         now = snapshot.taken_at
         self.metrics.set_executors(app.name, len(snapshot.executors))
@@ -375,7 +373,8 @@ class Daemon:
             actions=[a.summary() for a in guarded.actions],
             reasons=[a.reason for a in guarded.actions],
             explanation=list(guarded.explanation), observation=guarded.observation.to_dict(),
-            duration_s=round(time.monotonic() - started, 4),
+            duration_s=round(time.monotonic() - started, 4), collect_s=round(collected_at - started, 4),
+            cpu_s=round(time.thread_time() - st.cpu_since, 4),  # the rest of duration_s: waiting on Spark, Redis
         )
         cluster = self.cluster.plan(now) if leader else None
         warnings = short_warnings(guarded) + tuple(
