@@ -116,6 +116,18 @@ def test_a_source_read_twice_in_one_query_stabilises_on_its_positions_not_its_do
     assert stabilisation(blind, timeline(), 110.5, 0.2, 60).at_s is None
 
 
+def test_the_first_outputs_burst_is_in_the_window_that_starts_with_it():
+    """DCR-like: the old run kept up (100/s, 1 s batches) until t=100; the new run's first batch, at
+    108.5, takes the 800 records that waited, then 100/s again. §4 (6) and Fig. 9: stabilisation
+    is after restore, the first window that does not count the burst, not the first output itself."""
+    old = [BatchPoint(t + 0.5, float(t), "old", 100, 100 * t, 100 * t, 0) for t in range(0, 101)]
+    new = [BatchPoint(t + 0.5, float(t), "new", 100 * t - 10000 if t == 108 else 100, 100 * t, 100 * t, 0)
+           for t in range(108, 200)]
+    result = follow_up(timeline(), old + new, 0.2, 60)
+    assert result.restore_s == pytest.approx(108.5 - REQUEST)
+    assert result.stabilization_s == pytest.approx(109.5 - REQUEST)  # the next window on the 1 s grid
+
+
 def test_output_below_the_input_rate_never_stabilises():
     points = [BatchPoint(t + 0.5, float(t), "new", 50, 50 * (t - 109), 100 * t, None) for t in range(110, 300)]
     result = stabilisation(points, timeline(), 110.5, 0.2, 60)

@@ -162,6 +162,16 @@ def stabilisation(points: list[BatchPoint], timeline: MigrationTimeline, start_s
     for p in new:
         rows += p.rows
         out_knots.append((p.committed_at_s, float(p.processed_position if positions else rows)))
+    # The first output is a burst (what waited through the migration) at its commit: the window that
+    # starts there counts it, as §4 (6) and Fig. 9 place stabilisation after restore and recovery.
+    before = _position_before(points, timeline, new[0]) if positions and new else 0.0
+
+    def out_rate(t: float) -> float | None:
+        if before is not None and t - rate_window_s <= start_s:
+            end = _interp(out_knots, t)
+            return None if end is None else (end - before) / rate_window_s
+        return _rate(out_knots, t, rate_window_s)
+
     expected_knots: list[tuple[float, float]] | None = None
     constant: float | None = None
     if new and all(p.arrived_position is not None for p in new):
@@ -183,7 +193,7 @@ def stabilisation(points: list[BatchPoint], timeline: MigrationTimeline, start_s
     run_from: float | None = None
     t = start_s + rate_window_s
     while t <= end_s:
-        out = _rate(out_knots, t, rate_window_s)
+        out = out_rate(t)
         expected = constant if expected_knots is None else _rate(expected_knots, t, rate_window_s)
         ok = (out is not None and expected is not None
               and (abs(out - expected) <= tolerance * expected if expected > 0 else out == 0))
@@ -335,6 +345,14 @@ def _rate(knots: list[tuple[float, float]], at_s: float, window_s: float) -> flo
     """Per second over (at_s - window_s, at_s] of a cumulative count given by its knots."""
     end, start = _interp(knots, at_s), _interp(knots, at_s - window_s)
     return None if end is None or start is None else (end - start) / window_s
+
+
+def _position_before(points: list[BatchPoint], timeline: MigrationTimeline, first_new: BatchPoint) -> float | None:
+    """Where the new run started: the old run's last committed position before its first batch
+    (None: the history does not reach back to it)."""
+    old = [p for p in _by_commit(points) if not timeline.in_new_run(p) and p.processed_position is not None
+           and p.committed_at_s <= first_new.committed_at_s]
+    return float(old[-1].processed_position or 0) if old else None
 
 
 def _rate_before(points: list[BatchPoint], timeline: MigrationTimeline) -> float | None:
