@@ -11,7 +11,7 @@ enough that cycles run back to back, until each app had its `--cycles` cycles (3
 default 10 s interval, for 1 query; 60 each for 10 queries, 600 cycles in all). Cycle durations
 come from the daemon's own `cycle` log events (`duration_s`); the daemon's resident memory (RSS)
 is sampled with psutil after the first cycles and at the end. Each cycle event also says how long
-the reading of Spark and Redis took (`collect_s`) and the daemon's own CPU time (`cpu_s`, the
+the reading of Spark, Redis and ZooKeeper took (`collect_s`) and the daemon's own CPU time (`cpu_s`, the
 cycle thread's): with 10 drivers on 2 cores the rest is waiting. Prints a table and writes JSON;
 figures, not assertions.
 
@@ -111,7 +111,7 @@ def run_daemon(env, queries: int, cycles: int, variant: str) -> dict:
     events = [json.loads(line) for line in log_path.read_text().splitlines() if '"event": "cycle"' in line]
     timed = [e for e in events if e.get("event") == "cycle" and "duration_s" in e]
     durations = [e["duration_s"] for e in timed]
-    # Of each cycle: reading Spark and Redis (`collect_s`), and the daemon's own CPU time (`cpu_s`); the
+    # Of each cycle: reading Spark, Redis and ZooKeeper (`collect_s`), and the daemon's own CPU time (`cpu_s`); the
     # rest of `duration_s` is waiting (on the drivers' answers, on the CPU, on other cycles' threads).
     parts = {name: [e[name] for e in timed if name in e] for name in ("collect_s", "cpu_s")}
     return {

@@ -218,7 +218,7 @@ def test_dry_run_logs_plans_but_never_changes_executors(setup):
     cycles = daemon.events("cycle", app="fo")
     dry = [e for e in cycles if e["mode"] == "dry_run"]
     assert dry, [e.get("mode") for e in cycles]
-    # Each cycle says what its time went on: reading Spark and Redis, and the daemon's own CPU.
+    # Each cycle says what its time went on: reading Spark, Redis and ZooKeeper, and the daemon's own CPU.
     assert all(0 < e["collect_s"] <= e["duration_s"] and 0 <= e["cpu_s"] <= e["duration_s"] for e in cycles)
     assert dry[0]["actions"] == ["scale_executors 1 -> 2"]
     assert not daemon.events("actuator.start")

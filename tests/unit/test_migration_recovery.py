@@ -493,7 +493,7 @@ def test_a_daemon_cycle_without_a_live_query_sets_the_metric_and_serves_the_oper
     monkeypatch.setattr(service, "with_stored_shape", lambda app, client, prefix: app)
     monkeypatch.setattr(service, "collect_snapshots", lambda cfg, app: (_ for _ in ()).throw(NoQueriesYet("a")))
     daemon._publish = lambda *args, **kwargs: None
-    assert daemon._cycle(cfg.app("a"), st, 0.0) == "no_queries"
+    assert daemon._cycle(cfg.app("a"), st, 0.0, 0.0) == "no_queries"
     assert 'sparkscale_migrations_needing_attention{app="a"} 1.0' in daemon.metrics.render().decode()
     answer = manual.ManualResult.from_json(zk.get(f"{cfg.zookeeper.root}/apps/a/request_results/{name}")[0])
     assert not answer.ok and "no migration mig-2 of a to abort: its journal holds mig-1 (needs_attention)" in \

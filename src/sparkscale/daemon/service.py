@@ -90,7 +90,6 @@ class _AppState:
     elected_epoch: int | None = None
     watching_requests: bool = False
     running_since: float | None = None
-    cpu_since: float = 0.0  # this thread's CPU time at the cycle's start: the daemon's own work (`cpu_s`)
     last_decision: str | None = None
     last_decision_at: float | None = None
     last_action: str | None = None
@@ -251,10 +250,10 @@ class Daemon:
             return
         app = self.cfg.app(app_name)
         started = time.monotonic()
-        st.running_since, st.cpu_since = started, time.thread_time()
+        st.running_since, cpu_started = started, time.thread_time()  # CPU: the daemon's own work (`cpu_s`)
         result = "ok"
         try:
-            result = self._cycle(app, st, started)
+            result = self._cycle(app, st, started, cpu_started)
         except (SparkRestError, redis.RedisError, OSError) as exc:
             result = "unreachable"
             self._back_off(app, st, exc)
@@ -278,7 +277,7 @@ class Daemon:
         log.warning("cycle.unreachable", app=app.name, error=str(exc) or repr(exc), failures=st.failures,
                     retry_in_s=backoff_s, action="none")
 
-    def _cycle(self, app: AppConfig, st: _AppState, started: float) -> str:
+    def _cycle(self, app: AppConfig, st: _AppState, started: float, cpu_started: float) -> str:
         # The executor shape a migration gave the app is what its executors have (and DS2 counts with).
         app = with_stored_shape(app, self.redis, self.cfg.redis.key_prefix)
         election = self.elections[app.name]
@@ -374,7 +373,7 @@ class Daemon:
             reasons=[a.reason for a in guarded.actions],
             explanation=list(guarded.explanation), observation=guarded.observation.to_dict(),
             duration_s=round(time.monotonic() - started, 4), collect_s=round(collected_at - started, 4),
-            cpu_s=round(time.thread_time() - st.cpu_since, 4),  # the rest of duration_s: waiting on Spark, Redis
+            cpu_s=round(time.thread_time() - cpu_started, 4),  # the rest of duration_s: waiting on Spark, Redis, ZK
         )
         cluster = self.cluster.plan(now) if leader else None
         warnings = short_warnings(guarded) + tuple(
