@@ -28,7 +28,7 @@ from sparkscale.bench.placement_measures import (
     shuffle_bytes,
     stalls_s,
 )
-from sparkscale.bench.placement_report import placement_table
+from sparkscale.bench.placement_report import median_table, placement_table
 from sparkscale.bench.timeline import Sample
 from sparkscale.cli import main
 from sparkscale.config import load_config
@@ -242,6 +242,19 @@ def test_results_md_sets_the_runs_side_by_side_with_the_method_and_the_plot(tmp_
     assert "- **otd #2**: TimeoutError('x')" in md and "a note" in md and "Command: `sparkscale bench placement`" in md
     assert (tmp_path / "workers.png").stat().st_size > 0
     assert "objective F" in placement_table(results)
+
+
+def test_repeats_get_a_median_per_placement_and_lost_records_are_summed():
+    runs = []
+    for repeat, (imbalance_value, objective) in enumerate([(1.9, 0.30), (1.1, 0.20), (1.5, 0.90)], start=1):
+        run = fake_run("otd", imbalance_value, 1000, objective)
+        run.update(repeat=repeat, lost=1 if repeat == 3 else 0)
+        runs.append(run)
+    table = median_table([*runs, fake_run("edrp", 1.2, 1000, 0.25)])
+    assert "| median of the repeats | otd (3 runs) | edrp (1 runs) |" in table
+    assert "| worker load imbalance | 1.5 | 1.2 |" in table and "| objective F (measured) | 0.3 | 0.25 |" in table
+    assert "| lost / duplicated (summed) | 1 / 0 | 0 / 0 |" in table
+    assert median_table([fake_run("otd", 1.0, 0, 0.1), fake_run("edrp", 1.0, 0, 0.1)]) == ""  # one run each
 
 
 def vars_of(spec: PlacementSpec) -> dict:

@@ -4,6 +4,7 @@ and `workers.png` (each worker's busy share and executors over time, a column pe
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,42 @@ ROWS: list[tuple[str, Callable[[Mapping[str, Any]], str]]] = [
     ("moves / actions carried out", lambda r: f"{r.get('moves', '-')} / {r.get('actions', '-')}"),
     ("lost / duplicated", lambda r: f"{r.get('lost', '-')} / {r.get('duplicated', '-')}"),
 ]
+
+
+# (row title, a run's number) for the medians over the repeats
+MEDIAN_ROWS: list[tuple[str, Callable[[Mapping[str, Any]], Any], int]] = [
+    ("worker load imbalance", lambda r: r.get("worker_load_imbalance"), 2),
+    ("remote share of shuffle read", lambda r: r.get("remote_shuffle_share"), 3),
+    ("backlog SLO violated (s)", lambda r: r.get("slo_backlog_s"), 1),
+    ("longest stall T_D (s)", lambda r: r.get("longest_stall_s"), 1),
+    ("mean executor cores held", lambda r: r.get("mean_executor_cores"), 2),
+    ("R (s)", lambda r: (r.get("objective_terms") or {}).get("response_s"), 2),
+    ("objective F (measured)", lambda r: r.get("objective"), 3),
+    ("actions carried out", lambda r: r.get("actions"), 1),
+]
+
+
+def median_table(runs: Sequence[Mapping[str, Any]]) -> str:
+    """The median of each figure over a placement's repeats ("" for one repeat each); lost and
+    duplicated are summed, not medians: one record lost in any run is a failure."""
+    placements = list(dict.fromkeys(r["placement"] for r in runs))
+    by = {p: [r for r in runs if r["placement"] == p] for p in placements}
+    if all(len(v) < 2 for v in by.values()):
+        return ""
+
+    def median(p: str, pick: Callable[[Mapping[str, Any]], Any], digits: int) -> str:
+        values = [float(v) for v in map(pick, by[p]) if v is not None]
+        return _num(statistics.median(values), digits) if values else "-"
+
+    header = ["median of the repeats", *[f"{p} ({len(by[p])} runs)" for p in placements]]
+    rows = [[title, *[median(p, pick, d) for p in placements]] for title, pick, d in MEDIAN_ROWS]
+    def summed(p: str, key: str) -> int:
+        return sum(r.get(key) or 0 for r in by[p])
+
+    lost = [f"{summed(p, 'lost')} / {summed(p, 'duplicated')}" for p in placements]
+    rows.append(["lost / duplicated (summed)", *lost])
+    return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+                      *["| " + " | ".join(r) + " |" for r in rows]])
 
 
 def run_label(run: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]) -> str:
@@ -116,7 +153,10 @@ def render_placement(results_dir: Path, results: Mapping[str, Any]) -> str:
     runs = results.get("runs", [])
     table = placement_table(results)
     edrp = next((r.get("edrp_settings") for r in runs if r.get("edrp_settings")), None)
-    parts = ["# Placement: Spark's own, OTD, EDRP", "", method(results["spec"], edrp), "", table, ""]
+    parts = ["# Placement: Spark's own, OTD, EDRP", "", method(results["spec"], edrp), ""]
+    medians = median_table(runs)
+    parts += [medians, "", "Each run:", ""] if medians else []
+    parts += [table, ""]
     if runs:
         worker_loads(runs, results_dir / "workers.png")
         parts += ["![each worker's busy share and executors over time](workers.png)", ""]
