@@ -46,7 +46,9 @@ class Action:
     """One change (or a warning). `from_`/`to` are executor counts for `scale_executors` and
     partition counts for `set_parallelism`; they are `from`/`to` in JSON. `query` names the query an
     action is for where the operator alone does not (a stage's `set_parallelism` mapped to its
-    query's migration); it is left out of the JSON when not set."""
+    query's migration); it is left out of the JSON when not set. `executors` names the executors a
+    scale-in decommissions, where a placement policy chose them (EDRP's q); empty: the agent's
+    choice, the newest."""
 
     type: ActionType
     operator: str | None = None
@@ -55,6 +57,7 @@ class Action:
     to: int | None = None
     reason: str = ""
     query: str | None = None
+    executors: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.type not in _ACTION_FIELDS:
@@ -67,10 +70,17 @@ class Action:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < low):
                 raise ValueError(f"{self.type}.{name.rstrip('_')}: expected an integer >= {low}, got {value!r}")
+        if self.executors:
+            object.__setattr__(self, "executors", tuple(str(e) for e in self.executors))
+            removed = (self.from_ or 0) - (self.to or 0)
+            if self.type != "scale_executors" or len(set(self.executors)) != len(self.executors) or (
+                    len(self.executors) != removed):
+                raise ValueError(f"{self.type}: executors {list(self.executors)} must name the {removed} distinct "
+                                 "executors a scale_executors scale-in removes")
 
     @classmethod
-    def scale_executors(cls, from_: int, to: int, reason: str) -> Action:
-        return cls("scale_executors", from_=from_, to=to, reason=reason)
+    def scale_executors(cls, from_: int, to: int, reason: str, executors: Sequence[str] = ()) -> Action:
+        return cls("scale_executors", from_=from_, to=to, reason=reason, executors=tuple(executors))
 
     @classmethod
     def set_parallelism(cls, operator: str, from_: int, to: int, reason: str) -> Action:
@@ -85,12 +95,15 @@ class Action:
         return cls("warn", operator=operator, reason=reason)
 
     def to_dict(self) -> dict[str, Any]:
-        """Only the keys that apply, in a stable order: type, query, operator, executor, from, to, reason."""
+        """Only the keys that apply, in a stable order: type, query, operator, executor, from, to,
+        executors, reason."""
         out: dict[str, Any] = {"type": self.type}
         for key, value in (("query", self.query), ("operator", self.operator), ("executor", self.executor),
                            ("from", self.from_), ("to", self.to)):
             if value is not None:
                 out[key] = value
+        if self.executors:
+            out["executors"] = list(self.executors)
         if self.reason:
             out["reason"] = self.reason
         return out
@@ -105,6 +118,7 @@ class Action:
             to=data.get("to"),
             reason=data.get("reason", ""),
             query=data.get("query"),
+            executors=tuple(data.get("executors") or ()),
         )
 
     @property
@@ -117,7 +131,8 @@ class Action:
     def summary(self) -> str:
         """One line for logs and tables."""
         if self.type == "scale_executors":
-            return f"scale_executors {self.from_} -> {self.to}"
+            named = f" (decommission {', '.join(self.executors)})" if self.executors else ""
+            return f"scale_executors {self.from_} -> {self.to}{named}"
         if self.type == "set_parallelism":
             where = f"{self.query}/{self.operator}" if self.query and self.query != self.operator else self.operator
             return f"set_parallelism {where} {self.from_} -> {self.to}"

@@ -66,3 +66,17 @@ def test_the_app_may_run_one_executor_above_max_executors_while_one_is_replaced(
     cfg = Config()
     app = cfg.apps[0]
     assert spark_conf(cfg, app)["spark.cores.max"] == str((app.max_executors + 1) * app.executor_cores)
+
+
+def test_a_scale_in_that_names_its_executors_decommissions_exactly_those():
+    cluster = FakeCluster(["1", "2", "3", "4"])
+    result = cluster.execute(Action.scale_executors(4, 2, "edrp", executors=["1", "3"]), epoch=3)
+    assert result.status == "done", result.detail
+    assert cluster.sent == [("decommission", {"executor_ids": ["1", "3"]})] and cluster.active == ["2", "4"]
+
+
+def test_a_named_scale_in_whose_executors_changed_leaves_the_choice_to_the_agent():
+    cluster = FakeCluster(["1", "2", "4"])  # 3 left since the plan was made
+    result = cluster.execute(Action.scale_executors(3, 2, "edrp", executors=["3"]), epoch=3)
+    assert result.status == "done", result.detail
+    assert cluster.sent == [("set_executors", {"total": 2})] and cluster.active == ["1", "2"]

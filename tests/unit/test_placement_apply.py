@@ -56,6 +56,19 @@ def test_an_edrp_count_replaces_the_scaling_policys_target():
     assert placement_actions(Plan("ds2", "a"), given(), same) == Plan("ds2", "a")
 
 
+def test_an_edrp_scale_in_names_the_executors_its_solution_removes():
+    # EDRP empties worker w1 of executor 1: the agent alone would take the newest, 2
+    counts = PlacementPlan("edrp", counts=(CountChange("a", 2, 1, remove=(ExecutorKey("a", "1"),)),))
+    plan = placement_actions(Plan("ds2", "a"), given(), counts)
+    assert [(a.from_, a.to, a.executors) for a in plan.actions] == [(2, 1, ("1",))]
+    assert "decommission 1" in plan.actions[0].summary()
+    # planned from other executors than the app has now: the count stands, the agent chooses
+    stale = PlacementPlan("edrp", counts=(CountChange("a", 2, 1, remove=(ExecutorKey("a", "9"),)),))
+    assert [(a.to, a.executors) for a in placement_actions(Plan("ds2", "a"), given(), stale).actions] == [(1, ())]
+    older = PlacementPlan("edrp", counts=(CountChange("a", 3, 1, remove=(ExecutorKey("a", "1"),) * 2),))
+    assert placement_actions(Plan("ds2", "a"), given(), older).actions[0].executors == ()
+
+
 def test_an_app_edrp_sizes_keeps_its_count_against_the_scaling_policy():
     ds2 = Plan("ds2", "a", actions=(Action.scale_executors(2, 1, "ds2 wants 1"),))
     kept = placement_actions(ds2, given(), PlacementPlan("edrp", sized=("a",)))

@@ -38,6 +38,8 @@ def test_each_action_type_has_its_keys():
     assert Action.replace_executor("3", "slow").to_dict() == {
         "type": "replace_executor", "executor": "3", "reason": "slow"}
     assert Action.warn("no data").to_dict() == {"type": "warn", "reason": "no data"}
+    assert Action.scale_executors(3, 1, "r", ["4", "2"]).to_dict() == {
+        "type": "scale_executors", "from": 3, "to": 1, "executors": ["4", "2"], "reason": "r"}
     assert Action.warn("no data", operator="agg").to_dict() == {"type": "warn", "operator": "agg", "reason": "no data"}
     # Scaling down to zero executors is an action; zero partitions is not.
     assert Action.scale_executors(2, 0, "idle").to == 0
@@ -51,6 +53,10 @@ def test_each_action_type_has_its_keys():
     ({"type": "scale_executors", "from_": 1, "to": 2.5}, "scale_executors.to: expected an integer >= 0"),
     ({"type": "replace_executor"}, "needs executor"),
     ({"type": "warn"}, "needs reason"),
+    ({"type": "scale_executors", "from_": 3, "to": 1, "executors": ("4",)}, "must name the 2 distinct executors"),
+    ({"type": "scale_executors", "from_": 3, "to": 1, "executors": ("4", "4")}, "must name the 2 distinct"),
+    ({"type": "scale_executors", "from_": 1, "to": 2, "executors": ("4",)}, "must name the -1 distinct"),
+    ({"type": "replace_executor", "executor": "3", "executors": ("3",)}, "must name"),
 ])
 def test_invalid_actions_are_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -60,10 +66,11 @@ def test_invalid_actions_are_refused(kwargs, message):
 def test_round_trip_through_dict():
     plan = Plan("ds2", "wordcount", {"source": 2, "split": 4}, [
         Action.warn("w", "split"), Action.scale_executors(1, 4, "up"), Action.set_parallelism("split", 2, 4, "pb"),
-        Action.replace_executor("7", "slow"),
+        Action.replace_executor("7", "slow"), Action.scale_executors(4, 3, "placement", ["2"]),
     ], ["a", "b"])
     assert Plan.from_dict(json.loads(json.dumps(plan.to_dict()))) == plan
-    assert [a.type for a in plan.changes] == ["scale_executors", "set_parallelism", "replace_executor"]
+    assert [a.type for a in plan.changes] == ["scale_executors", "set_parallelism", "replace_executor",
+                                              "scale_executors"]
     assert [a.type for a in plan.warnings] == ["warn"]
 
 

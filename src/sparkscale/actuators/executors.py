@@ -75,13 +75,26 @@ class ExecutorChange:
     # -- actions ----------------------------------------------------------------------------------
 
     def _scale(self, action: Action, epoch: int) -> ActionResult:
+        """A new executor count. A scale-in that names its executors (a placement plan's choice)
+        decommissions exactly those, unless the app's executors changed since the plan was made:
+        then the agent chooses (the newest), as for any other count."""
         assert action.to is not None
         started = time.monotonic()
+        named = list(action.executors)
+        if named:
+            try:
+                active = self.active_executor_ids()
+            except SparkRestError as exc:
+                return ActionResult(action, "failed", f"Spark REST API: {exc}")
+            if not set(named) <= set(active) or len(active) - len(named) != action.to:
+                log.info("actuator.named_executors_changed", app=self.app, named=named, active=active, to=action.to)
+                named = []
         try:
-            name, ack_s, detail = self._command("set_executors", {"total": action.to}, epoch, started)
+            name, ack_s, detail = (self._command("decommission", {"executor_ids": named}, epoch, started) if named
+                                   else self._command("set_executors", {"total": action.to}, epoch, started))
         except _Failed as failed:
             return ActionResult(action, "failed", failed.reason, failed.command, failed.ack_s)
-        count, confirm_s, why = self._confirm(lambda ids: len(ids) == action.to, started)
+        count, confirm_s, why = self._confirm(lambda ids: len(ids) == action.to and not set(named) & set(ids), started)
         if why:
             return ActionResult(action, "failed", f"agent accepted ({detail}) but {why}", name, ack_s, None, count)
         log.info("actuator.done", app=self.app, action=action.summary(), ack_s=ack_s, confirm_s=confirm_s)

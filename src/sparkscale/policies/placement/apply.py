@@ -4,20 +4,33 @@ The placement policy decides for the whole cluster (`PlacementPlan`); each app's
 its part through the same path as everything else (guards, blocklist, action log): a `Move` of one
 of its executors becomes a `replace_executor` (make-before-break: one more executor lands where the
 master puts it, the policy's target, then the old one is decommissioned), a `CountChange` (EDRP)
-replaces the scaling policy's executor count, and for an app the plan sizes without a change
-(`PlacementPlan.sized`) the scaling policy's count change is dropped: two deciders would undo
-each other every cycle. A move waits while this cycle's plan changes
-something already or executors are still starting (a replacement sets the target to the registered
-count plus one and would cancel them), as the spread rule does.
+replaces the scaling policy's executor count (a scale-in names the executors the plan removes),
+and for an app the plan sizes without a change (`PlacementPlan.sized`) the scaling policy's count
+change is dropped: two deciders would undo each other every cycle. A move waits while this
+cycle's plan changes something already or executors are still starting (a replacement sets the
+target to the registered count plus one and would cancel them), as the spread rule does.
 """
 
 from __future__ import annotations
 
 from sparkscale.plan import Action, Plan
 from sparkscale.policies.guards import GuardInput, _replace_scale, _scale
-from sparkscale.policies.placement.model import PlacementPlan
+from sparkscale.policies.placement.model import CountChange, PlacementPlan
 
 PLACEMENT_DIAGNOSIS = "placement"
+
+
+def _chosen_removals(count: CountChange, given: GuardInput) -> tuple[str, ...]:
+    """The executors a pure scale-in decommissions, as the plan chose them (EDRP's q: the newest on
+    the workers its solution empties; the agent alone would take the app's newest, wherever they
+    run). Empty, and so the agent's choice, when the plan mixes additions with removals (carried
+    out as one count: adds first would move the landing worker) or the executors changed since."""
+    removed = given.executors - count.executors_target
+    ids = tuple(k.id for k in count.remove)
+    current = {e.id for e in given.snapshot.executors}
+    if removed <= 0 or len(ids) != removed or count.executors_now != given.executors or not set(ids) <= current:
+        return ()
+    return ids
 
 
 def placement_actions(plan: Plan, given: GuardInput, cluster: PlacementPlan | None) -> Plan:
@@ -30,7 +43,8 @@ def placement_actions(plan: Plan, given: GuardInput, cluster: PlacementPlan | No
     count = next((c for c in cluster.counts if c.app == app), None)
     if count is not None and count.executors_target != given.executors:
         chosen = Action.scale_executors(given.executors, count.executors_target,
-                                        f"placement {cluster.policy}: {count.reason or cluster.reason}")
+                                        f"placement {cluster.policy}: {count.reason or cluster.reason}",
+                                        _chosen_removals(count, given))
         actions = _replace_scale(actions, chosen)
         notes.append(f"placement {cluster.policy}: {count.executors_now} -> {count.executors_target} executors "
                      f"(the cluster-wide plan; the scaling policy's count is replaced)")
