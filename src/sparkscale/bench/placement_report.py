@@ -74,6 +74,7 @@ def median_table(runs: Sequence[Mapping[str, Any]]) -> str:
 
     header = ["median of the repeats", *[f"{p} ({len(by[p])} runs)" for p in placements]]
     rows = [[title, *[median(p, pick, d) for p in placements]] for title, pick, d in MEDIAN_ROWS]
+
     def summed(p: str, key: str) -> int:
         return sum(r.get(key) or 0 for r in by[p])
 
