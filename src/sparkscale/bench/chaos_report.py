@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkscale.bench.chaos_variants import DEFAULT, VARIANTS, run_label
+from sparkscale.bench.markdown import markdown_table
 from sparkscale.bench.timeline import RatePoint, Sample
 
 RECOVERY_FRACTION = 0.9
@@ -188,11 +189,6 @@ def label(run: Mapping[str, Any]) -> str:
     return run["fault"] if variant == DEFAULT else f"{run['fault']} ({variant})"
 
 
-def _markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
-                      *["| " + " | ".join(row) + " |" for row in rows]])
-
-
 def _rates(r: Mapping[str, Any]) -> str:
     """The pre-fault output rate and the rate the recovery was judged against (reference_rate)."""
     return f"{_num(r.get('pre_fault_rps'), 0)} / {_num(r.get('reference_rps', r.get('pre_fault_rps')), 0)}"
@@ -205,7 +201,7 @@ def chaos_table(results: Mapping[str, Any]) -> str:
              str(r["lost"]), str(r["duplicated"]), highlights(r["daemon_actions"])] for r in results.get("runs", [])]
     rows += [[label(r), "**failed**", "-", "-", "-", "-", _clip(r["error"], 120).replace("|", "/")]
              for r in results.get("failed_runs", [])]
-    return _markdown(header, rows)
+    return markdown_table(header, rows)
 
 
 # (row title, how a run's value is shown): the breakdown rows of `breakdown_table`.
@@ -230,7 +226,7 @@ BREAKDOWN_ROWS: list[tuple[str, Callable[[Mapping[str, Any]], str]]] = [
 def breakdown_table(runs: Sequence[Mapping[str, Any]]) -> str:
     """One fault's runs side by side, a column per variant: the recovery breakdown (chaos_breakdown)."""
     header = ["", *[variant_of(r) for r in runs]]
-    return _markdown(header, [[title, *[show(r) for r in runs]] for title, show in BREAKDOWN_ROWS])
+    return markdown_table(header, [[title, *[show(r) for r in runs]] for title, show in BREAKDOWN_ROWS])
 
 
 def breakdown_tables(results: Mapping[str, Any]) -> list[str]:

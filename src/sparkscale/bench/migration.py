@@ -27,6 +27,7 @@ import structlog
 
 from sparkscale.actuators.migration import registered_strategies
 from sparkscale.bench.environment import BenchEnv, embedded_environment
+from sparkscale.bench.markdown import markdown_table
 from sparkscale.bench.timeline import Recorder, Sample
 from sparkscale.pipeline.check import drained, verify_app
 from sparkscale.pipeline.loadgen import run_loadgen
@@ -142,8 +143,7 @@ def migration_table(results: dict[str, Any]) -> str:
                          r["lost"], r["duplicated"]])
     spec = results["spec"]
     return "\n".join([
-        "| " + " | ".join(header) + " |", "|" + "---|" * len(header),
-        *["| " + " | ".join("-" if v is None else str(v) for v in row) + " |" for row in rows],
+        markdown_table(header, [["-" if v is None else str(v) for v in row] for row in rows]),
         "", f"Workload `{spec['workload']}` at a constant {spec['rate']} records/s; scale-out 4 -> 8 state partitions, "
             "scale-in 8 -> 4; medians over the runs; times in seconds from the request; lost and duplicated over "
             "each strategy's whole run (verifier)."])

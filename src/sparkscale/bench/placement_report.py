@@ -9,6 +9,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from sparkscale.bench.markdown import markdown_table
+
 
 def _num(value: Any, digits: int = 2) -> str:
     return "-" if value is None else f"{round(float(value), digits):g}"
@@ -80,8 +82,7 @@ def median_table(runs: Sequence[Mapping[str, Any]]) -> str:
 
     lost = [f"{summed(p, 'lost')} / {summed(p, 'duplicated')}" for p in placements]
     rows.append(["lost / duplicated (summed)", *lost])
-    return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
-                      *["| " + " | ".join(r) + " |" for r in rows]])
+    return markdown_table(header, rows)
 
 
 def run_label(run: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]) -> str:
@@ -93,7 +94,7 @@ def placement_table(results: Mapping[str, Any]) -> str:
     runs = results.get("runs", [])
     header = ["figure", *[run_label(r, runs) for r in runs]]
     rows = [[title, *[show(r) for r in runs]] for title, show in ROWS]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *["| " + " | ".join(r) + " |" for r in rows]]
+    lines = [markdown_table(header, rows)]
     failed = results.get("failed_runs", [])
     if failed:
         lines += ["", "Failed runs:", ""]

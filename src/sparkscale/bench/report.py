@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from sparkscale.bench.markdown import markdown_table
 from sparkscale.pipeline.profiles import parse_profile
 
 
@@ -174,8 +175,7 @@ def case_table(results: dict[str, Any], case: dict[str, Any]) -> str:
                   unknown="n/a"),
             str(sum(r["lost"] for r in runs)), str(sum(r["duplicated"] for r in runs)),
         ])
-    return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
-                      *["| " + " | ".join(row) + " |" for row in rows]])
+    return markdown_table(header, rows)
 
 
 def targets_table(block: dict[str, Any]) -> str:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparkscale.actuators.migration import get_strategy
+from sparkscale.bench.markdown import markdown_table
 
 LOW_PARTITIONS, HIGH_PARTITIONS = 4, 8
 # ~0 s by construction, not worth a column: the journal's creation, and the step after the last one.
@@ -159,7 +160,7 @@ def phase_table(records: Sequence[MigrationRecord], strategies: Sequence[str], q
                      for p in columns]
             total = _fmt(median([r.total_s for r in done if r.total_s is not None]))
             rows.append([s, q, str(len(done)), *cells, total, str(len(mine) - len(done))])
-    return _markdown(header, rows)
+    return markdown_table(header, rows)
 
 
 def refusals(records: Sequence[MigrationRecord]) -> list[str]:
@@ -222,12 +223,7 @@ def cycle_table(samples: Sequence[CycleSample], apps: Sequence[str]) -> str:
                      _ratio(a.cycle_p90_s, b.cycle_p90_s), _ratio(a.without_host_median_s, b.without_host_median_s),
                      _ratio(a.without_host_p90_s, b.without_host_p90_s), "", _ratio(a.collect_median_s,
                      b.collect_median_s), _ratio(a.decide_median_s, b.decide_median_s), ""])
-    return _markdown(header, rows)
-
-
-def _markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
-                      *["| " + " | ".join(row) + " |" for row in rows]])
+    return markdown_table(header, rows)
 
 
 # -- the oracle's verdict, and the whole run ------------------------------------------------------
