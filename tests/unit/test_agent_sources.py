@@ -1,5 +1,6 @@
-"""Each source's backlog estimate, as the agent publishes it: offsets that count records (the Redis
-streams source, Kafka), the file source's listing against its checkpoint log, and no signal."""
+"""Each source's backlog estimate and positions, as the agent publishes them: offsets that count
+records (the Redis streams source, Kafka), the file source's listing against its checkpoint log
+(positions in files), and no signal."""
 
 from __future__ import annotations
 
@@ -68,7 +69,8 @@ def test_the_file_backlog_is_unlogged_files_times_rows_per_file(tmp_path):
     assert report.kind == "file" and report.backlog_files == 3
     assert report.backlog_records == 30 and report.backlog_estimate == "file_listing"  # 3 files x 10 rows
     _log(checkpoint / "sources" / "0", "1", 1, files[2:4])
-    [report] = reporter.reports(progress(1, source(f"FileStreamSource[file:{data}]", end={"logOffset": 1}, rows=8)))
+    [report] = reporter.reports(progress(1, source(f"FileStreamSource[file:{data}]", start={"logOffset": 0},
+                                                   end={"logOffset": 1}, rows=8)))
     assert (report.backlog_files, report.backlog_records) == (1, 4)  # rows per file now 4
 
 
@@ -81,7 +83,57 @@ def test_a_compacted_log_counts_and_rows_per_file_unknown_until_a_batch_read_fil
     log_dir = tmp_path / "cp" / "sources" / "0"
     _log(log_dir, "9.compact", 9, files[:1])
     backlog = FileBacklog(str(data), log_dir)
-    assert backlog.report(10, 0) == (None, 2, "2 unread files; rows per file not seen yet")
+    reading = backlog.report({"logOffset": 9}, {"logOffset": 9}, 0)  # a batch without new files
+    assert (reading.backlog_records, reading.backlog_files, reading.position_files) == (None, 2, 3)
+    assert reading.detail.endswith("2 files behind, rows per file not seen yet")
+
+
+def _file_source(data: Path, start: int | None, end: int, rows: int):
+    return source(f"FileStreamSource[file:{data}]", start={"logOffset": start} if start is not None else None,
+                  end={"logOffset": end}, rows=rows)
+
+
+def test_a_file_source_reports_positions_in_files_from_its_checkpoint_log(tmp_path):
+    """Arrived: files the checkpoint logged plus unlogged ones present; processed: logged through the
+    batch's logOffset (arrived - backlog_files). Exact, and the same for a restarted run."""
+    data, checkpoint = tmp_path / "in dir", tmp_path / "cp"
+    data.mkdir()
+    files = [data / f"f{i}.json" for i in range(8)]
+    for f in files[:6]:
+        f.write_text("{}\n{}\n")
+    log_dir = checkpoint / "sources" / "0"
+    # Batches 0..9 of the source's log, 0 and 1 with files; 9.compact repeats every entry, and
+    # Spark deletes the compacted files only later: both are there.
+    _log(log_dir, "0", 0, files[:2])
+    _log(log_dir, "1", 1, files[2:3])
+    _log(log_dir, "9.compact", 9, [])
+    (log_dir / "9.compact").write_text("\n".join(["v1"] + [
+        json.dumps({"path": f"file://{f}".replace(" ", "%20"), "timestamp": 0, "batchId": b})
+        for f, b in ((files[0], 0), (files[1], 0), (files[2], 1), (files[3], 9))]) + "\n")
+    reporter = SourceReporter(f"file:{checkpoint}")
+    [first] = reporter.reports(progress(4, _file_source(data, 0, 1, rows=2)))
+    assert (first.kind, first.position_unit, first.position_records, first.backlog_files) == ("file", "files", 6, 3)
+    assert first.position_records - first.backlog_files == 3  # processed: files logged through logOffset 1
+    assert first.backlog_records == 6 and first.backlog_estimate == "file_listing"  # 3 files x 2 rows (1 file read)
+    assert first.backlog_detail.startswith("positions in files: 4 logged by the checkpoint (3 through logOffset 1)")
+    # The next batch logged its file before the listener ran, and a file arrived: backlog includes both.
+    _log(log_dir, "10", 10, files[4:5])
+    files[6].write_text("{}\n")
+    [second] = reporter.reports(progress(5, _file_source(data, 1, 9, rows=2)))
+    assert (second.position_records, second.backlog_files) == (7, 3)  # processed 4 = 3 + files[3]
+    # A restart reads the same log: the same positions; files logged and deleted since still count.
+    files[0].unlink()
+    [again] = SourceReporter(f"file:{checkpoint}").reports(progress(6, _file_source(data, 9, 10, rows=2)))
+    assert (again.position_records, again.position_records - again.backlog_files) == (7, 5)
+
+
+def test_a_file_source_whose_log_does_not_reach_its_offset_reports_no_positions(tmp_path):
+    data = tmp_path / "in"
+    data.mkdir()
+    (data / "f0.json").write_text("{}\n")
+    [report] = SourceReporter(f"file:{tmp_path / 'elsewhere'}").reports(progress(0, _file_source(data, None, 0, 1)))
+    assert report.position_records is None and report.backlog_files is None and report.backlog_records is None
+    assert "does not reach logOffset 0" in report.backlog_detail and report.backlog_estimate == "unknown"
 
 
 def test_source_kinds():

@@ -195,6 +195,39 @@ def test_a_batch_point_reads_its_positions_from_the_source_reports():
     assert (f.arrived_position, f.processed_position, f.backlog_records) == (None, None, 40)
 
 
+def file_entry(t: int, run: str, files: int, processed: int) -> dict[str, str]:
+    """A file source's report (positions in files, `agent.sources`): 10 files/s arrive, listed at the report."""
+    arrived = 10 * t + 5
+    source = {"description": "FileStreamSource[file:/in]", "kind": "file", "num_input_rows": 100 * files,
+              "end_offset": {"logOffset": t}, "backlog_files": arrived - processed,
+              "backlog_records": 100 * (arrived - processed), "backlog_estimate": "file_listing",
+              "position_records": arrived, "position_unit": "files"}
+    return {"batch_id": str(t), "run_id": run, "num_input_rows": str(100 * files), "published_at": repr(t + 0.5),
+            "timestamp": f"1970-01-01T00:00:{t % 60:02d}Z", "sources": json.dumps([source])}
+
+
+def test_a_file_sources_positions_in_files_give_catch_up_and_recovery():
+    """The old run read 9 of 10 files a second until t=100; the new run, from t=110, 20 per batch."""
+    entries = [file_entry(t, "old", 9 if t else 0, 9 * t) for t in range(0, 101)]
+    entries += [file_entry(109 + k, "new", 20, 900 + 20 * k) for k in range(1, 40)]
+    points = [BatchPoint.from_report(ProgressReport.from_fields(e)) for e in entries]
+    p = points[50]
+    assert (p.processed_position, p.arrived_position, p.backlog_records) == (450, 505, 55)
+    assert p.started_at_s == p.committed_at_s == 50.5  # the listing is the report's, not the trigger's start
+    result = follow_up(timeline(input_at_request=None, input_at_release=None), points, 0.2, 60)
+    # Arrived at the request: 1000 + 10 x 0.8 = 1008 files, covered at 900 + 20 x 6 (t=115).
+    assert result.catch_up_s == pytest.approx(115.5 - REQUEST)
+    # Arrived at the resume: 1010 + 95 x 9.4 / 10 = 1099 (no report while stopped), covered at t=119.
+    assert result.recovery_s == pytest.approx(119.5 - REQUEST)
+    assert "catch_up_s" not in result.not_measured and "recovery_s" not in result.not_measured
+    # A source without positions beside it leaves the point uncounted, as before.
+    rate = {"description": "RateStreamV2", "kind": "rate", "backlog_estimate": "unknown"}
+    mixed = {**file_entry(50, "old", 9, 450)}
+    mixed["sources"] = json.dumps([*json.loads(mixed["sources"]), rate])
+    m = BatchPoint.from_report(ProgressReport.from_fields(mixed))
+    assert (m.processed_position, m.arrived_position) == (None, None)
+
+
 class FakeRedis:
     """XRANGE over a list of (id, fields), ids "<ms>-0" by published time."""
 

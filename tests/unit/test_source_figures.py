@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+from dataclasses import replace
+
 import pytest
 
 from sparkscale.config import AppConfig, PolicyConfig
@@ -138,6 +140,12 @@ def test_file_source_backlog_from_listing_gives_processed_plus_backlog_change():
     assert est.arrival_rate == pytest.approx((400 + 300 - 400) / 15)
     assert est.backlog_records == 300 and est.backlog_estimate == "file_listing"
     assert est.extension()["sources"][0]["detail"] == "3 files x 100 rows"
+    # With positions counted in files (for the migration metrics), the rate is still one of records.
+    counted = [report(r.batch_id, r.at_s, r.num_input_rows, replace(r.sources[0], position_records=10 + i,
+                                                                   position_unit="files"), rate=10.0)
+               for i, r in enumerate(reports)]
+    again = estimate(counted)
+    assert (again.arrival_estimate, again.arrival_rate) == (est.arrival_estimate, est.arrival_rate)
 
 
 def test_a_source_that_tells_nothing_leaves_the_backlog_unknown():

@@ -1,17 +1,21 @@
 """`set_parallelism` of a query: a migration of its state partitions (and, with a shape, of its
 executors), carried out by the migration runner with the configured strategy; the seed's metrics
-of the migration come back as the result's figures (monitors/migration_metrics.py follows the
-query afterwards). Never decides: the planner has already mapped stage wishes to one query."""
+of the migration come back as the result's figures as soon as it is done: the phases' and one look
+at the query's progress, the rest marked pending in the journal for the leading daemon to record
+(monitors/migration_followup.py). Never decides: the planner has already mapped stage wishes to one
+query."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+import time
+from typing import Any, ClassVar
 
+import redis
 import structlog
 
 from sparkscale.actuators.base import ActionResult, ActuationContext, register_actuator
-from sparkscale.actuators.migration import MigrationError, MigrationRunner
-from sparkscale.monitors.migration_metrics import measure_after
+from sparkscale.actuators.migration import Journal, JournalStore, MigrationError, MigrationRunner
+from sparkscale.monitors.migration_followup import FOLLOW_UP, look, mark
 from sparkscale.plan import Action
 
 log = structlog.get_logger(__name__)
@@ -58,7 +62,7 @@ class MigrationActuator:
         figures.update({"migration": journal.id, "strategy": journal.strategy, "phases_s": journal.phase_durations(),
                         "resumed_by": journal.marks.get("resumed_by", []), "status": journal.status})
         if ctx.measure:
-            figures.update(measure_after(ctx.cfg, ctx.app, ctx.redis, journal))
+            figures.update(follow_up_once(ctx, runner.store, journal))
         detail = (f"{journal.query}: {journal.from_partitions} -> {journal.to_partitions} partitions "
                   f"({journal.strategy})")
         if journal.new_shape is not None:
@@ -70,3 +74,20 @@ class MigrationActuator:
                  **{k: v for k, v in figures.items() if not isinstance(v, (dict, list))})
         return ActionResult(action, "done", detail, figures=figures)
 
+
+def follow_up_once(ctx: ActuationContext, store: JournalStore, journal: Journal) -> dict[str, Any]:
+    """The follow-up figures one read of the history knows now, and `follow_up`: "pending" (written
+    to the journal, for the leading daemon to record) or "measured". Never waits: the caller (a
+    manual `migrate`, the daemon's dispatch) holds the app's leader lock until this returns."""
+    now = time.time()
+    try:
+        seen = look(ctx.cfg, ctx.redis, journal, now)
+    except redis.RedisError as exc:
+        log.warning("migration.follow_up_unread", app=ctx.app.name, id=journal.id, error=str(exc))
+        seen = None
+    mark(journal, seen, now)
+    try:
+        store.write(journal)
+    except MigrationError:  # fenced (logged): no longer the leader, whose journal it now is
+        pass
+    return {**(seen.figures if seen else {}), "follow_up": journal.marks[FOLLOW_UP]["status"]}

@@ -5,9 +5,12 @@ source's report carries the best backlog estimate it can give (protocol.queries)
 - offsets that count records: the Redis streams source's `{"ids", "counts"}` (counts = entries ever
   added per stream) and Kafka's `{topic: {partition: offset}}`: backlog = latest - end, position =
   latest; exact;
-- the file source reports no latest offset (null on 4.3.0): its backlog is the files in the source
-  directory that the query's checkpoint has not logged (`sources/<n>`), times the rows per file
-  seen in its batches;
+- the file source reports no latest offset (null on 4.3.0): its positions count files, exactly, from
+  the query's checkpoint log (`sources/<n>`, the same for every run of the query): arrived = files
+  logged + unlogged files in the source directory, processed = files logged through the batch's
+  `logOffset` (= arrived - `backlog_files`); its records are not counted (the log has no sizes or
+  row counts, and `numInputRows` counts a source scanned twice twice), so the backlog in records is
+  the backlog in files times the rows per file seen in its batches, an estimate;
 - anything else: unknown, and said so.
 """
 
@@ -18,8 +21,8 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
-from urllib.parse import urlparse
+from typing import Any, NamedTuple
+from urllib.parse import unquote, urlparse
 
 from sparkscale.protocol.queries import SourceReport
 
@@ -71,13 +74,32 @@ def source_kind(description: str, end_offset: Any) -> str:
     return "other"
 
 
+def log_offset(offset: Any) -> int | None:
+    """The file source's offset `{"logOffset": N}`: N, the batch id of its checkpoint log; None otherwise."""
+    offset = as_json(offset)
+    value = offset.get("logOffset") if isinstance(offset, Mapping) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+class FileReading(NamedTuple):
+    """One file source at one report: positions and backlog count files, the backlog's records are estimated."""
+
+    backlog_records: int | None
+    backlog_files: int | None  # arrived but not logged through the batch's end offset
+    position_files: int | None  # files ever arrived: logged by the checkpoint, or present and not logged yet
+    detail: str
+
+
 class FileBacklog:
-    """Unread files of one file source, from its directory and the query's checkpoint log."""
+    """Files of one file source: its directory listed against the query's checkpoint log."""
 
     def __init__(self, source_dir: str, log_dir: Path):
         self.source_dir = source_dir
         self.log_dir = log_dir
         self.logged: set[str] = set()
+        # Log entries once each: a `.compact` file repeats every entry before it, and Spark deletes
+        # the files it compacted only after a delay, so both may be read.
+        self._entries: set[tuple[str, int]] = set()
         self.files_by_batch: dict[int, int] = {}
         self._read_upto = -1
         self.rows_per_file: float | None = None
@@ -98,32 +120,49 @@ class FileBacklog:
             for line in lines:
                 try:
                     item = json.loads(line)
-                except ValueError:
+                    path, b = unquote(urlparse(item["path"]).path), int(item.get("batchId", batch))
+                except (ValueError, KeyError, TypeError):
                     continue
-                self.logged.add(urlparse(item["path"]).path)
-                b = int(item.get("batchId", batch))
-                self.files_by_batch[b] = self.files_by_batch.get(b, 0) + 1
+                if (path, b) not in self._entries:
+                    self._entries.add((path, b))
+                    self.logged.add(path)
+                    self.files_by_batch[b] = self.files_by_batch.get(b, 0) + 1
             self._read_upto = batch
 
-    def report(self, batch_id: int, rows_in_batch: int) -> tuple[int | None, int | None, str]:
-        """(backlog records, backlog files, detail)."""
+    def _logged_through(self, log_batch: int | None) -> int:
+        return 0 if log_batch is None else sum(n for b, n in self.files_by_batch.items() if b <= log_batch)
+
+    def report(self, start_offset: Any, end_offset: Any, rows_in_batch: int) -> FileReading:
+        """Positions and backlog after the batch that read (start_offset, end_offset]."""
         local = urlparse(self.source_dir)
         if local.scheme not in ("", "file"):
-            return None, None, f"file source on {local.scheme}: only local directories are listed"
+            return FileReading(None, None, None,
+                               f"file source on {local.scheme}: only local directories are listed")
+        end = log_offset(end_offset)
+        if end is None:
+            return FileReading(None, None, None, f"file source end offset {end_offset!r} has no logOffset")
         self._read_log()
-        files = self.files_by_batch.get(batch_id, 0)
+        if end > self._read_upto:  # Spark logs a batch's files before it runs it
+            return FileReading(None, None, None, f"the checkpoint log {self.log_dir} does not reach logOffset {end}")
+        processed = self._logged_through(end)
+        files = processed - self._logged_through(log_offset(start_offset))
         if files and rows_in_batch:
             self.rows_per_file = rows_in_batch / files
         try:
             present = [e.path for e in os.scandir(local.path)
                        if e.is_file() and not e.name.startswith((".", "_"))]
         except OSError as exc:
-            return None, None, f"cannot list {local.path}: {exc}"
+            return FileReading(None, None, None, f"cannot list {local.path}: {exc}")
         unread = sum(1 for p in present if os.path.abspath(p) not in self.logged)
+        arrived = len(self._entries) + unread
+        behind = arrived - processed  # unlogged files, and files logged for a later batch
+        basis = (f"positions in files: {len(self._entries)} logged by the checkpoint ({processed} through "
+                 f"logOffset {end}) + {unread} unread")
         if self.rows_per_file is None:
-            return (0 if unread == 0 else None), unread, f"{unread} unread files; rows per file not seen yet"
-        records = round(unread * self.rows_per_file)
-        return records, unread, f"{unread} unread files x {self.rows_per_file:.1f} rows per file"
+            return FileReading(0 if behind == 0 else None, behind, arrived,
+                               f"{basis}; {behind} files behind, rows per file not seen yet")
+        return FileReading(round(behind * self.rows_per_file), behind, arrived,
+                           f"{basis}; {behind} files behind x {self.rows_per_file:.1f} rows per file")
 
 
 class SourceReporter:
@@ -136,10 +175,10 @@ class SourceReporter:
     def reports(self, progress: Any) -> list[SourceReport]:
         out = []
         for index, s in enumerate(progress.sources or []):
-            out.append(self._report(index, s, progress.batchId))
+            out.append(self._report(index, s))
         return out
 
-    def _report(self, index: int, s: Any, batch_id: int) -> SourceReport:
+    def _report(self, index: int, s: Any) -> SourceReport:
         description = str(s.description)
         kind = source_kind(description, s.endOffset)
         base: dict[str, Any] = {
@@ -161,10 +200,10 @@ class SourceReporter:
             if files is None:
                 log_dir = Path(urlparse(self.checkpoint).path) / "sources" / str(index)
                 files = self._files[index] = FileBacklog(match.group("path"), log_dir)
-            records, unread, detail = files.report(batch_id, base["num_input_rows"])
-            return SourceReport(**base, backlog_records=records, backlog_files=unread,
-                                backlog_estimate="file_listing" if records is not None else "unknown",
-                                backlog_detail=detail)
+            r = files.report(s.startOffset, s.endOffset, base["num_input_rows"])
+            return SourceReport(**base, backlog_records=r.backlog_records, backlog_files=r.backlog_files,
+                                backlog_estimate="file_listing" if r.backlog_records is not None else "unknown",
+                                backlog_detail=r.detail, position_records=r.position_files, position_unit="files")
         return SourceReport(**base, backlog_estimate="unknown",
                             backlog_detail=f"{kind} source reports no backlog")
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from typing import Any
 
 import click
 import redis
@@ -158,7 +159,32 @@ def explain(cfg: Config, decision_id: str, as_json: bool) -> None:
                    f"(key prefix {cfg.redis.key_prefix!r}): unknown id, or trimmed since "
                    f"(action_log.max_entries, action_log.max_age_days)", err=True)
         sys.exit(EXIT_CONFIG)
-    click.echo(explain_json(logged, snapshot) if as_json else explain_text(logged, snapshot))
+    follow = migration_follow_ups(cfg, log.client, logged)
+    click.echo(explain_json(logged, snapshot, follow) if as_json else explain_text(logged, snapshot, follow))
+
+
+def migration_follow_ups(cfg: Config, client: redis.Redis, logged: Any) -> dict[str, Any]:
+    """The follow-up figures of the migrations the decision carried out that were pending when its
+    results were logged: as the app's journal holds them now, or measured now from the history."""
+    from kazoo.exceptions import KazooException
+    from kazoo.handlers.threading import KazooTimeoutError
+
+    from sparkscale import zkconn
+    from sparkscale.actuators.migration import JournalStore
+    from sparkscale.daemon.followup import follow_ups, pending_migrations
+
+    wanted = pending_migrations(logged.results or ())
+    if not wanted:
+        return {}
+    zk = zkconn.client(cfg.zookeeper)
+    try:
+        zk.start(timeout=10)
+        journal = JournalStore(zk, cfg.zookeeper.root, logged.decision.app).read()
+    except (KazooTimeoutError, KazooException) as exc:
+        return {m: f"not known: ZooKeeper at {cfg.zookeeper.hosts} is unreachable ({exc})" for m in wanted}
+    finally:
+        zk.stop()
+    return follow_ups(cfg, client, journal, wanted, time.time())
 
 
 @click.command("blocklist")

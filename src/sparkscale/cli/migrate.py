@@ -15,6 +15,7 @@ import click
 from sparkscale.actuators.migration import registered_strategies
 from sparkscale.cli.common import EXIT_CONFIG, config_options, leader_lock_or_exit, require_app, zk_or_exit
 from sparkscale.config import Config
+from sparkscale.monitors.migration_followup import FIGURES, FOLLOW_UP, PENDING, shown
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
@@ -41,7 +42,8 @@ if TYPE_CHECKING:
 @click.option("--abort", "abort_id", default=None, metavar="ID",
               help="Undo the journaled migration ID: back to its old partitions where safe, else forward; "
                    "the query running and its sources resumed either way.")
-@click.option("--list", "list_open", is_flag=True, help="List the journaled migrations that are not done.")
+@click.option("--list", "list_open", is_flag=True,
+              help="List the journaled migrations that are not done, and the follow-up figures of a done one.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON line per phase, then the result.")
 @click.option("--timeout-s", type=float, default=900.0, show_default=True, help="How long to wait for the end.")
 def migrate_command(cfg: Config, app_name: str | None, query: str | None, partitions: int | None,
@@ -112,9 +114,13 @@ class Progress:
             click.echo(json.dumps({"ok": ok, "detail": detail, "figures": figures}, default=str))
         else:
             click.echo(f"{'done' if ok else 'NOT done'}: {detail}")
+            pending = (figures or {}).get(FOLLOW_UP) == PENDING
             for key, value in (figures or {}).items():
-                if not isinstance(value, (dict, list)):
+                if not isinstance(value, (dict, list)) and not (pending and value is None and key in FIGURES):
                     click.echo(f"  {key:<18} {value}")
+            if pending:  # the migration is done; what follows it is measured without keeping the caller
+                click.echo("  catch-up, recovery and stabilisation come later: `sparkscale migrate --list` shows "
+                           "them (and `sparkscale explain` this decision)")
         sys.exit(0 if ok else 1)
 
 
@@ -238,23 +244,27 @@ def find_journal(zk: KazooClient, cfg: Config, app_name: str | None, migration_i
 
 
 def list_migrations(cfg: Config, app_name: str | None, as_json: bool) -> None:
-    """`--list`: each app's journaled migration that is not done (each app keeps its last one)."""
+    """`--list`: each app's journaled migration that is not done, or done with follow-up figures
+    (each app keeps its last one); figures still pending are measured now from the history."""
     import time
 
     from sparkscale.actuators.migration import JournalStore
     from sparkscale.daemon.operator_view import migration_dict, migrations_table
+    from sparkscale.redisconn import connect
 
     names = [require_app(cfg, app_name).app(app_name).name] if app_name is not None else [a.name for a in cfg.apps]
     zk = zk_or_exit(cfg)
     try:
         journals = [j for name in names if (j := JournalStore(zk, cfg.zookeeper.root, name).read()) is not None
-                    and j.status != "done"]
+                    and (j.status != "done" or FOLLOW_UP in j.marks)]
     finally:
         zk.stop()
+    now, client = time.time(), connect(cfg.redis)  # connects on a pending follow-up's read only
+    follow_ups = {j.id: shown(cfg, client, j, now) for j in journals}
     if as_json:
-        click.echo(json.dumps([migration_dict(j) for j in journals], indent=2))
+        click.echo(json.dumps([migration_dict(j, follow_ups[j.id]) for j in journals], indent=2, default=str))
     else:
-        click.echo(migrations_table(journals, time.time()))
+        click.echo(migrations_table(journals, now, follow_ups))
 
 
 # -- the two paths --------------------------------------------------------------------------------

@@ -356,8 +356,9 @@ class MigrationConfig(_Section):
     stable_tolerance: float = Field(0.2, gt=0, lt=1)
     # ... for this long (the paper's 60 s); the figure is the start of that window, from the request.
     stable_window_s: float = Field(60.0, gt=0)
-    # After a migration ends, follow the query at most this long until catch-up, recovery and
-    # stabilisation are known (they are dated from the request: the batches since then are read too).
+    # After a migration ends, wait at most this long for catch-up, recovery and stabilisation (the
+    # leading daemon records them in the journal; they are dated from the request: the batches since
+    # then are read too). The migration itself returns once done, without waiting for them.
     measure_timeout_s: float = Field(300.0, gt=0)
 
     @field_validator("strategy")

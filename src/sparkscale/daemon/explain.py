@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from sparkscale.daemon.action_log import ActionLog, LoggedDecision
+from sparkscale.daemon.operator_view import follow_up_lines
 from sparkscale.plan import table_lines
 from sparkscale.snapshot import Snapshot, SnapshotError
 from sparkscale.snapshot_merge import QUERY_SEPARATOR, query_names, split_operator
@@ -60,21 +61,28 @@ def kept_snapshot(log: ActionLog, logged: LoggedDecision) -> Snapshot | str | No
         return f"kept, but unreadable: {exc}"
 
 
-def explain_dict(logged: LoggedDecision, snapshot: Snapshot | str | None) -> dict[str, Any]:
-    """The whole record (`sparkscale actions --json`'s shape) and the kept snapshot, for `--json`."""
+def explain_dict(logged: LoggedDecision, snapshot: Snapshot | str | None,
+                 follow_ups: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The whole record (`sparkscale actions --json`'s shape), the kept snapshot and the follow-up
+    figures of its migrations that were pending when logged (`daemon.followup.follow_ups`), for `--json`."""
     out = logged.to_dict()
+    if follow_ups:
+        out["follow_ups"] = dict(follow_ups)
     out["snapshot"] = snapshot.to_dict() if isinstance(snapshot, Snapshot) else None
     if isinstance(snapshot, str):
         out["snapshot_error"] = snapshot
     return out
 
 
-def explain_json(logged: LoggedDecision, snapshot: Snapshot | str | None) -> str:
-    return json.dumps(explain_dict(logged, snapshot), indent=2, default=str)
+def explain_json(logged: LoggedDecision, snapshot: Snapshot | str | None,
+                 follow_ups: Mapping[str, Any] | None = None) -> str:
+    return json.dumps(explain_dict(logged, snapshot, follow_ups), indent=2, default=str)
 
 
-def explain_text(logged: LoggedDecision, snapshot: Snapshot | str | None = None) -> str:
-    """Everything behind one decision, for people: sections separated by a blank line."""
+def explain_text(logged: LoggedDecision, snapshot: Snapshot | str | None = None,
+                 follow_ups: Mapping[str, Any] | None = None) -> str:
+    """Everything behind one decision, for people: sections separated by a blank line. `follow_ups`:
+    migration id -> its follow-up figures found since (a dict) or why they are not known."""
     rec = logged.decision
     plan = rec.plan
     leader = rec.daemon or "-"
@@ -101,7 +109,7 @@ def explain_text(logged: LoggedDecision, snapshot: Snapshot | str | None = None)
     sections.append(["explanation:", *(f"  {line}" for line in plan.explanation or ("-",))])
     sections.append(_observation(logged))
     sections.append(_expectation(logged))
-    sections.append(_results(logged))
+    sections.append(_results(logged, follow_ups or {}))
     sections.append(_snapshot(snapshot))
     return "\n\n".join("\n".join(section) for section in sections)
 
@@ -145,7 +153,7 @@ def _expectation(logged: LoggedDecision) -> list[str]:
     return lines
 
 
-def _results(logged: LoggedDecision) -> list[str]:
+def _results(logged: LoggedDecision, follow_ups: Mapping[str, Any]) -> list[str]:
     rec = logged.decision
     if logged.results is None:
         if rec.mode in ("acted", "manual") and rec.plan.changes:
@@ -162,6 +170,13 @@ def _results(logged: LoggedDecision) -> list[str]:
             lines.append("    figures:")
             lines += _pairs([(k, _num(v) if isinstance(v, (int, float)) else json.dumps(v, default=str))
                              for k, v in r.figures.items()], indent=6)
+            follow_up = follow_ups.get(str(r.figures.get("migration")))
+            if isinstance(follow_up, Mapping):
+                lines += ["    follow-up (seconds from the request):",
+                          *(f"    {line}" for line in follow_up_lines(str(r.figures["migration"]), dict(follow_up),
+                                                                       lambda t: f"at {_when(t)}"))]
+            elif follow_up is not None:
+                lines.append(f"    follow-up: {follow_up}")
     if not logged.results:
         lines.append("  (no action was carried out)")
     return lines

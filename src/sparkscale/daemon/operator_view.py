@@ -6,7 +6,7 @@ Pure: the CLI reads Redis and ZooKeeper and hands the records here.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -14,6 +14,7 @@ from typing import Any
 from sparkscale.actuators.migration import Journal, operator_commands
 from sparkscale.daemon.action_log import BlocklistEntry, LoggedDecision
 from sparkscale.daemon.status import AppStatus, age
+from sparkscale.monitors.migration_followup import FIGURES, MEASURED, PENDING
 from sparkscale.plan import table_lines
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d)$")
@@ -120,18 +121,22 @@ def blocklist_table(entries: Sequence[BlocklistEntry], now: float) -> str:
     return "\n".join(table_lines(["APP", "DIAGNOSIS", "ACTION", "EXPIRES IN", "DECISION", "REASON"], rows))
 
 
-def migration_dict(journal: Journal) -> dict[str, Any]:
-    """One journaled migration for `migrate --list --json`: where it is and, if open, how to go on."""
+def migration_dict(journal: Journal, follow_up: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One journaled migration for `migrate --list --json`: where it is, if open how to go on, and
+    its follow-up figures (`migration_followup.shown`) if it has them."""
     resume, abort = operator_commands(journal)
     return {"app": journal.app, "id": journal.id, "query": journal.query, "strategy": journal.strategy,
             "from_partitions": journal.from_partitions, "to_partitions": journal.to_partitions,
             "status": journal.status, "phase_reached": journal.phase_reached, "next": journal.next,
             "requested_at": journal.requested_at, "detail": journal.detail,
-            "commands": {"resume": resume, "abort": abort} if journal.open else None}
+            "commands": {"resume": resume, "abort": abort} if journal.open else None,
+            **({"follow_up": follow_up} if follow_up is not None else {})}
 
 
-def migrations_table(journals: Sequence[Journal], now: float) -> str:
-    """`sparkscale migrate --list`: journaled migrations that are not done, and how to go on."""
+def migrations_table(journals: Sequence[Journal], now: float,
+                     follow_ups: dict[str, dict[str, Any] | None] | None = None) -> str:
+    """`sparkscale migrate --list`: journaled migrations that are not done (and done ones with
+    follow-up figures), how to go on, and the follow-up figures."""
     if not journals:
         return "no journaled migration that is not done"
     rows = [[j.app, j.id, j.query, f"{j.from_partitions} -> {j.to_partitions}", j.strategy, j.status,
@@ -139,7 +144,30 @@ def migrations_table(journals: Sequence[Journal], now: float) -> str:
     table = table_lines(["APP", "MIGRATION", "QUERY", "PARTITIONS", "STRATEGY", "STATUS", "REACHED", "AT",
                          "REQUESTED", "DETAIL"], rows)
     hints = [f"  {j.id}: {' | '.join(operator_commands(j))}" for j in journals if j.open]
-    return "\n".join([*table, *(["", "to go on:", *hints] if hints else [])])
+    figures = [line for migration, f in (follow_ups or {}).items() if f
+               for line in follow_up_lines(migration, f, lambda t: age(t, now))]
+    return "\n".join([*table, *(["", "to go on:", *hints] if hints else []),
+                      *(["", "follow-up figures (seconds from the request):", *figures] if figures else [])])
+
+
+def follow_up_lines(migration: str, follow_up: dict[str, Any],
+                    when: Callable[[float | None], str]) -> list[str]:
+    """A migration's follow-up figures: recorded (`when(measured_at)`: "12 s ago", "at <UTC>"), or
+    measured now (provisional: more may come)."""
+    status = follow_up.get("status")
+    if status == MEASURED:
+        how = f"measured {when(follow_up.get('measured_at'))}"
+    elif status == PENDING:
+        how = f"pending ({follow_up.get('error', 'not measured yet')})"
+    elif status == "provisional":
+        how = "provisional, measured now from the progress history (more may come; not recorded yet)"
+    else:
+        how = f"{status} from the progress history (final, not recorded yet)"
+    values = ", ".join(f"{k} {'-' if follow_up[k] is None else follow_up[k]}" for k in FIGURES if k in follow_up)
+    lines = [f"  {migration} {how}" + (f": {values}" if values else "")]
+    if follow_up.get("not_measured"):
+        lines.append(f"    not measured: {follow_up['not_measured']}")
+    return lines
 
 
 def _clip(text: str, width: int) -> str:

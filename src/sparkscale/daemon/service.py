@@ -10,6 +10,7 @@ A cycle for one app (the daemon owns time; each stage below is a module of its o
    no live query, only `migrate --resume|--abort ID` (a stranded migration's query is stopped);
 4. evaluate: judge earlier executed actions whose due time has come (evaluator.py), blocking
    what their policy's semantics say (the blocklist, in Redis) and learning the app's scalability;
+   with no action under way, record a done migration's follow-up figures once known (followup.py);
 5. plan: `planner.decide_app` over all the app's queries (policy, guards, blocklist, Spark mapping),
    with the app's typed decision history (past decisions, blocklist, last action, migration state);
 6. execute (leader, not dry-run): the decision is logged first; its actions are carried out in
@@ -42,7 +43,7 @@ from kazoo.client import KazooState
 from sparkscale.actuators.base import ActuationContext
 from sparkscale.actuators.migration import Journal, JournalStore
 from sparkscale.config import AppConfig, Config, ConfigError, load_config
-from sparkscale.daemon import manual
+from sparkscale.daemon import followup, manual
 from sparkscale.daemon import status as app_status
 from sparkscale.daemon.action_log import (
     ActionLog,
@@ -230,8 +231,7 @@ class Daemon:
     def _watchdog(self) -> None:
         """Ping systemd's watchdog only while no cycle is stuck (a hung loop gets restarted)."""
         limit_s = max(2 * self.cfg.actuator.ack_timeout_s + self.cfg.actuator.confirm_timeout_s,
-                      # a migration: up to 8 phases, then following the query to measure it
-                      8 * self.cfg.migration.phase_timeout_s + self.cfg.migration.measure_timeout_s,
+                      8 * self.cfg.migration.phase_timeout_s,  # a migration: its follow-up is the cycle's (followup.py)
                       ) + 3 * self.cfg.loop.interval_s + 60
         now = time.monotonic()
         stuck = [name for name, st in self._state.items()
@@ -315,6 +315,8 @@ class Daemon:
 
         # Monitor -> snapshot -> planner (policy -> guards -> blocklist -> Spark mapping) -> plan.
         journal = self._read_journal(app.name)
+        if leader and st.in_flight is None:  # a done migration's pending figures (no action writes the journal now)
+            journal = followup.finish(self.cfg, self.zk, self.redis, election.epoch, journal)
         partitions = {s.query: query_partitions(self.redis, self.cfg.redis.key_prefix, app.name, s.query,
                                                 app.shuffle_partitions) for s in snapshots}
         queries = tuple(app_status.query_view(s, partitions[s.query]) for s in snapshots)

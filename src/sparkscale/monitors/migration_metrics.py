@@ -27,6 +27,7 @@ import structlog
 from sparkscale.config import AppConfig, Config
 from sparkscale.monitors.progress_reports import ProgressReport
 from sparkscale.protocol.keys import progress_history_key
+from sparkscale.protocol.queries import SourceReport
 
 if TYPE_CHECKING:
     from sparkscale.actuators.migration.journal import Journal
@@ -44,11 +45,12 @@ class BatchPoint:
     """One batch of the query, from its progress report."""
 
     committed_at_s: float  # the agent published its progress, right after the commit: its output is out
-    started_at_s: float  # the trigger's start, when the sources reported their latest offsets
+    started_at_s: float  # when `arrived_position` was taken: the trigger's start; a file source's listing: the report
     run_id: str
     rows: int  # input rows of the batch: what it processed and output
-    processed_position: int | None  # records up to the end offsets, all sources; None: offsets do not count
-    arrived_position: int | None  # records ever arrived (latest offsets) at the trigger's start
+    # Positions: each source's own unit (`SourceReport.position_unit`: records; files for a file source), summed.
+    processed_position: int | None  # up to the end offsets, all sources; None: offsets do not count
+    arrived_position: int | None  # ever arrived (latest offsets, a file source's listing)
     backlog_records: int | None  # arrived but not processed (all sources); None: some source cannot tell
     source_kinds: tuple[str, ...] = ()
 
@@ -56,6 +58,12 @@ class BatchPoint:
     def from_report(cls, report: ProgressReport) -> BatchPoint:
         committed = report.published_at_s or report.at_s or 0.0
         sources = report.sources
+        parts = [p for s in sources if (p := _positions(s)) is not None]
+        if any(s.kind == "file" for s in sources) and len(parts) == len(sources):
+            processed, arrived, behind = (sum(column) for column in zip(*parts))
+            return cls(committed_at_s=committed, started_at_s=committed, run_id=report.run_id,
+                       rows=report.num_input_rows, processed_position=processed, arrived_position=arrived,
+                       backlog_records=behind, source_kinds=tuple(s.kind for s in sources))
         counted = bool(sources) and all(s.backlog_estimate == "source_offsets" and s.position_records is not None
                                         and s.backlog_records is not None for s in sources)
         arrived = sum(s.position_records or 0 for s in sources) if counted else None
@@ -69,6 +77,20 @@ class BatchPoint:
         return cls(committed_at_s=committed, started_at_s=report.at_s or committed, run_id=report.run_id,
                    rows=report.num_input_rows, processed_position=processed, arrived_position=arrived,
                    backlog_records=backlog, source_kinds=tuple(s.kind for s in sources))
+
+
+def _positions(source: SourceReport) -> tuple[int, int, int] | None:
+    """(processed, arrived, backlog) of one source in its own unit, where it reports positions: offsets
+    that count records, or a file source's files (processed = arrived - `backlog_files`)."""
+    arrived = source.position_records
+    if arrived is None:
+        return None
+    if source.kind == "file" and source.position_unit == "files" and source.backlog_files is not None:
+        return arrived - source.backlog_files, arrived, source.backlog_files
+    if source.backlog_estimate == "source_offsets" and source.backlog_records is not None:
+        end = record_total(source.end_offset)
+        return (arrived - source.backlog_records if end is None else end), arrived, source.backlog_records
+    return None
 
 
 def record_total(offset: Any) -> int | None:
@@ -302,21 +324,33 @@ def measure_after(cfg: Config, app: AppConfig, redis_client: redis.Redis, journa
                   sample_s: float = 1.0) -> dict[str, Any]:
     """Follow the query once the migration ended until restore, catch-up, recovery and stabilisation
     are known (`follow_up` over the batches since `LOOKBACK_S` before the request), at most
-    `migration.measure_timeout_s`; what was not reached by then is None, and said so."""
+    `migration.measure_timeout_s`; what was not reached by then is None, and said so. Blocks: the
+    benchmarks' (the actuator looks once and leaves the rest to `migration_followup`)."""
     mcfg = cfg.migration
     timeline = timeline_of(journal)
-    reader = HistoryReader(redis_client, progress_history_key(cfg.redis.key_prefix, app.name, journal.query),
-                           timeline.requested_at_s - LOOKBACK_S)
+    reader = history_reader(cfg, app.name, redis_client, journal)
     deadline = time.monotonic() + mcfg.measure_timeout_s
     while True:
         result = follow_up(timeline, reader.read(), mcfg.stable_tolerance, mcfg.stable_window_s)
         if result.complete or time.monotonic() >= deadline:
             break
         time.sleep(sample_s)  # the agent publishes once per batch: no need to read faster
+    return followup_figures(result, journal, mcfg.measure_timeout_s)
+
+
+def history_reader(cfg: Config, app_name: str, redis_client: redis.Redis, journal: Journal) -> HistoryReader:
+    """The migrated query's history from `LOOKBACK_S` before the request (the old run's batches too)."""
+    return HistoryReader(redis_client, progress_history_key(cfg.redis.key_prefix, app_name, journal.query),
+                         journal.requested_at - LOOKBACK_S)
+
+
+def followup_figures(result: FollowUp, journal: Journal, timeout_s: float | None) -> dict[str, Any]:
+    """`result`'s figures and the journal's replayed records. With `timeout_s` the follow-up has
+    ended: a figure not reached is None and said so; without, it may still come."""
     notes = dict(result.not_measured)
     for name in ("catch_up_s", "recovery_s", "stabilization_s"):
-        if getattr(result, name) is None and name not in notes:
-            notes[name] = f"not reached within measure_timeout_s ({mcfg.measure_timeout_s:g} s) after the migration"
+        if timeout_s is not None and getattr(result, name) is None and name not in notes:
+            notes[name] = f"not reached within measure_timeout_s ({timeout_s:g} s) after the migration"
     figures = FollowUp(result.restore_s, result.catch_up_s, result.recovery_s, result.stabilization_s,
                        result.stabilization_basis, notes, result.complete).figures()
     figures["replayed_records"] = journal.marks.get("replayed_records")

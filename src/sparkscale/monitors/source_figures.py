@@ -228,7 +228,9 @@ def _backlog_of(report: ProgressReport) -> int | None:
 
 
 def _positions_of(report: ProgressReport) -> int | None:
-    if not report.sources or any(s.position_records is None for s in report.sources):
+    """Records ever arrived over all sources; None unless every source counts records (a file
+    source's positions count files: an arrival rate in files per second is no record rate)."""
+    if not report.sources or any(s.position_records is None or s.position_unit != "records" for s in report.sources):
         return None
     return sum(int(s.position_records or 0) for s in report.sources)
 

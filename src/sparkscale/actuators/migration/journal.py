@@ -248,7 +248,7 @@ def phase_metrics(journal: Journal) -> dict[str, Any]:
     applicable to the strategy, or not known, then with the reason under `not_measured`). Restore
     ends at the new run's first output (`first_output_at`, for every strategy), never at a phase;
     catch-up, recovery and stabilisation need the query's progress afterwards
-    (`sparkscale.monitors.migration_metrics.measure_after`).
+    (`sparkscale.monitors.migration_followup`).
 
     The wait for the running batch to end is `boundary_wait_s` for every strategy (DCR's drain,
     inside CCR's stop, none for DSM's abort), counted in `drain_s` (DCR) and `capture_s` (CCR) alike
