@@ -136,6 +136,31 @@ def _uncommitted_at(checkpoint: Path, partitions: int) -> int:
     return offsets[-1] - commits[-1]
 
 
+def last_committed_batch(checkpoint: Path) -> int | None:
+    """The newest batch of the checkpoint's commit log; None: nothing was ever committed."""
+    commits = _log_batches(checkpoint, "commits")
+    return commits[-1] if commits else None
+
+
+def repair_first_batch(checkpoint: Path) -> str | None:
+    """Make a checkpoint whose first batch never committed startable again; what was done, or None.
+
+    A run stopped (or crashed) inside batch 0 leaves its offsets and the state its finished tasks
+    wrote, and no commit. Spark 4.3 then refuses to start it (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY:
+    the state location "should be empty on batch 0"). Nothing of that state was committed, so it is
+    set aside (`state` -> `state.batch0-<time>.discarded`); the offsets stay, so the restart runs
+    batch 0 again over the same input, under the same id."""
+    state = checkpoint / "state"
+    if last_committed_batch(checkpoint) is not None or not _log_batches(checkpoint, "offsets"):
+        return None
+    if not state.is_dir() or not any(state.iterdir()):
+        return None
+    aside = checkpoint / f"state.batch0-{int(time.time())}.discarded"
+    os.replace(state, aside)
+    return (f"batch 0 never committed and left state behind, which Spark refuses on batch 0: set it aside "
+            f"as {aside.name}; batch 0 runs again over the same offsets")
+
+
 def uncommitted_batches(checkpoint: Path) -> int:
     """Batches whose offsets are logged but whose commit is not: a stop that landed inside a batch."""
     return len(_pending_batches(checkpoint))

@@ -39,8 +39,14 @@ class StartedQuery:
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     handles: list[weakref.ref] = field(default_factory=list)
+    checkpoint: str | None = None  # the checkpoint root Spark resolved at the first start
 
     def restart(self) -> StreamingQuery:
+        if self.checkpoint is not None:
+            # Pinned: an unnamed query's checkpoint under spark.sql.streaming.checkpointLocation is a
+            # new random directory at each start (StreamingQueryManager.createQuery), which would
+            # restart it without its state and offsets. The root it ran on is the one it resumes.
+            self.writer.option("checkpointLocation", self.checkpoint)
         query = getattr(self.writer, f"_sparkscale_original_{self.method}")(*self.args, **self.kwargs)
         for ref in list(self.handles):
             handle = ref()
@@ -69,8 +75,9 @@ class QueryHooks:
                query: StreamingQuery) -> None:
         name = query.name or str(query.id)
         first = not self.started
+        checkpoint = _resolved_checkpoint(query)
         with self._lock:
-            self.started[name] = StartedQuery(name, writer, method, args, kwargs, [weakref.ref(query)])
+            self.started[name] = StartedQuery(name, writer, method, args, kwargs, [weakref.ref(query)], checkpoint)
         log.info("agent.query_seen", query=name, id=str(query.id), method=method)
         for listener in list(self.on_record):
             listener(name)
@@ -114,6 +121,16 @@ class QueryHooks:
                     return False
                 self._lock.wait(_WAIT_SLICE_S if remaining is None else min(remaining, _WAIT_SLICE_S))
         return not self.stopping.is_set()
+
+
+def _resolved_checkpoint(query: StreamingQuery) -> str | None:
+    """The query's checkpoint root as Spark resolved it; None for a temporary one (deleted on stop)
+    or where it cannot be read (another wrapper)."""
+    try:
+        root = str(query._jsq.streamingQuery().resolvedCheckpointRoot())
+    except Exception:  # noqa: BLE001 - Spark Connect or a mock: restart as the user's writer says
+        return None
+    return None if root.rstrip("/").rsplit("/", 1)[-1].startswith("temporary-") else root
 
 
 HOOKS = QueryHooks()

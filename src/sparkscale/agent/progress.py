@@ -10,6 +10,7 @@ query's progress keys (`protocol.keys.progress_key` and its `:history` stream), 
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -20,7 +21,7 @@ import redis
 import structlog
 from pyspark.sql.streaming import StreamingQueryListener
 
-from sparkscale.agent.checkpoint import state_store_provider
+from sparkscale.agent.checkpoint import last_committed_batch, state_store_provider
 from sparkscale.agent.hooks import QueryHooks
 from sparkscale.agent.sources import SourceReporter, as_json
 from sparkscale.protocol.keys import progress_key
@@ -29,6 +30,8 @@ from sparkscale.protocol.queries import RELOAD_FIGURES_RESET_BY, STATE_LOAD_FIEL
 log = structlog.get_logger(__name__)
 
 HISTORY_MAXLEN = 1000
+SESSION_CHECKPOINT_CONF = "spark.sql.streaming.checkpointLocation"
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 class ProgressPublisher(StreamingQueryListener):
@@ -74,8 +77,20 @@ class ProgressPublisher(StreamingQueryListener):
             state_partitions=previous.state_partitions if previous else None, updated_at=time.time(), error=error,
             trigger_interval_s=trigger_s,
             state_store_provider=_provider(checkpoint) or (previous.state_store_provider if previous else None),
+            source_descriptions=previous.source_descriptions if previous else (),
+            # A batch committed before (this run or an earlier one, as the checkpoint's commit log says).
+            committed=(previous is not None and previous.committed) or _has_commit(checkpoint),
+            session_checkpoint=name is None and session_checkpoint(self._session_root(), checkpoint),
         )
         return info
+
+    def _session_root(self) -> str | None:
+        if self._spark is None:
+            return None
+        try:
+            return self._spark.conf.get(SESSION_CHECKPOINT_CONF, None)
+        except Exception:  # noqa: BLE001 - no session conf to read: no session default
+            return None
 
     def publish_info(self, info: QueryInfo) -> None:
         self._infos[info.name] = info
@@ -136,12 +151,17 @@ class ProgressPublisher(StreamingQueryListener):
             partitions = fields.get("state_partitions")
             restartable = self._hooks is not None and label in self._hooks.started
             provider = _provider(info.checkpoint) or info.state_store_provider
+            descriptions = tuple(r.description for r in reports)
+            # A progress event follows the batch's commit: from now on a stop leaves a checkpoint
+            # Spark restarts from (agent.queries refuses a stop before it).
             if (info.pausable, info.sources, info.state_partitions, info.run_id, info.restartable,
-                    info.state_store_provider) != (pausable, tuple(r.kind for r in reports), partitions,
-                                                   str(progress.runId), restartable, provider):
+                    info.state_store_provider, info.source_descriptions, info.committed) != (
+                    pausable, tuple(r.kind for r in reports), partitions, str(progress.runId), restartable,
+                    provider, descriptions, True):
                 info = replace(info, pausable=pausable, sources=tuple(r.kind for r in reports),
                                state_partitions=partitions, run_id=str(progress.runId), updated_at=time.time(),
-                               restartable=restartable, status="active", state_store_provider=provider)
+                               restartable=restartable, status="active", state_store_provider=provider,
+                               source_descriptions=descriptions, committed=True)
                 self.publish_info(info)
         except Exception as exc:  # noqa: BLE001 - a listener that raises is dropped by Spark
             log.warning("agent.progress_publish_failed", error=str(exc))
@@ -162,6 +182,24 @@ class ProgressPublisher(StreamingQueryListener):
             self.publish_info(updated)
         except Exception as exc:  # noqa: BLE001 - a listener that raises is dropped by Spark
             log.warning("agent.query_info_failed", error=str(exc))
+
+
+def _has_commit(checkpoint: str | None) -> bool:
+    """The (local) checkpoint's commit log holds a batch."""
+    if not checkpoint:
+        return False
+    path = urlparse(checkpoint)
+    return path.scheme in ("", "file") and last_committed_batch(Path(path.path)) is not None
+
+
+def session_checkpoint(session_root: str | None, checkpoint: str | None) -> bool:
+    """Spark put an unnamed query's checkpoint under the session's checkpointLocation in a random
+    directory (`<root>/<uuid>`, a new one at every start: StreamingQueryManager.createQuery)."""
+    if not session_root or not checkpoint:
+        return False
+    root, path = urlparse(session_root).path.rstrip("/"), urlparse(checkpoint).path.rstrip("/")
+    parent, _, leaf = path.rpartition("/")
+    return parent == root and _UUID.fullmatch(leaf) is not None
 
 
 def _provider(checkpoint: str | None) -> str | None:

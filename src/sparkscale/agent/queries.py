@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 import redis
+import structlog
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
@@ -23,6 +24,8 @@ from sparkscale.agent.checkpoint import (
     InterruptedOutput,
     _state_partitions,
     fill_file_sink_log,
+    last_committed_batch,
+    repair_first_batch,
     repartition_state,
     uncommitted_batches,
 )
@@ -34,6 +37,8 @@ from sparkscale.protocol.commands import Command
 from sparkscale.protocol.keys import partitions_key, paused_key
 from sparkscale.protocol.queries import read_queries
 from sparkscale.protocol.streams import stored_partitions
+
+log = structlog.get_logger(__name__)
 
 STOP_QUERY_DEFAULT_TIMEOUT_S = 60.0
 IDLE_TRIGGER_WAIT_S = 10.0  # how long a query whose sources cannot pause is watched for an idle trigger
@@ -149,6 +154,7 @@ class QueryControl:
             return {"query": name, "stopped": False, "already_stopped": True}
         held_as = query.name or name
         checkpoint = self.checkpoint_of(held_as, query)
+        self._refuse_before_first_commit(name, checkpoint)
         pausable = self.pausable(query)
         notes = []
         if pausable and not self.paused():
@@ -201,6 +207,14 @@ class QueryControl:
             "notes": notes,
         }
 
+    @staticmethod
+    def _refuse_before_first_commit(name: str, checkpoint: Path | None) -> None:
+        """No stop for a migration before the query's first commit: Spark refuses to repartition such
+        a checkpoint, and to start it again once batch 0's tasks wrote state (checkpoint.repair_first_batch)."""
+        if checkpoint is not None and checkpoint.is_dir() and last_committed_batch(checkpoint) is None:
+            raise CommandRefused(f"query {name!r} has no committed batch yet (its first batch is still running): "
+                                 "not stopped; ask again once its first batch is done")
+
     def abort_query(self, command: Command) -> dict[str, Any]:
         """Stop a query at once, mid-batch if need be (DSM): the running batch is abandoned and its
         input is read again after the restart. Sources are left as they are."""
@@ -212,7 +226,7 @@ class QueryControl:
         batch_was_running = bool(query.status["isTriggerActive"])
         last = query.lastProgress
         held_as = query.name or name
-        self.checkpoint_of(held_as, query)
+        self._refuse_before_first_commit(name, self.checkpoint_of(held_as, query))
         if hold:
             self.hooks.hold(held_as)
         started = time.monotonic()
@@ -271,6 +285,10 @@ class QueryControl:
             raise CommandRefused(
                 f"query {name!r} cannot be restarted: the agent did not see it started "
                 f"(seen: {sorted(self.hooks.started)}); was it started before the agent was attached?")
+        checkpoint = self.checkpoint_of(name)
+        repaired = repair_first_batch(checkpoint) if checkpoint is not None and checkpoint.is_dir() else None
+        if repaired:
+            log.warning("agent.checkpoint_repaired", query=name, checkpoint=str(checkpoint), what=repaired)
         query = self.hooks.restart(name)
         return {
             "query": name,
@@ -279,6 +297,7 @@ class QueryControl:
             "run_id": str(query.runId),
             "partitions": partitions,
             "paused": self.paused(),
+            **({"repaired": repaired} if repaired else {}),
         }
 
     def session_partitions(self) -> int:

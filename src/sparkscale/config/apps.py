@@ -87,6 +87,11 @@ class AppConfig(_Section):
     dag: DagConfig = DagConfig()
     taxi: TaxiConfig = TaxiConfig()
     dynamic_allocation: DynamicAllocationConfig = DynamicAllocationConfig()
+    # Restart (migrate, or restart for a new executor shape) a query even when one of its sources
+    # does not replay from its checkpointed offsets (a socket, an in-memory stream, a source
+    # sparkscale does not know): what the old run held is lost. Off: such a query is only scaled
+    # by executors, and a migration of it is refused naming the source. Logged on every use.
+    allow_lossy_restart: bool = False
 
     @field_validator("pipeline")
     @classmethod

@@ -154,8 +154,8 @@ def collect_snapshots(cfg: Config, app_name: str, query: str | None = None,
                                         "collect_s": round(time.time() - taken_at, 3)},
                               "query": {"id": info.id, "status": info.status, "sources": list(info.sources),
                                         "state_partitions": info.state_partitions,
-                                        "migratable": info.migratable,
-                                        "not_migratable": info.why_not_migratable()},
+                                        "migratable": info.why_not_migratable(app.allow_lossy_restart) is None,
+                                        "not_migratable": info.why_not_migratable(app.allow_lossy_restart)},
                               **({"cluster": cluster} if cluster is not None else {})},
         ))
         source = snapshot.operators[0]

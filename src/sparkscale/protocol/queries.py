@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from enum import Enum
 from typing import Any
 
 BACKLOG_ESTIMATES = ("source_offsets", "file_listing", "unknown")
@@ -40,6 +41,41 @@ STATE_LOAD_FIELDS: dict[str, str] = {
     "rocksdbReplayChangeLogLatencyMs": "state_replay_ms",
     "rocksdbNumReplayChangelogFiles": "state_replayed_files",
 }
+
+
+class Replay(str, Enum):
+    """Whether a source gives the same records again after a restart of its query."""
+
+    # Its offsets are in the query's checkpoint and the records stay readable at them: a restarted
+    # query reads exactly what the stopped run had not committed.
+    OFFSETS = "replays_from_offsets"
+    # It hands out records once (a socket's lines, an in-memory stream's rows) or is unknown: a
+    # restart reconnects or starts afresh, and what the old run held is gone.
+    NONE = "not_replayable"
+
+
+# Source kinds (agent.sources.source_kind, or the description's first word) whose offsets Spark
+# checkpoints and whose records can be read again at them. The rate source computes its rows from
+# the offset (and the start time kept in the checkpoint), so it replays too.
+REPLAYABLE_KINDS: frozenset[str] = frozenset({"redis_streams", "kafka", "file", "rate", "delta", "kinesis"})
+_WHY_NOT_REPLAYABLE = {
+    "socket": "a socket source hands each line out once: a restart opens a new connection and what "
+              "the old one held is lost",
+    "memory": "an in-memory stream lives in the driver's process: a restart cannot read it again",
+}
+
+
+def source_replay(kind: str, description: str = "") -> tuple[Replay, str]:
+    """(replay, why) for one source of a query: what a restart of the query does to its input."""
+    word = description.split("[", 1)[0].lower()
+    if kind in REPLAYABLE_KINDS or any(word.startswith(k) for k in ("delta", "kinesis")):
+        return Replay.OFFSETS, f"{kind} source: replays from the offsets in the checkpoint"
+    if kind == "socket" or "socket" in word:
+        return Replay.NONE, _WHY_NOT_REPLAYABLE["socket"]
+    if word.startswith("memorystream") or kind == "memory":
+        return Replay.NONE, _WHY_NOT_REPLAYABLE["memory"]
+    return Replay.NONE, (f"sparkscale does not know whether {description or kind!r} replays from its committed "
+                         "offsets, so it treats it as a source that does not")
 
 
 def queries_key(prefix: str, app: str) -> str:
@@ -65,6 +101,9 @@ class SourceReport:
     backlog_estimate: str = "unknown"
     backlog_detail: str = ""
     position_records: int | None = None  # records ever arrived, where a source can tell (arrival rate)
+    # What `position_records` counts: "records", or for a file source whose records cannot be
+    # counted cheaply, "files" (positions are only compared with positions of the same source).
+    position_unit: str = "records"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -105,27 +144,69 @@ class QueryInfo:
     state_store_provider: str | None = None  # as the checkpoint records it; None: not known yet
     updated_at: float = 0.0
     error: str | None = None  # why it terminated, if it failed
+    source_descriptions: tuple[str, ...] = ()  # as Spark describes each source, in `sources`' order
+    committed: bool = False  # a batch of it has committed (its progress was reported)
+    # No name, and its checkpoint is a random subdirectory of spark.sql.streaming.checkpointLocation:
+    # the agent restarts it on the same directory, but a new driver would give it another one.
+    session_checkpoint: bool = False
 
     @property
     def migratable(self) -> bool:
         """A stateful migration (stop, repartition, restart) can be carried out on it."""
         return self.why_not_migratable() is None
 
-    def why_not_migratable(self) -> str | None:
+    def not_replayable(self) -> list[tuple[str, str]]:
+        """(source, why) for each source a restart would lose input of."""
+        out = []
+        for i, kind in enumerate(self.sources):
+            description = self.source_descriptions[i] if i < len(self.source_descriptions) else ""
+            replay, why = source_replay(kind, description)
+            if replay is not Replay.OFFSETS:
+                out.append((description or kind, why))
+        return out
+
+    def why_not_restartable(self, allow_lossy_restart: bool = False) -> str | None:
+        """Why stopping and starting this query again could lose, duplicate or wreck something
+        (None: it may be restarted). Each answer says what the user can change."""
         if self.checkpoint is None or self.temporary_checkpoint:
             return ("it has no checkpoint location (set option('checkpointLocation', ...) or "
                     "spark.sql.streaming.checkpointLocation): its state would not survive a restart")
         if not self.restartable:
             return "the agent did not see it started (it was started before the agent), so it cannot restart it"
+        if not self.committed:
+            return ("it has no committed batch yet (its first batch is still running): a stop now leaves a "
+                    "checkpoint Spark may refuse to start from; ask again once its first batch is done")
+        lossy = self.not_replayable()
+        if lossy and not allow_lossy_restart:
+            named = "; ".join(f"{source}: {why}" for source, why in lossy)
+            return (f"a restart would lose input ({named}); executor scaling still applies. Read from a source "
+                    "that replays (Kafka, files, the Redis streams source), or set apps[].allow_lossy_restart: "
+                    "true to accept the loss")
+        return None
+
+    def why_not_migratable(self, allow_lossy_restart: bool = False) -> str | None:
+        """Why its state partitions cannot be migrated (stop, repartition, restart), or None."""
+        problem = self.why_not_restartable(allow_lossy_restart)
+        if problem is not None:
+            return problem
         if self.state_store_provider and not self.state_store_provider.endswith(ROCKSDB_PROVIDER_CLASS):
             return (f"its state store is {self.state_store_provider.rsplit('.', 1)[-1]}: Spark's offline state "
                     f"repartition needs {ROCKSDB_PROVIDER_CLASS} (set spark.sql.streaming.stateStore.providerClass "
                     "before the query's first start)")
         return None
 
+    def why_not_app_restartable(self, allow_lossy_restart: bool = False) -> str | None:
+        """Why a restart of the whole application (a new executor shape) would harm this query."""
+        if self.session_checkpoint:
+            return ("it has no name and its checkpoint is a random directory under "
+                    "spark.sql.streaming.checkpointLocation: a new driver would start it afresh in another one, "
+                    "without its state. Name the query (.queryName('...')) or give it option('checkpointLocation', ...)")
+        return self.why_not_restartable(allow_lossy_restart)
+
     def to_json(self) -> str:
         data = asdict(self)
         data["sources"] = list(self.sources)
+        data["source_descriptions"] = list(self.source_descriptions)
         return json.dumps(data)
 
     @classmethod
@@ -134,6 +215,7 @@ class QueryInfo:
         known = {f for f in cls.__dataclass_fields__}
         clean = {k: v for k, v in data.items() if k in known}
         clean["sources"] = tuple(clean.get("sources") or ())
+        clean["source_descriptions"] = tuple(clean.get("source_descriptions") or ())
         return cls(**clean)
 
 

@@ -16,6 +16,7 @@ the package `sparkscale.actuators.migration` is imported.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 import structlog
@@ -94,8 +95,35 @@ class MigrationStrategy:
         if point is not None:
             journal.marks["first_output_at"] = point.committed_at_s
             return True
-        return (journal.marks.get("run_id") is None and journal.marks.get("app_restarted_at") is None
-                and probe.query_status(journal.query) is not None)
+        status = probe.query_status(journal.query)
+        if journal.marks.get("run_id") is None and journal.marks.get("app_restarted_at") is None and status is not None:
+            return True
+        return idle_after_restart(status, journal)
+
+
+# A restarted query that looked for input and found none this long is restored: nothing waits to be
+# recomputed or replayed, and its state loads with its next batch. Longer than a trigger's round trip,
+# so that a query which is about to see input (sources just resumed) is not taken for an idle one.
+IDLE_RESTORED_S = 5.0
+_IDLE_MESSAGE = "Waiting for data to arrive"  # Spark's status once a trigger found no new offsets
+
+
+def idle_after_restart(status: dict[str, Any] | None, journal: Journal, now_s: float | None = None) -> bool:
+    """The restarted query runs and has found no input for `IDLE_RESTORED_S` (kept in the journal's
+    marks, so a resumed migration counts on). Such a migration is restored without a first output:
+    the restore time is then stated as not measured, instead of a wait for input that may never come."""
+    now_s = time.time() if now_s is None else now_s
+    idle = (status is not None and status.get("message") == _IDLE_MESSAGE and not status.get("isTriggerActive")
+            and not status.get("isDataAvailable"))
+    if not idle:
+        journal.marks.pop("idle_since", None)
+        return False
+    since = journal.marks.setdefault("idle_since", now_s)
+    if now_s - since < IDLE_RESTORED_S:
+        return False
+    journal.marks["first_output"] = (f"not measured: the restarted query ran and saw no new input for "
+                                     f"{IDLE_RESTORED_S:g} s, so no batch with input came to time the restore by")
+    return True
 
 
 S = TypeVar("S", bound=type[MigrationStrategy])

@@ -14,7 +14,7 @@ import redis
 import structlog
 from kazoo.client import KazooClient
 
-from sparkscale.actuators.migration.base import MigrationBusy, MigrationError, get_strategy
+from sparkscale.actuators.migration.base import MigrationBusy, MigrationError, get_strategy, idle_after_restart
 from sparkscale.actuators.migration.faults import fault_fail, fault_hold
 from sparkscale.actuators.migration.journal import (
     Journal,
@@ -74,12 +74,10 @@ class MigrationRunner:
         if current is not None and current.open:
             raise MigrationBusy(f"migration {current.id} of {self.app.name} needs attention ({current.detail}): "
                                 "first " + " or ".join(f"`{c}`" for c in operator_commands(current)))
-        info = read_queries(self.redis, self.prefix, self.app.name).get(query)
-        if info is not None and not info.migratable:
-            raise MigrationError(f"{self.app.name}/{query} cannot be migrated: {info.why_not_migratable()}")
-        from_partitions = self.current_partitions(query)
         if shape is not None and shape == ExecutorShape(self.app.executor_cores, self.app.executor_memory_mb):
             shape = None  # already this shape
+        self._check_restartable(query, shape is not None)
+        from_partitions = self.current_partitions(query)
         if from_partitions == to_partitions and shape is None:
             raise MigrationError(f"{self.app.name}/{query} already has {to_partitions} state partitions"
                                  " (and the executor shape asked for, if any)")
@@ -157,6 +155,30 @@ class MigrationRunner:
         if journal.status == "recovering" and recovery is not None and recovery["goal"] == "abort":
             return self.recovery.proceed(journal)
         return self.recovery.abort(journal)
+
+    def _check_restartable(self, query: str, whole_app: bool) -> None:
+        """Refuse, before anything stops, a migration that could lose, duplicate or wreck: the query
+        (and with a new shape, every query of the app, all restarted with the driver) must replay
+        from its checkpoint. A query the agent has not reported is left to the agent's own checks."""
+        queries = read_queries(self.redis, self.prefix, self.app.name)
+        lossy_ok = self.app.allow_lossy_restart
+        info = queries.get(query)
+        problem = None if info is None else info.why_not_migratable(lossy_ok)
+        if problem is not None:
+            raise MigrationError(f"{self.app.name}/{query} cannot be migrated: {problem}")
+        if whole_app:
+            for other in queries.values():
+                if other.status == "terminated":
+                    continue
+                problem = other.why_not_app_restartable(lossy_ok)
+                if problem is not None:
+                    raise MigrationError(f"{self.app.name} cannot be restarted for a new executor shape: "
+                                         f"query {other.name} {problem}")
+        lossy = [] if info is None else info.not_replayable()
+        if lossy and lossy_ok:
+            log.warning("migration.lossy_restart_allowed", app=self.app.name, query=query,
+                        sources=[source for source, _why in lossy],
+                        reason="apps[].allow_lossy_restart is true: what these sources held at the stop is lost")
 
     def current_partitions(self, query: str) -> int:
         """The query's state partitions: as last repartitioned, else its progress, else the config."""
@@ -303,14 +325,16 @@ class MigrationRunner:
         first batch with input. DSM and CCR found it in `restored`; DCR, whose `restored` is the
         state loaded with the sources paused, meets it only after the resume. Waits at most the phase
         timeout; never fails the migration (no input, no output: restore is then not measured)."""
-        if journal.marks.get("first_output_at") is not None:
-            return
+        if journal.marks.get("first_output_at") is not None or journal.marks.get("first_output") is not None:
+            return  # timed at restore, or stated not measured there (an idle query)
         timeline = timeline_of(journal)
         deadline = time.monotonic() + self.mcfg.phase_timeout_s
         while True:
             point = first_output(self.batches_since(journal.query, journal.requested_at - CLOCK_MARGIN_S), timeline)
             if point is not None:
                 journal.marks["first_output_at"] = point.committed_at_s
+                return
+            if idle_after_restart(self.query_status(journal.query), journal):
                 return
             if time.monotonic() > deadline:
                 journal.marks["first_output"] = (f"no batch with input from the restarted query within "

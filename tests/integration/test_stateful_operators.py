@@ -1,0 +1,183 @@
+"""Each kind of stateful operator a user writes, migrated under load with CCR and with DSM and checked
+exact (real Spark standalone, Redis, ZooKeeper on loopback): `tests/fixtures/ads.py`, a user's job of
+a stream-stream join with watermarks and an event-time range, an applyInPandasWithState running
+count through a foreachBatch sink idempotent by batch id, and dropDuplicatesWithinWatermark, over
+files landing all along. (The windowed aggregation and the `update` foreachBatch aggregate are
+migrated in test_user_script.py.)
+
+The verifier computes the output from the input files: every click joined to its impression once,
+every user's count equal to its events, every event id once; nothing lost, nothing duplicated.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections import Counter
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from sparkscale.config import load_config
+from sparkscale.pipeline.submit import stop, submit
+from sparkscale.protocol.keys import progress_key
+from sparkscale.protocol.queries import read_queries
+from sparkscale.redisconn import connect
+from tests.conftest import wait_until
+from tests.integration.test_foreign_jobs import cli
+
+pytestmark = pytest.mark.integration
+
+SCRIPT = Path(__file__).resolve().parent.parent / "fixtures" / "ads.py"
+APP = "ads"
+QUERIES = ("joined", "sessions", "deduped")
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+class Feed:
+    """Lands a file of events, impressions and clicks in each directory every 0.3 s (event time moves
+    1 s a file): each event twice (in this file and the next), a click for every third impression,
+    2 s after it. Bounded: stops after `max_files` files or when told."""
+
+    def __init__(self, root: Path, max_files: int = 1200):
+        self.root, self.max_files, self.files = root, max_files, 0
+        for kind in ("events", "impressions", "clicks"):
+            (root / kind).mkdir(parents=True)
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.previous: list[dict] = []
+
+    def _land(self, kind: str, rows: list[dict]) -> None:
+        name = f"{self.files:06d}.json"
+        tmp = self.root / kind / f".{name}"
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        os.replace(tmp, self.root / kind / name)  # atomic: the file source never sees half a file
+
+    def land_one(self) -> None:
+        n = self.files
+        at = lambda s: (T0 + timedelta(seconds=s)).isoformat()  # noqa: E731
+        events = [{"id": n * 10 + i, "user": f"u{(n * 10 + i) % 7}", "at": at(n + i / 10)} for i in range(10)]
+        self._land("events", events + self.previous)  # each event again in the next file
+        self.previous = events
+        self._land("impressions", [{"ad": n * 5 + i, "shown_at": at(n + i / 5)} for i in range(5)])
+        self._land("clicks", [{"click_ad": n * 5 + i, "clicked_at": at(n + i / 5 + 2)} for i in range(5) if i % 3 == 0])
+        self.files += 1
+
+    def _run(self) -> None:
+        while not self.stopping.is_set() and self.files < self.max_files:
+            self.land_one()
+            self.stopping.wait(0.3)
+
+    def finish(self) -> float:
+        """Stop, land the last events' second copies (and an empty file beside them, so that every
+        query runs a batch after this); when that was."""
+        self.stopping.set()
+        self.thread.join(timeout=30)
+        finished_at = time.time()
+        self._land("events", self.previous)
+        self._land("impressions", [])
+        self._land("clicks", [])
+        self.files += 1
+        return finished_at
+
+
+def rows(directory: Path) -> list[dict]:
+    return [json.loads(line) for part in sorted(directory.rglob("part-*.json")) for line in part.read_text().splitlines()]
+
+
+def latest_counts(directory: Path) -> dict[str, int]:
+    """Each user's running count as the newest batch that updated it wrote it."""
+    out: dict[str, tuple[int, int]] = {}
+    for batch_dir in sorted(directory.glob("batch=*")):
+        batch = int(batch_dir.name.split("=")[1])
+        for row in rows(batch_dir):
+            if row["user"] not in out or out[row["user"]][0] < batch:
+                out[row["user"]] = (batch, row["events"])
+    return {u: n for u, (_b, n) in out.items()}
+
+
+def inputs(root: Path, kind: str) -> list[dict]:
+    return [json.loads(line) for f in sorted((root / kind).glob("[0-9]*.json")) for line in f.read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def setup(embedded_env, tmp_path_factory):
+    work = tmp_path_factory.mktemp("ads")
+    source, output, checkpoints = work / "in", work / "out", work / "chk"
+    path = work / "sparkscale.yaml"
+    path.write_text(
+        "apps:\n"
+        f"  - name: {APP}\n"
+        f"    script: {SCRIPT}\n"
+        f"    args: {json.dumps([str(source), str(output), str(checkpoints)])}\n"
+        '    spark_conf: {"spark.sql.shuffle.partitions": "4"}\n'
+        "    min_executors: 1\n    max_executors: 2\n    initial_executors: 2\n    executor_memory_mb: 512\n"
+        "actuator: {ack_timeout_s: 30.0, confirm_timeout_s: 90.0}\n"
+        "metrics: {port: 0}\n"
+        "migration: {phase_timeout_s: 120}\n")
+    overrides = [*embedded_env.overrides, "logging.stderr_format=json"]
+    return {"cfg": load_config(path, overrides), "path": str(path), "overrides": overrides, "source": source,
+            "output": output}
+
+
+def test_join_state_and_dedup_migrate_under_load_with_ccr_and_dsm_exactly(setup):
+    cfg, source, output = setup["cfg"], setup["source"], setup["output"]
+    feed = Feed(source)
+    for _ in range(3):
+        feed.land_one()  # something to read at the first trigger
+    client = connect(cfg.redis)
+    prefix = cfg.redis.key_prefix
+    submit(cfg, APP, setup["path"], setup["overrides"])
+    feed.thread.start()
+    migrated: list[tuple[str, str, dict]] = []
+    try:
+        def committed():
+            infos = read_queries(client, prefix, APP)
+            return all(q in infos and infos[q].migratable for q in QUERIES)
+
+        wait_until(committed, 240, "the three queries to commit a batch and be migratable")
+        for strategy, partitions in (("ccr", 6), ("dsm", 2)):
+            for query in QUERIES:
+                code, lines, text = cli(setup, "migrate", "--app", APP, "--query", query, "--partitions",
+                                        str(partitions), "--strategy", strategy, "--json")
+                assert code == 0 and lines[-1]["ok"] is True, text
+                migrated.append((query, strategy, lines[-1]))
+                wait_until(lambda q=query, p=partitions: int(
+                    client.hget(progress_key(prefix, APP, q), "state_partitions") or 0) == p,
+                    120, f"{query} to run on {partitions} state partitions after {strategy}")
+        finished_at = feed.finish()
+        landed = feed.files
+
+        def drained():
+            """Every query ran a batch after the last files landed and has no file left unread."""
+            for q in QUERIES:
+                progress = client.hgetall(progress_key(prefix, APP, q))
+                sources = json.loads(progress.get("sources") or "[]")
+                if float(progress.get("published_at") or 0) < finished_at or not sources or any(
+                        s.get("backlog_files") != 0 for s in sources):
+                    return False
+            return True
+
+        wait_until(drained, 240, f"every query to read all {landed} files")
+    finally:
+        feed.stopping.set()
+        stop(cfg, APP)
+        client.close()
+    for query, strategy, answer in migrated:
+        print(f"{query} {strategy}: {json.dumps(answer.get('figures') or answer.get('detail'))[:400]}")
+
+    clicks = Counter(c["click_ad"] for c in inputs(source, "clicks"))
+    joined = Counter(r["ad"] for r in rows(output / "joined"))
+    assert joined == clicks, (sum(joined.values()), sum(clicks.values()), (joined - clicks) + (clicks - joined))
+
+    events = inputs(source, "events")
+    per_user = Counter(e["user"] for e in events)
+    assert latest_counts(output / "sessions") == dict(per_user)
+
+    ids = Counter(r["id"] for r in rows(output / "deduped"))
+    assert set(ids) == {e["id"] for e in events} and set(ids.values()) == {1}, ids.most_common(3)
+    print(f"verified: {sum(clicks.values())} clicks joined, {len(events)} events in {len(per_user)} users' counts, "
+          f"{len(ids)} distinct ids, after {len(migrated)} migrations")
