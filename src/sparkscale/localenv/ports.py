@@ -50,13 +50,23 @@ def isolated_overrides(run_dir: Path) -> list[str]:
     worker_web = free_port()
     while not port_free(worker_web + 1):  # worker N uses worker_web_port + N - 1
         worker_web = free_port()
+    taken = {worker_web, worker_web + 1}
+
+    def another() -> int:
+        """A free port none of the others took (each is only checked free, not held, until used)."""
+        port = free_port()
+        while port in taken:
+            port = free_port()
+        taken.add(port)
+        return port
+
     return [
         f"cluster.run_dir={run_dir}",
-        f"spark.master_url=spark://127.0.0.1:{free_port()}",
-        f"spark.master_web_url=http://127.0.0.1:{free_port()}",
+        f"spark.master_url=spark://127.0.0.1:{another()}",
+        f"spark.master_web_url=http://127.0.0.1:{another()}",
         f"cluster.worker_web_port={worker_web}",
-        f"redis.port={free_port()}",
-        f"zookeeper.hosts=127.0.0.1:{free_port()}",
+        f"redis.port={another()}",
+        f"zookeeper.hosts=127.0.0.1:{another()}",
         # Drivers take any free UI port and their agents publish it; they listen on loopback here.
         "spark.driver_host=127.0.0.1",
         "spark.driver_bind_address=127.0.0.1",
