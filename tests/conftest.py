@@ -97,8 +97,8 @@ def embedded_env(tmp_path_factory) -> Iterator[EmbeddedEnv]:
     overrides = isolated_overrides(tmp_path_factory.mktemp("env"))
     cfg = load_config(None, overrides)
     env = LocalEnvironment(cfg)
-    env.up()
     try:
+        env.up()  # inside: a start that fails part-way stops what it did start
         yield EmbeddedEnv(cfg, overrides)
     finally:
         env.down()
