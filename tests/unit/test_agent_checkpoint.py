@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from sparkscale.agent.checkpoint import _is_already_partitioned, _state_partitions, _uncommitted_at
+from sparkscale.agent.checkpoint import _is_already_partitioned, _state_partitions, uncommitted_at
 
 ALREADY = (
     "An error occurred while calling o68.repartition.\n: org.apache.spark.sql.execution.streaming.state."
@@ -29,18 +29,18 @@ def checkpoint(tmp_path: Path, planned: dict[int, int], committed: list[int]) ->
 
 def test_an_aborted_batch_at_the_target_count_is_left_for_the_restart(tmp_path):
     cp = checkpoint(tmp_path, {0: 8, 1: 8, 2: 8}, [0, 1])
-    assert _uncommitted_at(cp, 8) == 1
-    assert _uncommitted_at(cp, 2) == 0  # a real repartition: Spark decides (enforce_exactly_once_sink)
+    assert uncommitted_at(cp, 8) == 1
+    assert uncommitted_at(cp, 2) == 0  # a real repartition: Spark decides (enforce_exactly_once_sink)
 
 
 def test_clean_or_unreadable_checkpoints_go_to_spark(tmp_path):
-    assert _uncommitted_at(checkpoint(tmp_path / "a", {0: 4, 1: 4}, [0, 1]), 4) == 0
-    assert _uncommitted_at(tmp_path / "missing", 4) == 0
+    assert uncommitted_at(checkpoint(tmp_path / "a", {0: 4, 1: 4}, [0, 1]), 4) == 0
+    assert uncommitted_at(tmp_path / "missing", 4) == 0
     # A failed repartition batch to 8 after committed 4s: Spark must retry it or refuse, not us.
-    assert _uncommitted_at(checkpoint(tmp_path / "b", {0: 4, 1: 8}, [0]), 4) == 0
+    assert uncommitted_at(checkpoint(tmp_path / "b", {0: 4, 1: 8}, [0]), 4) == 0
     broken = checkpoint(tmp_path / "c", {0: 4, 1: 4}, [0])
     (broken / "offsets" / "1").write_text("v1\nnot json\n")
-    assert _uncommitted_at(broken, 4) == 0
+    assert uncommitted_at(broken, 4) == 0
 
 
 def test_spark_answers():

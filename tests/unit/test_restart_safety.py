@@ -197,3 +197,71 @@ def test_a_restarted_query_idle_for_long_enough_is_restored_with_the_restore_not
     assert idle_after_restart(idle, journal, now_s=202.0 + IDLE_RESTORED_S)
     assert journal.marks["first_output"].startswith("not measured")
     assert not idle_after_restart(None, journal, now_s=300.0)  # not running is never restored
+
+
+# -- an interrupted batch is finished under its own id before a repartition --------------------------
+
+
+class FakeRun:
+    def __init__(self, checkpoint, ends: bool = True):
+        self.checkpoint, self.ends, self.stopped = checkpoint, ends, False
+        self._jsq = self
+
+    def awaitTermination(self, ms: int) -> bool:  # noqa: N802 - the Java method's name
+        if self.ends:  # Spark's one-batch run commits the planned batch and ends
+            (self.checkpoint / "commits" / "3").write_text("v1\n{}")
+        return self.ends
+
+    def exception(self) -> None:
+        return None
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+class FakeStarted:
+    def __init__(self, run: FakeRun):
+        self.run, self.calls = run, []
+
+    def restart(self, one_batch: bool = False) -> FakeRun:
+        self.calls.append(one_batch)
+        return self.run
+
+
+def stopped_inside_batch_3(root):
+    for d in ("offsets", "commits"):
+        (root / d).mkdir(parents=True)
+    for b in range(4):
+        (root / "offsets" / str(b)).write_text('v1\n{"conf":{"spark.sql.shuffle.partitions":"4"}}\n{}')
+    for b in range(3):
+        (root / "commits" / str(b)).write_text("v1\n{}")
+    return root
+
+
+def control(started: dict):
+    from sparkscale.agent.queries import QueryControl
+
+    ctl = QueryControl.__new__(QueryControl)
+    ctl.hooks = SimpleNamespace(started=started)
+    return ctl
+
+
+def test_a_batch_a_stop_interrupted_is_finished_with_one_batch_before_the_repartition(tmp_path):
+    root = stopped_inside_batch_3(tmp_path / "ck")
+    started = FakeStarted(FakeRun(root))
+    assert control({"q": started}).finish_interrupted("q", root, 8, 30.0) == [3]
+    assert started.calls == [True] and (root / "commits" / "3").exists()
+    # Nothing interrupted, or a count it already has (the batch just runs again on restart): no run.
+    assert control({"q": started}).finish_interrupted("q", root, 8, 30.0) == [] and started.calls == [True]
+
+
+def test_an_interrupted_batch_that_cannot_be_finished_refuses_the_repartition(tmp_path):
+    from sparkscale.agent.args import CommandRefused
+
+    root = stopped_inside_batch_3(tmp_path / "ck")
+    with pytest.raises(CommandRefused, match="did not see it started"):
+        control({}).finish_interrupted("q", root, 8, 30.0)
+    hung = FakeRun(root, ends=False)
+    with pytest.raises(CommandRefused, match="did not finish within 30 s"):
+        control({"q": FakeStarted(hung)}).finish_interrupted("q", root, 8, 30.0)
+    assert hung.stopped

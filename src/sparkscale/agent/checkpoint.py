@@ -37,7 +37,7 @@ def discard_uncommitted(checkpoint: Path, sink_description: str | None) -> list[
     input again (a file source re-reads the files its log holds for it; a source with offsets reads
     from the committed end): the batch is recomputed, as DSM does. Refused (InterruptedOutput) when
     a file sink already logged that batch's output. Set aside as `.<id>.discarded`, not deleted."""
-    pending = _pending_batches(checkpoint)
+    pending = pending_batches(checkpoint)
     if not pending:
         return []
     match = _FILE_SINK.match(sink_description or "")
@@ -64,7 +64,7 @@ def repartition_state(spark: Any, checkpoint: Path, partitions: int, enforce_exa
     false with `already` (and `uncommitted_batches` when an aborted run left batches to run again).
     Any error but "already that many" propagates.
     """
-    pending = _uncommitted_at(checkpoint, partitions)
+    pending = uncommitted_at(checkpoint, partitions)
     if pending:
         # Spark would write empty commits for the abandoned batches before noticing that the
         # count already matches: their input is then never read again and their state versions
@@ -125,7 +125,7 @@ def _batch_partitions(checkpoint: Path, batch_id: int) -> int | None:
         return None
 
 
-def _uncommitted_at(checkpoint: Path, partitions: int) -> int:
+def uncommitted_at(checkpoint: Path, partitions: int) -> int:
     """Batches planned but not committed (an aborted run) when both the last committed batch and the
     last planned one already have `partitions`; 0 otherwise (then Spark's own checks apply)."""
     offsets, commits = _log_batches(checkpoint, "offsets"), _log_batches(checkpoint, "commits")
@@ -163,10 +163,10 @@ def repair_first_batch(checkpoint: Path) -> str | None:
 
 def uncommitted_batches(checkpoint: Path) -> int:
     """Batches whose offsets are logged but whose commit is not: a stop that landed inside a batch."""
-    return len(_pending_batches(checkpoint))
+    return len(pending_batches(checkpoint))
 
 
-def _pending_batches(checkpoint: Path) -> list[int]:
+def pending_batches(checkpoint: Path) -> list[int]:
     """Ids of the batches planned (offsets logged) after the last committed one."""
     commits = _log_batches(checkpoint, "commits")
     last_commit = commits[-1] if commits else -1

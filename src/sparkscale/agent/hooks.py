@@ -40,14 +40,27 @@ class StartedQuery:
     kwargs: dict[str, Any]
     handles: list[weakref.ref] = field(default_factory=list)
     checkpoint: str | None = None  # the checkpoint root Spark resolved at the first start
+    trigger: Any = None  # the user's trigger (a Java Trigger), put back after a run of one batch
 
-    def restart(self) -> StreamingQuery:
+    def restart(self, one_batch: bool = False) -> StreamingQuery:
+        """Start the query again from its checkpoint. `one_batch`: with Spark's one-batch trigger,
+        which finishes the batch the last run planned and did not commit (same id, same offsets)
+        and ends the run: a stop that landed inside a batch is completed as Spark's own recovery
+        would, and the user's trigger is set back on the writer for the next start."""
         if self.checkpoint is not None:
             # Pinned: an unnamed query's checkpoint under spark.sql.streaming.checkpointLocation is a
             # new random directory at each start (StreamingQueryManager.createQuery), which would
             # restart it without its state and offsets. The root it ran on is the one it resumes.
             self.writer.option("checkpointLocation", self.checkpoint)
-        query = getattr(self.writer, f"_sparkscale_original_{self.method}")(*self.args, **self.kwargs)
+        if one_batch:
+            if self.trigger is None:
+                raise RuntimeError(f"the trigger of query {self.name!r} is unknown: it cannot be put back after one batch")
+            self.writer.trigger(once=True)
+        try:
+            query = getattr(self.writer, f"_sparkscale_original_{self.method}")(*self.args, **self.kwargs)
+        finally:
+            if one_batch:
+                self.writer._jwrite = self.writer._jwrite.trigger(self.trigger)
         for ref in list(self.handles):
             handle = ref()
             if handle is not None and handle is not query:
@@ -75,9 +88,10 @@ class QueryHooks:
                query: StreamingQuery) -> None:
         name = query.name or str(query.id)
         first = not self.started
-        checkpoint = _resolved_checkpoint(query)
+        checkpoint, trigger = _resolved_checkpoint(query), _trigger(query)
         with self._lock:
-            self.started[name] = StartedQuery(name, writer, method, args, kwargs, [weakref.ref(query)], checkpoint)
+            self.started[name] = StartedQuery(name, writer, method, args, kwargs, [weakref.ref(query)], checkpoint,
+                                              trigger)
         log.info("agent.query_seen", query=name, id=str(query.id), method=method)
         for listener in list(self.on_record):
             listener(name)
@@ -131,6 +145,14 @@ def _resolved_checkpoint(query: StreamingQuery) -> str | None:
     except Exception:  # noqa: BLE001 - Spark Connect or a mock: restart as the user's writer says
         return None
     return None if root.rstrip("/").rsplit("/", 1)[-1].startswith("temporary-") else root
+
+
+def _trigger(query: StreamingQuery) -> Any:
+    """The Java Trigger the query runs with (None where it cannot be read)."""
+    try:
+        return query._jsq.streamingQuery().trigger()
+    except Exception:  # noqa: BLE001 - Spark Connect or a mock: no run of one batch for it
+        return None
 
 
 HOOKS = QueryHooks()

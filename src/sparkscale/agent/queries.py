@@ -25,8 +25,10 @@ from sparkscale.agent.checkpoint import (
     _state_partitions,
     fill_file_sink_log,
     last_committed_batch,
+    pending_batches,
     repair_first_batch,
     repartition_state,
+    uncommitted_at,
     uncommitted_batches,
 )
 from sparkscale.agent.executors import SparkExecutors
@@ -253,10 +255,14 @@ class QueryControl:
         checkpoint = self.checkpoint_of(name)
         if checkpoint is None or not (checkpoint / "offsets").is_dir():
             raise CommandRefused(f"no checkpoint of query {name!r} (looked at {checkpoint})")
+        timeout_s = float_arg(command.args, "timeout_s", STOP_QUERY_DEFAULT_TIMEOUT_S)
+        finished = self.finish_interrupted(name, checkpoint, partitions, timeout_s)
         try:
             outcome = repartition_state(self.spark, checkpoint, partitions, enforce, self.sinks.get(name))
         except InterruptedOutput as exc:
             raise CommandRefused(f"query {name!r}: {exc}; start it on its current partitions to finish it") from None
+        if finished:
+            outcome["finished_batches"] = finished
         if outcome.get("repartitioned"):
             interval = int(self.spark.conf.get("spark.sql.streaming.fileSink.log.compactInterval", "10"))
             filled = fill_file_sink_log(checkpoint, self.sinks.get(name), interval)
@@ -265,6 +271,39 @@ class QueryControl:
         # Also when it already had them: the planner and the report read the count here.
         self.redis.set(partitions_key(self.cfg.redis.key_prefix, self.app.name, name), str(partitions))
         return {"query": name, **outcome}
+
+    def finish_interrupted(self, name: str, checkpoint: Path, partitions: int, timeout_s: float) -> list[int]:
+        """Complete the batches a stop left planned and uncommitted before their state is
+        repartitioned; their ids (empty: none, or they will simply run again on these partitions).
+
+        A sink may have written such a batch already (foreachBatch, a DataSource writer's commit, a
+        file sink's log all come before Spark's commit): after a repartition Spark would plan that
+        input again under another batch id, and a sink idempotent by batch id would take it twice.
+        So the query runs once more on its old partitions with Spark's one-batch trigger, which
+        finishes exactly the planned batch (same id, same offsets) and ends."""
+        pending = pending_batches(checkpoint)
+        if not pending or uncommitted_at(checkpoint, partitions):
+            return []
+        started = self.hooks.started.get(name)
+        if started is None:
+            raise CommandRefused(f"query {name!r} stopped inside batch {pending[0]}, and the agent did not see it "
+                                 "started: it cannot run that batch to its end before the repartition")
+        try:
+            run = started.restart(one_batch=True)
+        except Exception as exc:  # noqa: BLE001 - a refused start is the command's answer
+            raise CommandRefused(f"query {name!r}: could not run its interrupted batch {pending[0]}: {exc}") from None
+        log.info("agent.finishing_batch", query=name, batches=pending)
+        ended = run._jsq.awaitTermination(int(timeout_s * 1000))  # the Java wait: the hooks' would wait on the hold
+        if not ended:
+            run._jsq.stop()
+            raise CommandRefused(f"query {name!r}: its interrupted batch {pending[0]} did not finish within "
+                                 f"{timeout_s:g} s")
+        failure = run._jsq.exception()
+        still = pending_batches(checkpoint)
+        if failure is not None or still:
+            raise CommandRefused(f"query {name!r}: its interrupted batch {pending[0]} did not finish "
+                                 f"({failure.toString() if failure is not None else f'batches {still} uncommitted'})")
+        return pending
 
     def start_query(self, command: Command) -> dict[str, Any]:
         """Start a stopped query again exactly as the user's code started it (the same writer): it

@@ -137,7 +137,9 @@ def timeline_of(journal: Journal) -> MigrationTimeline:
     at, position = max(released, key=lambda r: r[0]) if released else (None, None)
     return MigrationTimeline(
         requested_at_s=journal.requested_at, new_run_id=marks.get("run_id"), old_run_id=marks.get("run_id_at_request"),
-        new_run_since_s=phases.get("stopped", journal.requested_at), released_at_s=at,
+        # After the repartition: a run of one batch that finished an interrupted batch before it
+        # (agent.queries.finish_interrupted) is neither the old run nor the new one.
+        new_run_since_s=phases.get("repartitioned", phases.get("stopped", journal.requested_at)), released_at_s=at,
         input_at_request=marks.get("input_at_request"), input_at_release=position)
 
 
