@@ -212,8 +212,8 @@ class FakeRun:
             (self.checkpoint / "commits" / "3").write_text("v1\n{}")
         return self.ends
 
-    def exception(self) -> None:
-        return None
+    def exception(self) -> SimpleNamespace:  # a Scala Option, as py4j hands it over
+        return SimpleNamespace(isDefined=lambda: False)
 
     def stop(self) -> None:
         self.stopped = True

@@ -298,11 +298,11 @@ class QueryControl:
             run._jsq.stop()
             raise CommandRefused(f"query {name!r}: its interrupted batch {pending[0]} did not finish within "
                                  f"{timeout_s:g} s")
-        failure = run._jsq.exception()
+        failure = run._jsq.exception()  # a Scala Option
         still = pending_batches(checkpoint)
-        if failure is not None or still:
-            raise CommandRefused(f"query {name!r}: its interrupted batch {pending[0]} did not finish "
-                                 f"({failure.toString() if failure is not None else f'batches {still} uncommitted'})")
+        if failure.isDefined() or still:
+            why = failure.get().getMessage() if failure.isDefined() else f"batches {still} still uncommitted"
+            raise CommandRefused(f"query {name!r}: its interrupted batch {pending[0]} did not finish ({why})")
         return pending
 
     def start_query(self, command: Command) -> dict[str, Any]:
