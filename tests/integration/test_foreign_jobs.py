@@ -9,7 +9,8 @@ the session's `spark.sql.streaming.checkpointLocation`.
   promptly once the migration is done; its foreachBatch output stays exact (no record lost or counted
   twice, across the restart), which only holds if its state survived.
 - The slow query's migration, asked while its first batch runs, is refused (no committed batch yet),
-  and the query goes on to commit that batch.
+  and the query goes on to commit that batch; migrated then, with no input left, it is done once
+  the restarted query idles, its restore stated as not measured.
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ class LineServer:
                 conn, _ = self.server.accept()
             except TimeoutError:
                 continue
+            except OSError:
+                return  # closed
             self.connections += 1
             threading.Thread(target=self._send, args=(conn,), daemon=True).start()
 
@@ -158,6 +161,16 @@ def test_a_foreign_job_scales_and_migrates_only_what_replays(setup):
         wait_until(lambda: client.hget(progress_key(cfg.redis.key_prefix, APP, "slow"), "batch_id") is not None,
                    180, "the slow query to commit its first batch")
         assert read_queries(client, cfg.redis.key_prefix, APP)["slow"].status == "active"
+        # Its input ends with its first batch: migrated now, the restarted query sees no new input. The
+        # migration ends once it idles, the restore stated as not measured (not degraded after 180 s).
+        wait_until(lambda: read_queries(client, cfg.redis.key_prefix, APP)["slow"].migratable, 60,
+                   "the slow query to be migratable once committed")
+        code, lines, text = cli(setup, "migrate", "--app", APP, "--query", "slow", "--partitions", "2",
+                                "--strategy", "dsm", "--json")
+        assert code == 0 and lines[-1]["ok"] is True, text
+        idle = JournalStore(zk, cfg.zookeeper.root, APP).read()
+        assert idle.status == "done" and idle.marks["first_output"].startswith("not measured"), idle
+        print(f"idle DSM of slow: done {idle.phases['done'] - idle.requested_at:.1f} s after the request")
 
         # The socket query: refused before anything stops, naming the socket source.
         netwc = wait_until(lambda: by_source(cfg, "socket"), 120, "the socket query to commit a batch")

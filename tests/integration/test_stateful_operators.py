@@ -24,12 +24,14 @@ from pathlib import Path
 
 import pytest
 
+from sparkscale.actuators.migration import JournalStore
 from sparkscale.bench.clicksinks import committed_files
 from sparkscale.config import load_config
 from sparkscale.pipeline.submit import stop, submit
 from sparkscale.protocol.keys import progress_key
 from sparkscale.protocol.queries import read_queries
 from sparkscale.redisconn import connect
+from sparkscale.zkconn import client as zk_client
 from tests.conftest import wait_until
 from tests.integration.test_foreign_jobs import cli
 
@@ -146,6 +148,8 @@ def test_join_state_and_dedup_migrate_under_load_with_ccr_and_dsm_exactly(setup)
     for _ in range(3):
         feed.land_one()  # something to read at the first trigger
     client = connect(cfg.redis)
+    zk = zk_client(cfg.zookeeper)
+    zk.start()
     prefix = cfg.redis.key_prefix
     submit(cfg, APP, setup["path"], setup["overrides"])
     feed.thread.start()
@@ -161,7 +165,8 @@ def test_join_state_and_dedup_migrate_under_load_with_ccr_and_dsm_exactly(setup)
                 code, lines, text = cli(setup, "migrate", "--app", APP, "--query", query, "--partitions",
                                         str(partitions), "--strategy", strategy, "--json")
                 assert code == 0 and lines[-1]["ok"] is True, text
-                migrated.append((query, strategy, lines[-1]))
+                journal = JournalStore(zk, cfg.zookeeper.root, APP).read()
+                migrated.append((query, strategy, {**lines[-1], "repartition": journal.marks.get("repartition")}))
                 wait_until(lambda q=query, p=partitions: int(
                     client.hget(progress_key(prefix, APP, q), "state_partitions") or 0) == p,
                     120, f"{query} to run on {partitions} state partitions after {strategy}")
@@ -182,9 +187,14 @@ def test_join_state_and_dedup_migrate_under_load_with_ccr_and_dsm_exactly(setup)
     finally:
         feed.stopping.set()
         stop(cfg, APP)
+        zk.stop()
         client.close()
     for query, strategy, answer in migrated:
-        print(f"{query} {strategy}: {json.dumps(answer.get('figures') or answer.get('detail'))[:400]}")
+        print(f"{query} {strategy}: {json.dumps(answer.get('figures') or answer.get('detail'))[:400]} "
+              f"repartition: {answer['repartition']}")
+    # Under this load the stops land inside batches: those were finished under their own ids first.
+    finished = [(q, s) for q, s, a in migrated if (a["repartition"] or {}).get("finished_batches")]
+    assert finished, [a["repartition"] for _q, _s, a in migrated]
 
     clicks = Counter(c["click_ad"] for c in inputs(source, "clicks"))
     joined = Counter(r["ad"] for r in sink_rows(output / "joined"))

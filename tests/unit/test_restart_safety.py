@@ -192,7 +192,11 @@ def test_a_restarted_query_idle_for_long_enough_is_restored_with_the_restore_not
                                    "isDataAvailable": False}, journal, now_s=200.0)
     assert not idle_after_restart(idle, journal, now_s=200.0)  # idle from now on
     assert not idle_after_restart(busy, journal, now_s=201.0)  # input came: the idle time starts over
+    polling = {"message": "Getting offsets from FileStreamSource[file:/in]", "isTriggerActive": True,
+               "isDataAvailable": False}
+    assert not idle_after_restart(polling, journal, now_s=201.5)  # not idle by Spark's word yet
     assert not idle_after_restart(idle, journal, now_s=202.0)
+    assert not idle_after_restart(polling, journal, now_s=203.0)  # looking for input, finding none: still idle
     assert not idle_after_restart(idle, journal, now_s=202.0 + IDLE_RESTORED_S - 0.5)
     assert idle_after_restart(idle, journal, now_s=202.0 + IDLE_RESTORED_S)
     assert journal.marks["first_output"].startswith("not measured")

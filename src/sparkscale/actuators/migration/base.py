@@ -113,10 +113,12 @@ def idle_after_restart(status: dict[str, Any] | None, journal: Journal, now_s: f
     marks, so a resumed migration counts on). Such a migration is restored without a first output:
     the restore time is then stated as not measured, instead of a wait for input that may never come."""
     now_s = time.time() if now_s is None else now_s
-    idle = (status is not None and status.get("message") == _IDLE_MESSAGE and not status.get("isTriggerActive")
-            and not status.get("isDataAvailable"))
-    if not idle:
-        journal.marks.pop("idle_since", None)
+    if status is None or status.get("isDataAvailable") or status.get("message") == "Initializing sources":
+        journal.marks.pop("idle_since", None)  # not running, not up yet, or input came
+        return False
+    # A trigger that looks for offsets and finds none ("Getting offsets from ...", data not available)
+    # is still idle: an idle query polls all the time. The idle time starts at Spark's own word for it.
+    if "idle_since" not in journal.marks and status.get("message") != _IDLE_MESSAGE:
         return False
     since = journal.marks.setdefault("idle_since", now_s)
     if now_s - since < IDLE_RESTORED_S:
