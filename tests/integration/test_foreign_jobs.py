@@ -225,3 +225,5 @@ def test_a_foreign_job_scales_and_migrates_only_what_replays(setup):
     for k, (n, top) in counts.items():
         assert n == len(range(k, top + 1, 3)), (k, n, top)  # fewer: lost; more: counted twice
     assert server.connections == 1 and server.lines_sent > 0, (server.connections, server.lines_sent)
+    print(f"verified: rate count {_batches} batches, (n, top) per key {counts}; socket: "
+          f"{server.connections} connection, {server.lines_sent} lines sent")

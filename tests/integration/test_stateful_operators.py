@@ -190,8 +190,11 @@ def test_join_state_and_dedup_migrate_under_load_with_ccr_and_dsm_exactly(setup)
         zk.stop()
         client.close()
     for query, strategy, answer in migrated:
-        print(f"{query} {strategy}: {json.dumps(answer.get('figures') or answer.get('detail'))[:400]} "
-              f"repartition: {answer['repartition']}")
+        figures = answer.get("figures") or {}
+        shown = {k: figures.get(k) for k in ("restore_s", "boundary_wait_s", "capture_s", "rebalance_s", "total_s",
+                                             "catch_up_s", "recovery_s", "follow_up")}
+        print(f"{query} {strategy}: phases_s {figures.get('phases_s')} {json.dumps(shown)} "
+              f"finished_batches {(answer['repartition'] or {}).get('finished_batches')}")
     # Under this load the stops land inside batches: those were finished under their own ids first.
     finished = [(q, s) for q, s, a in migrated if (a["repartition"] or {}).get("finished_batches")]
     assert finished, [a["repartition"] for _q, _s, a in migrated]
