@@ -31,6 +31,10 @@ class InterruptedOutput(Exception):
 def discard_uncommitted(checkpoint: Path, sink_description: str | None) -> list[int]:
     """Set aside the offsets of batches planned but not committed (a stop inside a batch); the ids.
 
+    The agent finishes such batches under their own ids before a repartition
+    (`agent.queries.QueryControl.finish_interrupted`), so this is what is left for a failed
+    repartition's own batch, and for a batch that could not be finished.
+
     Spark 4.3.0's offline repartition past such a batch leaves a checkpoint a file source cannot
     restart from (FileStreamSource.getBatch's offset assertion fails). Without their offsets the
     repartition starts from the last committed batch, and the restarted query plans the interrupted
