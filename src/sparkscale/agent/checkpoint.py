@@ -140,6 +140,12 @@ def uncommitted_at(checkpoint: Path, partitions: int) -> int:
     return offsets[-1] - commits[-1]
 
 
+def is_temporary(root: str) -> bool:
+    """Spark made the checkpoint root up (`temporary-<uuid>` under java.io.tmpdir, deleted on stop)
+    because neither the writer nor spark.sql.streaming.checkpointLocation named one."""
+    return root.rstrip("/").rsplit("/", 1)[-1].startswith("temporary-")
+
+
 def last_committed_batch(checkpoint: Path) -> int | None:
     """The newest batch of the checkpoint's commit log; None: nothing was ever committed."""
     commits = _log_batches(checkpoint, "commits")

@@ -24,6 +24,8 @@ from typing import Any
 import structlog
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery, StreamingQueryManager
 
+from sparkscale.agent.checkpoint import is_temporary
+
 log = structlog.get_logger(__name__)
 
 _WAIT_SLICE_S = 0.5
@@ -144,7 +146,7 @@ def _resolved_checkpoint(query: StreamingQuery) -> str | None:
         root = str(query._jsq.streamingQuery().resolvedCheckpointRoot())
     except Exception:  # noqa: BLE001 - Spark Connect or a mock: restart as the user's writer says
         return None
-    return None if root.rstrip("/").rsplit("/", 1)[-1].startswith("temporary-") else root
+    return None if is_temporary(root) else root
 
 
 def _trigger(query: StreamingQuery) -> Any:

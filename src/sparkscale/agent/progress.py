@@ -21,7 +21,7 @@ import redis
 import structlog
 from pyspark.sql.streaming import StreamingQueryListener
 
-from sparkscale.agent.checkpoint import last_committed_batch, state_store_provider
+from sparkscale.agent.checkpoint import is_temporary, last_committed_batch, state_store_provider
 from sparkscale.agent.hooks import QueryHooks
 from sparkscale.agent.sources import SourceReporter, as_json
 from sparkscale.protocol.keys import progress_key
@@ -115,9 +115,7 @@ class ProgressPublisher(StreamingQueryListener):
                 trigger_s = int(trigger.intervalMs()) / 1000.0 or None
         except Exception:  # noqa: BLE001 - another trigger kind: none to report
             trigger_s = None
-        # Spark makes one up under java.io.tmpdir as temporary-<uuid> (deleted on stop) when neither
-        # the writer nor spark.sql.streaming.checkpointLocation names one.
-        return root, root.rstrip("/").rsplit("/", 1)[-1].startswith("temporary-"), trigger_s
+        return root, is_temporary(root), trigger_s
 
     def held(self, name: str) -> bool:
         return self._hooks is not None and name in self._hooks.held
