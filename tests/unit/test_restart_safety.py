@@ -269,3 +269,15 @@ def test_an_interrupted_batch_that_cannot_be_finished_refuses_the_repartition(tm
     with pytest.raises(CommandRefused, match="did not finish within 30 s"):
         control({"q": FakeStarted(hung)}).finish_interrupted("q", root, 8, 30.0)
     assert hung.stopped
+
+
+def test_a_new_shape_with_the_override_logs_every_query_it_restarts_without_replay():
+    from sparkscale.pipeline.submit import ExecutorShape
+
+    socket = query(name="lines", sources=("socket",), source_descriptions=(SOCKET,))
+    runner, sent = runner_over(query(), socket, lossy=True)
+    runner.restart_app = lambda: None
+    runner.run = lambda journal: journal  # type: ignore[method-assign]
+    with capture_logs() as logs:
+        runner.start("q", 8, "dsm", "t", shape=ExecutorShape(2, 2048))
+    assert [e["query"] for e in logs if e["event"] == "migration.lossy_restart_allowed"] == ["lines"]

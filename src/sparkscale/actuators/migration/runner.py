@@ -166,19 +166,20 @@ class MigrationRunner:
         problem = None if info is None else info.why_not_migratable(lossy_ok)
         if problem is not None:
             raise MigrationError(f"{self.app.name}/{query} cannot be migrated: {problem}")
+        restarted = [info] if info is not None else []
         if whole_app:
-            for other in queries.values():
-                if other.status == "terminated":
-                    continue
+            restarted = [q for q in queries.values() if q.status != "terminated"]
+            for other in restarted:
                 problem = other.why_not_app_restartable(lossy_ok)
                 if problem is not None:
                     raise MigrationError(f"{self.app.name} cannot be restarted for a new executor shape: "
                                          f"query {other.name} {problem}")
-        lossy = [] if info is None else info.not_replayable()
-        if lossy and lossy_ok:
-            log.warning("migration.lossy_restart_allowed", app=self.app.name, query=query,
-                        sources=[source for source, _why in lossy],
-                        reason="apps[].allow_lossy_restart is true: what these sources held at the stop is lost")
+        for each in restarted:  # only reached with the override when any source does not replay
+            lossy = each.not_replayable()
+            if lossy:
+                log.warning("migration.lossy_restart_allowed", app=self.app.name, query=each.name,
+                            sources=[source for source, _why in lossy],
+                            reason="apps[].allow_lossy_restart is true: what these sources held at the stop is lost")
 
     def current_partitions(self, query: str) -> int:
         """The query's state partitions: as last repartitioned, else its progress, else the config."""
