@@ -1,4 +1,4 @@
-"""The action log and the blocklist, in Redis (Dhalion §4; DESIGN.md "Stability").
+"""The action log and the blocklist, in Redis (Dhalion §4).
 
 Action log: one Redis stream, `<prefix>actions`, append-only, kept across restarts by Redis's
 append-only file, trimmed by length and age (`action_log.*`). Entries, each `{kind, app, json}`:

@@ -1,4 +1,4 @@
-"""Leadership: exactly one process acts for an application at a time (DESIGN.md, "Stability").
+"""Leadership: exactly one process acts for an application at a time.
 
 A kazoo Lock per app at `<root>/apps/<app>/leader`. Its holder is the leader; every command it
 writes carries the lock znode's sequence number as its *epoch*. The agent runs a command only if its

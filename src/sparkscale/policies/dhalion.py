@@ -5,7 +5,7 @@ Symptom detectors (over one snapshot, plus earlier windows' figures from the dec
 
 - backpressure: the micro-batch takes longer than the trigger interval (batch_duration_s >
   trigger_interval_s), or the total source backlog grew over `backlog_growth_windows` windows
-  (DESIGN.md's Spark reading of backpressure);
+  (backpressure as Spark shows it: no operator queue to read);
 - processing-rate skew: in one operator, max / median of its instances' processing rates above
   `skew_ratio`. Dhalion compares the tuples each instance processed (execute count), so the rate
   here is records_in / window_s. (The *true* rate, records_in / useful_time_s, would not show data

@@ -21,7 +21,7 @@ explanation too):
 - Sources are not scaled (their parallelism is that of the input), and an operator without any
   measured instance keeps its parallelism (with a `warn` action).
 
-Spark mapping (DESIGN.md): micro-batches run a query's stages one after another on the same
+Spark mapping: micro-batches run a query's stages one after another on the same
 cores, so the sum of the operators' exact needs, rounded up once, is the number of cores the
 query needs (Σ π would round every stage up to a whole core); an operator
 whose partitions are fewer than its π is partition-bound and needs a repartition.
@@ -172,7 +172,7 @@ class Ds2Estimate:
         """Cores the query needs with partitions enough: ceil(Σ exact requirement) over non-source
         operators.
 
-        A micro-batch runs its stages one after another on the same cores (DESIGN.md), so their
+        A micro-batch runs its stages one after another on the same cores, so their
         fractional needs add up before rounding: two stages needing 0.3 cores each need 1 core, not
         the 2 that Σ π would give. Operators without an estimate count with their parallelism."""
         return max(1, _ceil(sum(n for n, _p in self._stage_needs())))

@@ -3,7 +3,7 @@
 A stateful Structured Streaming query's state partitions are fixed at its first run; changing them
 means stopping the query, repartitioning its checkpointed state offline
 (`spark._streamingCheckpointManager.repartition`, run by the in-driver agent) and restarting it.
-How the stop and restart are done is the strategy (DESIGN.md, "Migration strategies"), one module
+How the stop and restart are done is the strategy (the paper's DSM, DCR and CCR), one module
 each, registered by name (base.py: `register_strategy`, `get_strategy`, or a plug-in through the
 entry-point group `sparkscale.migration_strategies`):
 
