@@ -15,11 +15,11 @@ import argparse
 import threading
 import time
 
-from sparkscale.bench.environment import embedded_environment, write_results
+from sparkscale_lab.bench.environment import embedded_environment, write_results
 from sparkscale.monitors.collector import CollectOptions, collect_snapshot
-from sparkscale.pipeline.check import unprocessed_records
-from sparkscale.pipeline.loadgen import run_loadgen
-from sparkscale.pipeline.submit import stop, submit
+from sparkscale_lab.pipelines.check import unprocessed_records
+from sparkscale_lab.pipelines.loadgen import run_loadgen
+from sparkscale.apps.submit import stop, submit
 from sparkscale.policies.ds2 import estimate
 from sparkscale.redisconn import connect
 

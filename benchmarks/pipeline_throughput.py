@@ -19,12 +19,12 @@ import statistics
 import time
 
 from sparkscale import zkconn
-from sparkscale.bench.environment import embedded_environment, write_results
+from sparkscale_lab.bench.environment import embedded_environment, write_results
 from sparkscale.daemon.leader import LeaderElection
-from sparkscale.pipeline.check import unprocessed_records
-from sparkscale.pipeline.loadgen import run_loadgen
-from sparkscale.pipeline.submit import stop, submit
-from sparkscale.pipeline.workloads import workload
+from sparkscale_lab.pipelines.check import unprocessed_records
+from sparkscale_lab.pipelines.loadgen import run_loadgen
+from sparkscale.apps.submit import stop, submit
+from sparkscale_lab.pipelines.workloads import workload
 from sparkscale.protocol.commands import send_command, wait_ack
 from sparkscale.redisconn import connect
 

@@ -32,6 +32,6 @@ fi
 stamp=.venv/.sparkscale-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   echo "setup: installing sparkscale and its pinned dependencies into .venv" >&2
-  .venv/bin/pip install --quiet --disable-pip-version-check -e '.[test]' >&2
+  .venv/bin/pip install --quiet --disable-pip-version-check -e '.[test,lab]' >&2
   touch "$stamp"
 fi

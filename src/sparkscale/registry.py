@@ -41,13 +41,14 @@ class Registry(Generic[T]):
     """`kind` names what it holds in messages; `package` holds the built-ins; `group` is the
     entry-point group; `adopt(obj)` registers what an entry point loads when it is not a module."""
 
-    def __init__(self, kind: str, package: str, group: str, adopt: Callable[[Any], None] | None = None):
+    def __init__(self, kind: str, package: str | None, group: str, adopt: Callable[[Any], None] | None = None):
         self.kind = kind
         self.package = package
         self.group = group
         self.adopt = adopt
         self.items: dict[str, T] = {}
         self.loaded = False
+        self._builtins_loaded = False
         self._lock = threading.RLock()
 
     def register(self, name: str, item: T, replace: bool = False) -> T:
@@ -78,6 +79,27 @@ class Registry(Generic[T]):
         with self._lock:
             return tuple(self.items)
 
+    def known_names(self) -> tuple[str, ...]:
+        """The registered names plus the names of the group's entry points, without loading those:
+        a config names a plug-in (an example workload) and is checked without importing it. The
+        convention is that an entry point is named as the item it registers."""
+        self.load_builtins()
+        entry_names = [entry.name for entry in importlib.metadata.entry_points(group=self.group)]
+        with self._lock:
+            return tuple(dict.fromkeys([*self.items, *entry_names]))
+
+    def load_builtins(self) -> None:
+        """Import every module of the package (not the entry points): cheap and import-safe."""
+        if self.package is None or self._builtins_loaded:
+            return
+        with self._lock:
+            if self._builtins_loaded:
+                return
+            self._builtins_loaded = True
+            package = importlib.import_module(self.package)
+            for module in pkgutil.iter_modules(package.__path__, f"{self.package}."):
+                importlib.import_module(module.name)
+
     def load(self) -> None:
         """Import every module of the package, then every entry point of the group, once. A plug-in
         that fails to load is logged and left out: it must not take the built-ins down with it."""
@@ -87,9 +109,7 @@ class Registry(Generic[T]):
             if self.loaded:
                 return
             self.loaded = True
-            package = importlib.import_module(self.package)
-            for module in pkgutil.iter_modules(package.__path__, f"{self.package}."):
-                importlib.import_module(module.name)
+            self.load_builtins()
             for entry in importlib.metadata.entry_points(group=self.group):
                 try:
                     loaded = entry.load()
@@ -118,8 +138,9 @@ ACTUATORS: Registry[Any] = Registry("actuator", "sparkscale.actuators", "sparksc
 STRATEGIES: Registry[Any] = Registry("migration strategy", "sparkscale.actuators.migration",
                                      "sparkscale.migration_strategies",
                                      _adopt("sparkscale.actuators.migration.base:register_strategy"))
-WORKLOADS: Registry[Any] = Registry("workload", "sparkscale.pipeline.workloads", "sparkscale.workloads",
-                                    _adopt("sparkscale.pipeline.workloads:register_workload"))
+# No built-in workloads: the example pipelines are plug-ins of the lab (pyproject's entry points).
+WORKLOADS: Registry[Any] = Registry("workload", None, "sparkscale.workloads",
+                                    _adopt("sparkscale.apps.workloads:register_workload"))
 PLACEMENT_POLICIES: Registry[Any] = Registry("placement policy", "sparkscale.policies.placement",
                                              "sparkscale.placement_policies",
                                              _adopt("sparkscale.policies.placement.base:register_placement"))

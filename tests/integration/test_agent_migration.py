@@ -18,9 +18,9 @@ import redis
 from kazoo.client import KazooClient
 
 from sparkscale.config import Config, load_config
-from sparkscale.pipeline.check import drained, verify_app
-from sparkscale.pipeline.loadgen import run_loadgen
-from sparkscale.pipeline.submit import checkpoint_root, stop, submit
+from sparkscale_lab.pipelines.check import drained, verify_app
+from sparkscale_lab.pipelines.loadgen import run_loadgen
+from sparkscale.apps.submit import checkpoint_root, stop, submit
 from sparkscale.protocol.commands import Ack, send_command, wait_ack
 from sparkscale.protocol.keys import partitions_key
 from sparkscale.protocol.queries import read_queries

@@ -23,7 +23,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
 from sparkscale import zkconn
-from sparkscale.bench.daemon_process import DaemonProcess
+from sparkscale_lab.bench.daemon_process import DaemonProcess
 from sparkscale.cli import main
 from sparkscale.config import Config, load_config
 from sparkscale.config.secrets import REDIS_PASSWORD_ENV, ZOOKEEPER_AUTH_ENV

@@ -25,10 +25,10 @@ import pytest
 from click.testing import CliRunner
 
 from sparkscale.actuators.migration import JournalStore
-from sparkscale.bench.daemon_process import DaemonProcess
+from sparkscale_lab.bench.daemon_process import DaemonProcess
 from sparkscale.cli import main
 from sparkscale.config import load_config
-from sparkscale.pipeline.submit import stop, submit
+from sparkscale.apps.submit import stop, submit
 from sparkscale.protocol.keys import progress_key
 from sparkscale.protocol.queries import read_queries
 from sparkscale.redisconn import connect

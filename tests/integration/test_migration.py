@@ -13,9 +13,9 @@ from click.testing import CliRunner
 from sparkscale.cli import main
 from sparkscale.config import Config, load_config
 from sparkscale.daemon.action_log import ActionLog
-from sparkscale.pipeline.check import drained, verify_app
-from sparkscale.pipeline.loadgen import run_loadgen
-from sparkscale.pipeline.submit import stop, submit
+from sparkscale_lab.pipelines.check import drained, verify_app
+from sparkscale_lab.pipelines.loadgen import run_loadgen
+from sparkscale.apps.submit import stop, submit
 from sparkscale.redisconn import connect
 from tests.conftest import wait_until
 
@@ -82,7 +82,7 @@ def fresh(cfg: Config, app: str) -> None:
     """Forget an app's input, output, progress and checkpoints: each test judges its own run."""
     import shutil
 
-    from sparkscale.pipeline.submit import checkpoint_root
+    from sparkscale.apps.submit import checkpoint_root
 
     client = connect(cfg.redis)
     for key in client.scan_iter(f"{cfg.redis.key_prefix}{app}:*"):
@@ -151,7 +151,7 @@ def test_a_new_executor_shape_restarts_the_whole_app_without_loss(setup):
     import threading
 
     from sparkscale.monitors.spark_rest import driver_rest
-    from sparkscale.pipeline.submit import running, stored_shape
+    from sparkscale.apps.submit import running, stored_shape
 
     cfg, path, overrides = setup
     app, query = "mwc", "counts"
@@ -211,7 +211,10 @@ def test_a_failure_after_the_repartition_leaves_the_app_running_with_its_sources
 
     from kazoo.client import KazooClient
 
-    from sparkscale.actuators.migration import FAULT_FAIL_ENV, JournalStore
+    from sparkscale.actuators.migration import JournalStore
+    from sparkscale_lab.bench.migration_faults import FAULT_FAIL_ENV, install
+
+    install()  # the runner's phase hooks read FAULT_FAIL_ENV (nothing happens while it is unset)
     from sparkscale.protocol.keys import paused_key
 
     cfg, path, overrides = setup
@@ -266,7 +269,8 @@ def test_sigkill_at_each_ccr_phase_then_the_next_leader_completes_it(setup, tmp_
 
     from kazoo.client import KazooClient
 
-    from sparkscale.actuators.migration import FAULT_HOLD_ENV, JournalStore
+    from sparkscale.actuators.migration import JournalStore
+    from sparkscale_lab.bench.migration_faults import FAULT_HOLD_ENV
     from sparkscale.daemon import manual
     from tests.integration.test_daemon import DaemonProcess
 

@@ -15,8 +15,8 @@ from sparkscale.cli.offline import snapshot_command
 from sparkscale.config import Config, load_config
 from sparkscale.monitors.collector import AppNotRunningError, CollectOptions, collect_snapshot, read_progress
 from sparkscale.monitors.host import executor_processes
-from sparkscale.pipeline.loadgen import SecondReport, run_loadgen
-from sparkscale.pipeline.submit import stop, submit
+from sparkscale_lab.pipelines.loadgen import SecondReport, run_loadgen
+from sparkscale.apps.submit import stop, submit
 from sparkscale.policies.base import get_policy
 from sparkscale.policies.history import DecisionHistory
 from sparkscale.redisconn import connect

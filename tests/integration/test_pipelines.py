@@ -14,13 +14,13 @@ from kazoo.client import KazooClient
 
 from sparkscale.cli import main
 from sparkscale.config import Config, load_config
-from sparkscale.pipeline.check import drained, verify_app
-from sparkscale.pipeline.loadgen import run_loadgen
-from sparkscale.pipeline.submit import running, started_marker, stop, submit
-from sparkscale.pipeline.supervisor import current_driver
-from sparkscale.pipeline.verify import read_input_records, read_keyed_sink
-from sparkscale.pipeline.workloads.taxi import expected_output as taxi_expected
-from sparkscale.pipeline.workloads.taxi import top_routes
+from sparkscale_lab.pipelines.check import drained, verify_app
+from sparkscale_lab.pipelines.loadgen import run_loadgen
+from sparkscale.apps.submit import running, started_marker, stop, submit
+from sparkscale.apps.supervisor import current_driver
+from sparkscale_lab.pipelines.verify import read_input_records, read_keyed_sink
+from sparkscale_lab.pipelines.workloads.taxi import expected_output as taxi_expected
+from sparkscale_lab.pipelines.workloads.taxi import top_routes
 from sparkscale.protocol.commands import send_command, wait_ack
 from sparkscale.protocol.keys import progress_key
 from sparkscale.protocol.sinks import SinkTarget

@@ -17,9 +17,9 @@ import redis
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from sparkscale.pipeline import redis_source, sinks
-from sparkscale.pipeline.redis_source import RedisStreamsOptions, split_cap
-from sparkscale.pipeline.verify import (
+from sparkscale_lab.pipelines import redis_source, sinks
+from sparkscale_lab.pipelines.redis_source import RedisStreamsOptions, split_cap
+from sparkscale_lab.pipelines.verify import (
     compare_keyed,
     compare_records,
     read_input_records,

@@ -23,7 +23,7 @@ import psutil
 import pytest
 from click.testing import CliRunner
 
-from sparkscale.bench.daemon_process import DaemonProcess
+from sparkscale_lab.bench.daemon_process import DaemonProcess
 from sparkscale.cli import main
 from sparkscale.config import Config
 from sparkscale.daemon.action_log import ActionLog
@@ -31,9 +31,9 @@ from sparkscale.localenv import LocalEnvironment
 from sparkscale.monitors.cluster_view import fetch_cluster_view
 from sparkscale.monitors.spark_master import SparkUnreachable
 from sparkscale.monitors.spark_rest import SparkRestError, driver_rest
-from sparkscale.pipeline.check import drained, verify_app
-from sparkscale.pipeline.loadgen import run_loadgen
-from sparkscale.pipeline.submit import submit
+from sparkscale_lab.pipelines.check import drained, verify_app
+from sparkscale_lab.pipelines.loadgen import run_loadgen
+from sparkscale.apps.submit import submit
 from sparkscale.redisconn import connect
 from tests.conftest import wait_until
 from tests.integration.two_hosts import WORKER_HOSTS, two_host_environment

@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 
 from sparkscale.actuators.migration import JournalStore
-from sparkscale.bench.clicksinks import committed_files
+from sparkscale_lab.bench.clicksinks import committed_files
 from sparkscale.config import load_config
-from sparkscale.pipeline.submit import stop, submit
+from sparkscale.apps.submit import stop, submit
 from sparkscale.protocol.keys import progress_key
 from sparkscale.protocol.queries import read_queries
 from sparkscale.redisconn import connect

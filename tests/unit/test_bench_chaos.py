@@ -13,10 +13,10 @@ import pytest
 import redis
 from click.testing import CliRunner
 
-from sparkscale.bench import chaos
-from sparkscale.bench.chaos import CHAOS_YAML, ChaosSpec, SteadyLoad, app_name, app_yaml, passed, watch
-from sparkscale.bench.chaos_faults import FAULT_NAMES, FAULTS, FaultContext, FaultError, get_fault
-from sparkscale.bench.chaos_report import (
+from sparkscale_lab.bench import chaos
+from sparkscale_lab.bench.chaos import CHAOS_YAML, ChaosSpec, SteadyLoad, app_name, app_yaml, passed, watch
+from sparkscale_lab.bench.chaos_faults import FAULT_NAMES, FAULTS, FaultContext, FaultError, get_fault
+from sparkscale_lab.bench.chaos_report import (
     acted_without_lead,
     chaos_table,
     daemon_actions,
@@ -26,7 +26,7 @@ from sparkscale.bench.chaos_report import (
     recovery_time_s,
     reference_rate,
 )
-from sparkscale.bench.timeline import Sample, rates
+from sparkscale_lab.bench.timeline import Sample, rates
 from sparkscale.cli import main
 from sparkscale.config import load_config
 

@@ -1,10 +1,10 @@
-"""The benchmark's figures on hand-built runs (sparkscale.bench.measures, timeline.rates)."""
+"""The benchmark's figures on hand-built runs (sparkscale_lab.bench.measures, timeline.rates)."""
 
 from __future__ import annotations
 
 import pytest
 
-from sparkscale.bench.measures import (
+from sparkscale_lab.bench.measures import (
     ScalingAction,
     Segment,
     SloLimits,
@@ -15,8 +15,8 @@ from sparkscale.bench.measures import (
     observed_actions,
     segments,
 )
-from sparkscale.bench.timeline import Sample, rates
-from sparkscale.pipeline.profiles import parse_profile
+from sparkscale_lab.bench.timeline import Sample, rates
+from sparkscale_lab.pipelines.profiles import parse_profile
 
 
 def sample(t: float, arrived: int, processed: int, executors: int | None = 1, batch_ms: float | None = 500.0,

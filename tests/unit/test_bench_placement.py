@@ -11,10 +11,10 @@ import os
 import pytest
 from click.testing import CliRunner
 
-from sparkscale.bench import placement as bench
-from sparkscale.bench.measures import Segment, SloLimits, measure
-from sparkscale.bench.placement import PlacementSpec, apps_yaml, bench_yaml, summary, tree_cpu_s
-from sparkscale.bench.placement_measures import (
+from sparkscale_lab.bench import placement as bench
+from sparkscale_lab.bench.measures import Segment, SloLimits, measure
+from sparkscale_lab.bench.placement import PlacementSpec, apps_yaml, bench_yaml, summary, tree_cpu_s
+from sparkscale_lab.bench.placement_measures import (
     AppFigures,
     DoneAction,
     WorkerSample,
@@ -28,8 +28,8 @@ from sparkscale.bench.placement_measures import (
     shuffle_bytes,
     stalls_s,
 )
-from sparkscale.bench.placement_report import median_table, placement_table
-from sparkscale.bench.timeline import Sample
+from sparkscale_lab.bench.placement_report import median_table, placement_table
+from sparkscale_lab.bench.timeline import Sample
 from sparkscale.cli import main
 from sparkscale.config import load_config
 from sparkscale.policies.placement.edrp_model import EdrpSettings

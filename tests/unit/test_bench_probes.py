@@ -8,8 +8,8 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
-from sparkscale.bench.clickcheck import ClickCheck, Expected
-from sparkscale.bench.probes import (
+from sparkscale_lab.bench.clickcheck import ClickCheck, Expected
+from sparkscale_lab.bench.probes import (
     FileProbe,
     LatencyTracker,
     latency_ms,
@@ -17,7 +17,7 @@ from sparkscale.bench.probes import (
     oldest_stream_arrival_s,
     stated_backlog,
 )
-from sparkscale.bench.scaling_workloads import click_record_losses
+from sparkscale_lab.bench.scaling_workloads import click_record_losses
 from sparkscale.config import AppConfig, load_config
 from sparkscale.monitors.progress_reports import ProgressReport
 from sparkscale.protocol.keys import input_stream_key, progress_history_key, progress_key

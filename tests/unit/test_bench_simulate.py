@@ -8,7 +8,7 @@ import math
 import pytest
 from click.testing import CliRunner
 
-from sparkscale.bench.simulate import SOURCE, SimSpec, build_app, parse_graph, simulate
+from sparkscale_lab.bench.simulate import SOURCE, SimSpec, build_app, parse_graph, simulate
 from sparkscale.cli import main
 from sparkscale.config import load_config
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sparkscale.bench.measures import (
+from sparkscale_lab.bench.measures import (
     ScalingAction,
     Segment,
     SloLimits,
@@ -15,8 +15,8 @@ from sparkscale.bench.measures import (
     needed_from_calibration,
     steady_reversals,
 )
-from sparkscale.bench.timeline import Sample
-from sparkscale.pipeline.profiles import parse_profile
+from sparkscale_lab.bench.timeline import Sample
+from sparkscale_lab.pipelines.profiles import parse_profile
 
 
 def at(t: float, arrived: int, processed: int, stated: int | None = None, latency_ms: float | None = None,

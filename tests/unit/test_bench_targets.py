@@ -3,8 +3,8 @@ by how much, and what cannot be judged."""
 
 from __future__ import annotations
 
-from sparkscale.bench.measures import Segment
-from sparkscale.bench.targets import evaluate_targets, summary
+from sparkscale_lab.bench.measures import Segment
+from sparkscale_lab.bench.targets import evaluate_targets, summary
 
 SEGS = [Segment(0, 45, 15), Segment(45, 135, 60), Segment(135, 225, 15)]
 

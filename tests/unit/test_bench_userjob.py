@@ -9,8 +9,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from sparkscale.bench import userjob
-from sparkscale.bench.userjob_tables import (
+from sparkscale_lab.bench import userjob
+from sparkscale_lab.bench.userjob_tables import (
     CycleSample,
     MigrationRecord,
     OutputCheck,

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from sparkscale.agent.bootstrap import SHIPPED_JOB, app_script, run_script
+from sparkscale.agent.bootstrap import app_script, run_script
 from sparkscale.config import AppConfig, ConfigError, load_config
+from sparkscale_lab.pipelines.workloads import SHIPPED_JOB
 
 
 def test_a_script_app_runs_its_own_script_with_its_args(tmp_path):
@@ -16,7 +17,7 @@ def test_a_script_app_runs_its_own_script_with_its_args(tmp_path):
     assert app_script(app, "/etc/sparkscale.yaml", ["x=1"]) == (str(script.resolve()), ["--input", "/in"])
 
 
-def test_a_shipped_pipeline_is_an_ordinary_script_with_the_config_passed_on():
+def test_an_example_pipeline_runs_its_plug_in_script_with_the_config_passed_on():
     app = AppConfig(name="wc", pipeline="wordcount")
     assert app_script(app, "/c.yaml", ["loop.interval_s=2"]) == (
         str(SHIPPED_JOB), ["--app", "wc", "--config", "/c.yaml", "--set", "loop.interval_s=2"])

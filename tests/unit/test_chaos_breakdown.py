@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 from click.testing import CliRunner
 
-from sparkscale.bench.chaos import CHAOS_YAML, ChaosSpec, app_name, app_yaml, planned_runs
-from sparkscale.bench.chaos_breakdown import (
+from sparkscale_lab.bench.chaos import CHAOS_YAML, ChaosSpec, app_name, app_yaml, planned_runs
+from sparkscale_lab.bench.chaos_breakdown import (
     Breakdown,
     ExecutorSpan,
     breakdown,
@@ -19,8 +19,8 @@ from sparkscale.bench.chaos_breakdown import (
     parse_executor_spans,
     reload_figures,
 )
-from sparkscale.bench.chaos_variants import CHANGELOG_CONF, VARIANT_NAMES, plan_runs, run_label
-from sparkscale.bench.timeline import Sample
+from sparkscale_lab.bench.chaos_variants import CHANGELOG_CONF, VARIANT_NAMES, plan_runs, run_label
+from sparkscale_lab.bench.timeline import Sample
 from sparkscale.cli import main
 from sparkscale.config import load_config
 from sparkscale.monitors.progress_reports import ProgressReport
@@ -124,7 +124,7 @@ def test_breakdown_takes_executor_times_from_the_driver_else_from_the_samples():
 
 def test_a_fault_that_keeps_every_executor_reads_no_executor_times_from_the_driver(monkeypatch):
     # after a driver_kill the driver's executors are the new app's: its later scale-in is no detection
-    from sparkscale.bench import chaos_breakdown as cb
+    from sparkscale_lab.bench import chaos_breakdown as cb
 
     asked: list[str] = []
     monkeypatch.setattr(cb, "executor_spans", lambda cfg, app: asked.append(app) or [span("0", T0, FAULT + 30, "x")])

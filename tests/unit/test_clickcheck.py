@@ -17,8 +17,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sparkscale.bench import clickcheck, filefeed
-from sparkscale.bench.clickcheck import (
+from sparkscale_lab.bench import clickcheck, filefeed
+from sparkscale_lab.bench.clickcheck import (
     expected_outputs,
     read_user_batches,
     read_user_totals,
@@ -27,7 +27,7 @@ from sparkscale.bench.clickcheck import (
     verify,
     wait_for_outputs,
 )
-from sparkscale.bench.filefeed import iso_ms, land_files, manifest_files, parse_iso_ms
+from sparkscale_lab.bench.filefeed import iso_ms, land_files, manifest_files, parse_iso_ms
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "clickstream.py"
 START = datetime(2025, 1, 1, tzinfo=UTC)  # a multiple of every window length used here

@@ -16,7 +16,7 @@ from sparkscale.config import AppConfig, Config
 from sparkscale.monitors.executor_figures import ExecutorWork, app_extension, executor_figures, window_work
 from sparkscale.monitors.snapshot_builder import SnapshotInputs, build_snapshot, finished_batches
 from sparkscale.monitors.spark_rest import host_of, parse_executors, parse_jobs, parse_stage_attempts, parse_time_s
-from sparkscale.pipeline.submit import spark_conf
+from sparkscale.apps.submit import spark_conf
 from sparkscale.policies.threshold import metrics_of
 from sparkscale.snapshot import Snapshot
 

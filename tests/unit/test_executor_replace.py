@@ -7,7 +7,7 @@ from typing import Any
 
 from sparkscale.actuators.executors import ExecutorChange, _Failed
 from sparkscale.config import ActuatorConfig, Config
-from sparkscale.pipeline.submit import spark_conf
+from sparkscale.apps.submit import spark_conf
 from sparkscale.plan import Action
 
 

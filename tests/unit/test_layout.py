@@ -26,8 +26,8 @@ def test_the_head_side_imports_no_pyspark():
         "from sparkscale.registry import ACTUATORS, POLICIES, STRATEGIES, WORKLOADS\n"
         "for registry in (ACTUATORS, POLICIES, STRATEGIES, WORKLOADS):\n"
         "    assert registry.names(), registry.kind\n"
-        "import sparkscale.cli, sparkscale.config, sparkscale.pipeline.verify, sparkscale.pipeline.check\n"
-        "from sparkscale.pipeline.workloads import workload\n"
+        "import sparkscale.cli, sparkscale.config, sparkscale_lab.pipelines.verify, sparkscale_lab.pipelines.check\n"
+        "from sparkscale_lab.pipelines.workloads import workload\n"
         "w = workload('wordcount')\n"  # the daemon looks workloads up: no PySpark until a driver builds one
         "assert w.name == 'wordcount' and w.query and w.fields and callable(w.build), w\n"
         "assert {'wordcount', 'dag', 'taxi_top_routes'} <= set(WORKLOADS.names())\n"

@@ -103,7 +103,7 @@ def test_a_dcr_whose_sources_cannot_pause_reports_no_drain():
 
 
 def test_a_journal_with_a_new_executor_shape_round_trips_and_an_old_one_has_none():
-    from sparkscale.pipeline.submit import ExecutorShape
+    from sparkscale.apps.submit import ExecutorShape
 
     j = journal("ccr")
     assert j.new_shape is None

@@ -13,8 +13,8 @@ import pytest
 from click.testing import CliRunner
 from structlog.testing import capture_logs
 
+from sparkscale_lab.bench.migration_faults import FAULT_FAIL_ENV, install
 from sparkscale.actuators.migration import (
-    FAULT_FAIL_ENV,
     Journal,
     JournalFenced,
     MigrationError,
@@ -129,6 +129,7 @@ def test_a_failed_restart_after_the_repartition_finishes_forward_done_degraded()
 def test_the_test_hook_fails_a_phase_before_its_step_and_the_recovery_is_not_failed(monkeypatch):
     runner, agent, zk, _leading, journal = make("dcr")
     monkeypatch.setenv(FAULT_FAIL_ENV, "restarted")
+    install()
     done = runner.run(journal)
     assert done.status == "done_degraded" and FAULT_FAIL_ENV in done.detail
     # DCR paused and stopped; the restart step never ran: the recovery started and resumed.

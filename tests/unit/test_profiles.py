@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from sparkscale.pipeline.profiles import (
+from sparkscale_lab.pipelines.profiles import (
     DIURNAL_NIGHT_LOW,
     DIURNAL_SHAPE,
     ConstantProfile,

@@ -10,7 +10,7 @@ from datetime import datetime
 import pytest
 
 from sparkscale.config import AppConfig
-from sparkscale.pipeline.records import (
+from sparkscale_lab.pipelines.records import (
     CELL_LAT_DEG,
     CELL_LON_DEG,
     GRID_CELL1_LAT,

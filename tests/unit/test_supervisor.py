@@ -13,8 +13,8 @@ import time
 import pytest
 
 from sparkscale.config import DriversConfig, load_config
-from sparkscale.pipeline import submit as submit_mod
-from sparkscale.pipeline.supervisor import RestartBudget, current_driver, run_supervised
+from sparkscale.apps import submit as submit_mod
+from sparkscale.apps.supervisor import RestartBudget, current_driver, run_supervised
 
 # A stand-in driver: writes the started marker (as agent/bootstrap.py does once the queries run)
 # unless told not to, then exits with the code its run number is given in PLAN.

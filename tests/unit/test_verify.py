@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from sparkscale.pipeline.verify import VerifyResult, compare_keyed, compare_records
+from sparkscale_lab.pipelines.verify import VerifyResult, compare_keyed, compare_records
 
 
 def test_records_exactly_once_is_ok():

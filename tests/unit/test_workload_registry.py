@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sparkscale.pipeline.workloads import Workload, register_workload, registered_workloads, workload
+from sparkscale_lab.pipelines.workloads import Workload, register_workload, registered_workloads, workload
 from sparkscale.registry import WORKLOADS
 
 

@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 from sparkscale.config import AppConfig
-from sparkscale.pipeline.records import cell_centre
-from sparkscale.pipeline.workloads import dag, taxi, wordcount, workload
+from sparkscale_lab.pipelines.records import cell_centre
+from sparkscale_lab.pipelines.workloads import dag, taxi, wordcount, workload
 
 
 def test_registry_knows_every_pipeline_and_refuses_others():

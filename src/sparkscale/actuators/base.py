@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from sparkscale.config import AppConfig, Config
     from sparkscale.monitors.spark_rest import SparkRestClient
-    from sparkscale.pipeline.submit import ExecutorShape
+    from sparkscale.apps.submit import ExecutorShape
 
 log = structlog.get_logger(__name__)
 

@@ -4,8 +4,8 @@ the app's script as `__main__`, untouched.
 spark-submit runs this file; it gets the managed session (the conf spark-submit passed), installs
 the query hooks and starts the agent (`attach`), then runs the operator's script with runpy, so the
 script's own `SparkSession.builder.getOrCreate()` returns that session and every query it starts
-is known to the agent. The shipped pipelines are scripts too (`pipeline/shipped_job.py`) and take
-exactly this path. Exit code: the script's (SystemExit), 1 if it raised, 2 for a bad config.
+is known to the agent. An example pipeline (`apps[].pipeline`, a workload plug-in) names a script
+too (`apps/workloads.py`) and takes exactly this path. Exit code: the script's (SystemExit), 1 if it raised, 2 for a bad config.
 """
 
 from __future__ import annotations
@@ -25,19 +25,19 @@ from sparkscale.logsetup import configure_logging
 
 log = structlog.get_logger("sparkscale.agent.bootstrap")
 
-SHIPPED_JOB = Path(__file__).resolve().parent.parent / "pipeline" / "shipped_job.py"
-
-
 def app_script(app: AppConfig, config_path: str | None, overrides: list[str]) -> tuple[str, list[str]]:
-    """What the driver runs for `app`: its own script and args, or the shipped job for `pipeline`."""
+    """What the driver runs for `app`: its own script and args, or its workload plug-in's script."""
     if app.script is not None:
         return app.script, list(app.args)
+    from sparkscale.apps.workloads import workload
+
+    assert app.pipeline is not None  # AppConfig gives one of script and pipeline
     args = ["--app", app.name]
     if config_path:
         args += ["--config", config_path]
     for item in overrides:
         args += ["--set", item]
-    return str(SHIPPED_JOB), args
+    return workload(app.pipeline).script, args
 
 
 def run_script(app: str, script: str, args: list[str]) -> int:
@@ -72,16 +72,16 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(args.config, args.overrides).with_app(args.app)
         app = cfg.app(args.app)
         check_secrets(cfg, args.config or "<defaults>")  # the agent's and the pipeline's Redis and ZooKeeper
+        script, script_args = app_script(app, args.config, args.overrides)  # a workload plug-in that is not there
     except (ConfigError, KeyError) as exc:
         print(f"invalid config:\n{exc}", file=sys.stderr)
         return 2
     configure_logging(cfg.logging.model_copy(update={"stderr_format": "json", "file": None}))
-    script, script_args = app_script(app, args.config, args.overrides)
 
     from pyspark.sql import SparkSession
 
     from sparkscale.agent.attach import start_agent
-    from sparkscale.pipeline.submit import started_marker
+    from sparkscale.apps.submit import started_marker
 
     spark = SparkSession.builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

@@ -61,7 +61,7 @@ def require_app(cfg: Config, app_name: str) -> Config:
     try:
         return cfg.with_app(app_name)
     except KeyError as exc:
-        from sparkscale.pipeline.workloads import registered_workloads
+        from sparkscale.apps.workloads import registered_workloads
 
         click.echo(f"{exc.args[0]}; a pipeline name ({', '.join(registered_workloads())}) also works", err=True)
         sys.exit(EXIT_CONFIG)

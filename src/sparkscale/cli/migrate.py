@@ -143,8 +143,8 @@ def start(cfg: Config, app_name: str, query: str | None, partitions: int | None,
     from dataclasses import asdict
 
     from sparkscale.daemon import manual
-    from sparkscale.pipeline.submit import ExecutorShape, with_stored_shape
-    from sparkscale.pipeline.workloads import workload
+    from sparkscale.apps.submit import ExecutorShape, with_stored_shape
+    from sparkscale.apps.workloads import workload
     from sparkscale.protocol.queries import read_queries
     from sparkscale.redisconn import connect
 
@@ -318,7 +318,7 @@ def _under_lock(zk: KazooClient, cfg: Config, app_name: str, progress: Progress,
     from sparkscale.actuators.base import ActuationContext
     from sparkscale.daemon import manual
     from sparkscale.daemon.action_log import ActionLog
-    from sparkscale.pipeline.submit import with_stored_shape
+    from sparkscale.apps.submit import with_stored_shape
     from sparkscale.redisconn import connect
 
     by = _by()

@@ -65,7 +65,7 @@ class AppConfig(_Section):
 
     name: str
     # What the driver runs: the operator's own PySpark script (run as __main__ with `args`), or
-    # `pipeline`, a shipped workload (sparkscale.pipeline.workloads); wordcount when neither is given.
+    # `pipeline`, a shipped workload (sparkscale_lab.pipelines.workloads); wordcount when neither is given.
     script: str | None = None
     args: list[str] = Field(default_factory=list)
     spark_conf: dict[str, str] = Field(default_factory=dict)  # as spark-submit --conf, over ours
@@ -96,7 +96,7 @@ class AppConfig(_Section):
     @field_validator("pipeline")
     @classmethod
     def _pipeline(cls, value: str | None) -> str | None:
-        return None if value is None else _one_of(value, sorted(WORKLOADS.names()))
+        return None if value is None else _one_of(value, sorted(WORKLOADS.known_names()))
 
     @field_validator("script")
     @classmethod

@@ -1,4 +1,4 @@
-"""The `drivers` section: how managed drivers are kept running (pipeline/supervisor.py).
+"""The `drivers` section: how managed drivers are kept running (apps/supervisor.py).
 
 A driver must outlive the daemon that started it (a daemon restart must not take the pipelines
 down) and come back from its checkpoints after a crash, so each runs under a supervisor of its own.

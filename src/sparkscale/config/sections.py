@@ -440,7 +440,7 @@ class Config(_Section):
         config plus an app of that name running it with default settings; else KeyError."""
         if any(app.name == name for app in self.apps):
             return self
-        if name in WORKLOADS.names():
+        if name in WORKLOADS.known_names():
             return self.model_copy(update={"apps": [*self.apps, AppConfig(name=name, pipeline=name)]})
         self.app(name)  # raises, naming the configured apps
         return self

@@ -30,7 +30,7 @@ from sparkscale.actuators.base import ActionResult, ActuationContext, dispatch
 from sparkscale.actuators.migration import Journal, JournalStore, MigrationError, check_operable
 from sparkscale.config import Config
 from sparkscale.daemon.action_log import ActionLog, DecisionRecord, snapshot_id
-from sparkscale.pipeline.submit import ExecutorShape, restart
+from sparkscale.apps.submit import ExecutorShape, restart
 from sparkscale.plan import Action, Plan
 from sparkscale.protocol.commands import wait_for_znode
 from sparkscale.protocol.streams import query_partitions

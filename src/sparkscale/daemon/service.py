@@ -62,7 +62,7 @@ from sparkscale.daemon.metrics import DaemonMetrics
 from sparkscale.daemon.notify import Notifier
 from sparkscale.monitors.collector import AppNotRunningError, NoQueriesYet, collect_snapshots
 from sparkscale.monitors.spark_rest import SparkRestError
-from sparkscale.pipeline.submit import with_stored_shape
+from sparkscale.apps.submit import with_stored_shape
 from sparkscale.policies.capacity import short_warnings, shortfall
 from sparkscale.policies.history import DecisionHistory
 from sparkscale.policies.outcomes import expectation_for

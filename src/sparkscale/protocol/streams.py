@@ -1,5 +1,5 @@
 """Reading the Redis streams source's positions: what the source, the monitor, the migration
-actuator and the verifier share (docs/internals.md; the writer is `pipeline/redis_source.py`).
+actuator and the verifier share (docs/internals.md; the writer is `sparkscale_lab/pipelines/redis_source.py`).
 
 Offsets are JSON dicts `{"ids": {"0": "<entry id>", ...}, "counts": {"0": <int>, ...}}`: per
 partition the last entry id admitted and the stream position up to and including it. A partition's

@@ -55,7 +55,6 @@ from sparkscale.actuators.migration.base import (
     register_strategy,
     registered_strategies,
 )
-from sparkscale.actuators.migration.faults import FAULT_FAIL_ENV, FAULT_HOLD_ENV
 from sparkscale.actuators.migration.journal import (
     Journal,
     JournalFenced,
@@ -72,8 +71,6 @@ from sparkscale.actuators.migration.runner import MigrationRunner
 from sparkscale.actuators.migration import dsm, dcr, ccr  # noqa: F401  isort: skip
 
 __all__ = [
-    "FAULT_FAIL_ENV",
-    "FAULT_HOLD_ENV",
     "Journal",
     "JournalFenced",
     "JournalStore",

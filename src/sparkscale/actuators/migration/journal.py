@@ -24,7 +24,7 @@ from kazoo.exceptions import (
 )
 
 from sparkscale.actuators.migration.base import MigrationError, UnknownMigration, get_strategy
-from sparkscale.pipeline.submit import ExecutorShape
+from sparkscale.apps.submit import ExecutorShape
 from sparkscale.protocol.fencing import LiveLock, read_live_lock, refusal
 from sparkscale.protocol.znodes import app_path, journal_path
 

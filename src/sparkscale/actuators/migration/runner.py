@@ -15,7 +15,7 @@ import structlog
 from kazoo.client import KazooClient
 
 from sparkscale.actuators.migration.base import MigrationBusy, MigrationError, get_strategy, idle_after_restart
-from sparkscale.actuators.migration.faults import fault_fail, fault_hold
+from sparkscale.actuators.migration.hooks import after_step, before_step
 from sparkscale.actuators.migration.journal import (
     Journal,
     JournalFenced,
@@ -28,7 +28,7 @@ from sparkscale.actuators.migration.journal import (
 from sparkscale.actuators.migration.recovery import Recovery
 from sparkscale.config import AppConfig, Config
 from sparkscale.monitors.migration_metrics import CLOCK_MARGIN_S, BatchPoint, first_output, read_batches, timeline_of
-from sparkscale.pipeline.submit import ExecutorShape, running, store_shape
+from sparkscale.apps.submit import ExecutorShape, running, store_shape
 from sparkscale.protocol.commands import AckTimeout, send_command, wait_ack
 from sparkscale.protocol.keys import datastore_key, input_stream_key, progress_key
 from sparkscale.protocol.queries import read_queries
@@ -92,7 +92,7 @@ class MigrationRunner:
         # The run that is stopped: a batch of another run after the stop is the restarted one's.
         journal.marks["run_id_at_request"] = self.query_progress(query).get("run_id")
         self._complete(journal, "requested")
-        fault_hold("requested")
+        after_step("requested")
         return self.run(journal)
 
     def run(self, journal: Journal) -> Journal:
@@ -107,13 +107,13 @@ class MigrationRunner:
             journal.next = phase
             self._write(journal)  # before the step: a successor knows what may have been under way
             try:
-                fault_fail(phase)
+                before_step(phase)
                 steps[phase](journal)
             except JournalFenced:
                 raise  # no longer this leader's migration: no rollback, nothing more written
             except (MigrationError, AckTimeout, redis.RedisError) as exc:
                 return self._fail(journal, phase, str(exc))
-            fault_hold(phase)
+            after_step(phase)
             self._complete(journal, phase)
         journal.status = "done"
         journal.marks["metrics"] = phase_metrics(journal)

@@ -1,0 +1,186 @@
+"""`sparkscale demo`: the embedded environment, `wordcount` under a low / high / low load, and the
+daemon with DS2 in the foreground; at the end a summary (actions, convergence, records verified)
+and a timeline plot.
+
+The demo shortens the daemon's timings so that a few minutes give the daemon several chances to
+act on each load step (`DEMO_TIMINGS`; a `--set` of the same key wins); whether it scales depends
+on what the machine can do (wordcount at the high step fits one executor on two cores).
+It leaves the environment running, so that `sparkscale status` / `actions` can be read afterwards;
+`sparkscale cluster down` stops it.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+
+from sparkscale_lab.bench.daemon_process import DaemonProcess
+from sparkscale_lab.bench.measures import SloLimits, measure, segments
+from sparkscale_lab.bench.scaling import logged_actions
+from sparkscale_lab.bench.timeline import Recorder
+from sparkscale.config import Config
+from sparkscale.daemon.action_log import ActionLog
+from sparkscale.localenv import LocalEnvironment
+from sparkscale.monitors.spark_rest import SparkRestError, driver_rest
+from sparkscale_lab.pipelines.check import unprocessed_records, verify_app
+from sparkscale_lab.pipelines.loadgen import run_loadgen
+from sparkscale_lab.pipelines.profiles import parse_profile
+from sparkscale.apps.submit import running, stop, submit
+from sparkscale.redisconn import connect
+
+log = structlog.get_logger(__name__)
+
+SETTLE_LIMIT_S = 300.0  # after the submit, how long the app may take to settle at its initial executors
+DRAIN_LIMIT_S = 600.0  # after the load, how long the app may take to process what is left
+DEMO_TIMINGS = ["loop.interval_s=5", "loop.window_s=15", "loop.cooldown_s=20", "loop.stabilization_s=0",
+                "guards.scale_down_delay_s=30", "outcomes.evaluation_windows=2"]
+
+
+@dataclass(frozen=True)
+class DemoSpec:
+    app: str
+    minutes: float
+    low_rate: int
+    high_rate: int
+    out_dir: Path
+    seed: int = 11
+
+    @property
+    def profile(self) -> str:
+        """Low for a quarter of the time, high (the step up) for 40 %, low again for the rest."""
+        total = self.minutes * 60
+        low1, high = round(total * 0.25), round(total * 0.40)
+        return f"steps:{self.low_rate}@{low1}s,{self.high_rate}@{high}s,{self.low_rate}@{round(total) - low1 - high}s"
+
+
+def run_demo(cfg: Config, spec: DemoSpec, config_path: str | None, overrides: list[str],
+             echo=print) -> int:
+    """The whole demo; returns the exit code (0: every record verified exactly once)."""
+    echo(f"sparkscale demo: {spec.minutes:g} minutes, app {spec.app}, load {spec.profile}")
+    echo("starting the embedded environment (Spark standalone master and workers, Redis, ZooKeeper)...")
+    LocalEnvironment(cfg).up()
+    if running(cfg, spec.app):
+        stop(cfg, spec.app)
+    echo(f"forgetting {spec.app}'s earlier input, output, state and checkpoints (each demo judges its own run)...")
+    forget_app(cfg, spec.app)
+    echo(f"submitting {spec.app}...")
+    submit(cfg, spec.app, config_path, overrides, wait_s=300)
+    echo("waiting for its executors to settle at the initial count...")
+    _wait_settled(cfg, spec.app, SETTLE_LIMIT_S)
+    spec.out_dir.mkdir(parents=True, exist_ok=True)
+    daemon_log = spec.out_dir / "daemon.jsonl"
+    echo("running the daemon (DS2) in the foreground; its log follows. Ctrl-C ends the demo early.\n")
+    daemon = DaemonProcess(config_path, overrides, daemon_log, "demo",
+                           ["policy.name=ds2", "logging.level=info", "logging.stderr=true",
+                            "logging.stderr_format=console"], inherit_stderr=True)
+    t0 = time.time()
+    recorder = Recorder(cfg, spec.app, 2.0, t0=t0).start()
+    stop_load = threading.Event()
+    loader = threading.Thread(target=run_loadgen, args=(cfg, spec.app, spec.profile),
+                              kwargs={"seed": spec.seed, "stop": stop_load}, daemon=True)
+    loader.start()
+    interrupted = False
+    try:
+        loader.join()
+    except KeyboardInterrupt:
+        interrupted = True
+        stop_load.set()
+        loader.join()
+    finally:
+        daemon.stop()
+    echo("\nthe load has ended; waiting for the app to process what is left...")
+    client = connect(cfg.redis)
+    left = _drain(client, cfg, spec.app, DRAIN_LIMIT_S)
+    samples = recorder.stop()
+    # The verifier compares the sink with all input: before the app has processed it all, what it
+    # has not reached yet would count as lost. Say so instead.
+    result = verify_app(cfg, spec.app) if left == 0 else None
+    actions = logged_actions(ActionLog(client, cfg.redis.key_prefix), t0, spec.app)
+    app = cfg.app(spec.app)
+    segs = segments(parse_profile(spec.profile))
+    if interrupted:
+        end = samples[-1].t_s if samples else 0.0
+        segs = [s for s in segs if s.start_s < end]
+    measures = measure(samples, actions, segs, SloLimits(batch_limit_ms=app.trigger_interval_s * 1000))
+    stop(cfg, spec.app)
+
+    from sparkscale_lab.bench.plots import timeline
+
+    plot = spec.out_dir / "demo-timeline.png"
+    verdict = (f"verified {result.total_expected} records, lost {result.lost}, duplicated {result.duplicated}"
+               if result else f"{left} records still unprocessed, not verified")
+    title = f"sparkscale demo: {spec.app} with DS2, {len(actions)} actions; {verdict}"
+    timeline(samples, [a.to_dict() for a in actions], title, plot, spec.profile)
+    (spec.out_dir / "demo.json").write_text(json.dumps({
+        "profile": spec.profile, "samples": [s.to_dict() for s in samples], "actions": [a.to_dict() for a in actions],
+        "measures": measures.to_dict(), "unprocessed_records": left,
+        "lost": result.lost if result else None, "duplicated": result.duplicated if result else None,
+        "total_records": result.total_expected if result else None}, indent=1))
+
+    echo("\n=== summary ===")
+    echo(f"load: {spec.profile}{' (interrupted)' if interrupted else ''}")
+    echo(f"actions taken by the daemon: {len(actions)}")
+    for a in actions:
+        echo(f"  t={a.t_s:6.1f} s  {a.kind} {a.from_} -> {a.to}  {'done' if a.done else 'FAILED'}")
+    for seg, conv in zip(segs, measures.convergence_s, strict=True):
+        echo(f"  load {seg.rate:g}/s from t={seg.start_s:g} s: "
+             + (f"converged (stable, keeping up) after {conv:g} s" if conv is not None else "did not converge"))
+    echo(f"peak backlog: {measures.peak_backlog_records} records; executor-core-seconds: {measures.executor_core_s:g}")
+    if result is not None:
+        echo(f"records verified: {result.total_expected} produced, lost {result.lost}, "
+             f"duplicated {result.duplicated}")
+    else:
+        echo(f"NOT verified: {left} records were still unprocessed {DRAIN_LIMIT_S:g} s after the load "
+             "(the machine could not keep up); `sparkscale verify --app " + spec.app + "` once it has")
+    echo(f"timeline plot: {plot}")
+    echo(f"the daemon's log: {daemon_log}; the action log: sparkscale actions --since 1h")
+    echo("the environment is still up: `sparkscale cluster down` (or ./dev down) stops it")
+    return 0 if result is not None and result.lost == 0 and result.duplicated == 0 else 1
+
+
+def forget_app(cfg: Config, app_name: str) -> None:
+    """Remove an app's Redis keys (streams, sink, progress, pause, shape) and its checkpoints."""
+    import shutil
+
+    from sparkscale.apps.submit import checkpoint_root
+
+    client = connect(cfg.redis)
+    try:
+        for key in client.scan_iter(f"{cfg.redis.key_prefix}{app_name}:*"):
+            client.delete(key)
+    finally:
+        client.close()
+    shutil.rmtree(checkpoint_root(cfg, cfg.app(app_name)), ignore_errors=True)
+
+
+def _wait_settled(cfg: Config, app_name: str, limit_s: float) -> None:
+    """Standalone mode launches executors up to spark.cores.max before the agent's initial target
+    trims them (ControlAgent.start); load that meets the app mid-trim (JVMs starting on every core)
+    would make the first step a start-up test. Waits for the initial count, then returns either way."""
+    app = cfg.app(app_name)
+    rest = driver_rest(cfg, app, timeout_s=2, retries=0)
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        try:
+            active = [e for e in rest.executors(rest.application(app.name).id) if e.active]
+            if len(active) == app.initial_executors:
+                return
+        except SparkRestError:
+            pass  # the UI is not up yet
+        time.sleep(1.0)  # polling the REST API for the trim
+    log.warning("demo.not_settled", app=app_name, limit_s=limit_s)
+
+
+def _drain(client, cfg: Config, app_name: str, limit_s: float) -> int:
+    """Wait until the app has processed all its input (or `limit_s`); the records left."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        left = unprocessed_records(client, cfg, cfg.app(app_name))
+        if left == 0 or time.monotonic() > deadline:
+            return left
+        time.sleep(1)  # polling the backlog
