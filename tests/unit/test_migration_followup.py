@@ -180,10 +180,9 @@ class CliZk(FakeZk):
 
 @pytest.fixture
 def cli(tmp_path, monkeypatch):
-    from sparkscale.cli import migrate as migrate_cli
 
     zk, client = CliZk(), history(121)
-    monkeypatch.setattr(migrate_cli, "zk_or_exit", lambda cfg: zk)
+    monkeypatch.setattr(sparkscale.zkconn, "client", lambda cfg: zk)  # the client API's ZooKeeper
     monkeypatch.setattr(sparkscale.zkconn, "client", lambda cfg: zk)
     monkeypatch.setattr(sparkscale.redisconn, "connect", lambda cfg, decode_responses=True: client)
     path = tmp_path / "c.yaml"

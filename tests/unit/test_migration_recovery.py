@@ -10,6 +10,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+
+import sparkscale.zkconn
 from click.testing import CliRunner
 from structlog.testing import capture_logs
 
@@ -380,6 +382,9 @@ def test_the_attention_metric_and_the_request_format():
 
 
 class CliZk(FakeZk):
+    def start(self, timeout: float = 0) -> None:
+        pass
+
     def stop(self) -> None:
         pass
 
@@ -388,10 +393,9 @@ class CliZk(FakeZk):
 def cli(tmp_path, monkeypatch):
     """`sparkscale migrate` against the fake ZooKeeper, apps `a` and `b` configured."""
     from sparkscale.cli import main
-    from sparkscale.cli import migrate as migrate_cli
 
     zk = CliZk()
-    monkeypatch.setattr(migrate_cli, "zk_or_exit", lambda cfg: zk)
+    monkeypatch.setattr(sparkscale.zkconn, "client", lambda cfg: zk)  # the client API's ZooKeeper
     path = tmp_path / "c.yaml"
     path.write_text("apps:\n  - {name: a, pipeline: wordcount}\n  - {name: b, pipeline: wordcount}\n")
 

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Callable
-from typing import Any, NoReturn
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
 from sparkscale.config import Config, ConfigError, load_config
 from sparkscale.config.secrets import check_secrets
 from sparkscale.logsetup import configure_logging
+
+if TYPE_CHECKING:
+    from sparkscale.client import Client
 
 EXIT_CONFIG = 2
 EXIT_ENVIRONMENT = 3
@@ -56,6 +60,27 @@ def exit_invalid(what: str, *problems: object) -> NoReturn:
     sys.exit(EXIT_CONFIG)
 
 
+def client(cfg: Config) -> Client:
+    """The product's client API on this command's config (the CLI is a thin layer over it): what it
+    starts gets the same --config and --set."""
+    from sparkscale.client import Client
+
+    meta = click.get_current_context().meta
+    return Client(cfg, meta.get("config_path"), tuple(meta.get("overrides", ())))
+
+
+@contextmanager
+def client_errors() -> Iterator[None]:
+    """A client error as the CLI says it: its message on stderr and its exit code (2: fix the request)."""
+    from sparkscale.client import ClientError
+
+    try:
+        yield
+    except ClientError as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(exc.exit_code)
+
+
 def require_app(cfg: Config, app_name: str) -> Config:
     """`cfg` with `app_name` in it (a bare pipeline name gets a default app); exit 2 if unknown."""
     try:
@@ -79,15 +104,3 @@ def zk_or_exit(cfg: Config) -> Any:
         click.echo(f"ZooKeeper at {cfg.zookeeper.hosts} is unreachable", err=True)
         sys.exit(1)
     return zk
-
-
-def leader_lock_or_exit(zk: Any, cfg: Config, app_name: str, by: str, timeout_s: float = 10.0) -> Any:
-    """The app's leader lock for a one-shot command that acts without a daemon (exit 1 if another
-    process holds it past `timeout_s`): commands are only taken from the lock's holder."""
-    from sparkscale.daemon.leader import LeaderElection
-
-    election = LeaderElection(zk, cfg.zookeeper.root, app_name, by)
-    if not election.acquire(timeout_s=timeout_s):
-        click.echo(f"could not take the leader lock of {app_name} within {timeout_s:g} s", err=True)
-        sys.exit(1)
-    return election

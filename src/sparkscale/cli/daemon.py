@@ -13,10 +13,10 @@ import redis
 
 from sparkscale.cli.common import (
     EXIT_CONFIG,
+    client,
+    client_errors,
     config_options,
-    leader_lock_or_exit,
     load_or_exit,
-    require_app,
     zk_or_exit,
 )
 from sparkscale.config import Config
@@ -220,49 +220,10 @@ def scale_executors(cfg: Config, app_name: str, to: int, timeout_s: float) -> No
 
     With a daemon leading the app, the request goes to it (it acts at its epoch and logs it); with
     none, this command takes the lock itself. Exit 0 when done, 1 when refused or failed."""
-    import os
-    import socket
-
-    from sparkscale.actuators.base import ActuationContext
-    from sparkscale.actuators.executors import active_executor_ids
-    from sparkscale.daemon import manual
-    from sparkscale.daemon.action_log import ActionLog
-    from sparkscale.daemon.leader import current_leader
-    from sparkscale.monitors.spark_rest import SparkRestError
-    from sparkscale.redisconn import connect
-
-    cfg = require_app(cfg, app_name)
-    app = cfg.app(app_name)
-    by = f"cli:{socket.gethostname()}:{os.getpid()}"
-    zk = zk_or_exit(cfg)
-    try:
-        leader = current_leader(zk, cfg.zookeeper.root, app_name)
-        if leader is not None:
-            click.echo(f"{app_name} is led by {leader}: asking it to scale to {to} executors")
-            name = manual.submit_request(zk, cfg.zookeeper.root, app_name, to, by, timeout_s)
-            answer = manual.wait_result(zk, cfg.zookeeper.root, app_name, name, timeout_s)
-            if answer is None:
-                click.echo(f"no answer within {timeout_s:g} s; the request was withdrawn", err=True)
-                sys.exit(1)
-            click.echo(f"{'done' if answer.ok else 'not done'}: {answer.detail} (decision {answer.decision_id}, "
-                       f"by {answer.leader})")
-            sys.exit(0 if answer.ok else 1)
-        election = leader_lock_or_exit(zk, cfg, app_name, by)
-        try:
-            redis_client = connect(cfg.redis)
-            ctx = ActuationContext(cfg, app, zk, redis_client, election.epoch or 0, lambda: election.is_leader, by)
-            try:
-                current = len(active_executor_ids(ctx.rest, app_name))
-            except SparkRestError as exc:
-                click.echo(f"{app_name} does not answer on its Spark REST API: {exc}", err=True)
-                sys.exit(1)
-            # The same dispatch as the daemon's: logged, carried out, its result logged.
-            decision_id, result = manual.carry_out(
-                ActionLog(redis_client, cfg.redis.key_prefix, cfg.action_log), ctx, to, by, current=current,
-                snapshot_id="", at=time.time())
-        finally:
-            election.release()
-        click.echo(f"{result.status}: {result.detail} (decision {decision_id}, epoch {election.epoch})")
-        sys.exit(0 if result.status == "done" else 1)
-    finally:
-        zk.stop()
+    with client_errors():
+        outcome = client(cfg).scale_executors(app_name, to, timeout_s, note=click.echo)
+    if outcome.by is not None:  # the leader did it
+        click.echo(f"{outcome.status}: {outcome.detail} (decision {outcome.decision_id}, by {outcome.by})")
+    else:
+        click.echo(f"{outcome.status}: {outcome.detail} (decision {outcome.decision_id}, epoch {outcome.epoch})")
+    sys.exit(0 if outcome.ok else 1)

@@ -1,28 +1,23 @@
 """`sparkscale migrate`: rebalance a stateful query's state partitions and/or restart the executors
-in a new shape, through the app's leader or, with none, under the leader lock here; and, for a
-journaled migration, `--list`, `--resume ID` and `--abort ID` (the same two paths)."""
+in a new shape, and, for a journaled migration, `--list`, `--resume ID` and `--abort ID`. A thin
+layer over the client API (sparkscale/client/migrations.py): it parses, calls and prints."""
 
 from __future__ import annotations
 
 import json
-import os
-import socket
 import sys
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
 from sparkscale.actuators.migration import registered_strategies
-from sparkscale.cli.common import EXIT_CONFIG, config_options, leader_lock_or_exit, require_app, zk_or_exit
+from sparkscale.cli.common import EXIT_CONFIG, client, client_errors, config_options
 from sparkscale.config import Config
-from sparkscale.monitors.migration_followup import FIGURES, FOLLOW_UP, PENDING, shown
+from sparkscale.monitors.migration_followup import FIGURES, FOLLOW_UP, PENDING
 
 if TYPE_CHECKING:
-    from kazoo.client import KazooClient
-
-    from sparkscale.actuators.base import ActionResult, ActuationContext
     from sparkscale.actuators.migration import Journal
-
+    from sparkscale.client import MigrationOutcome
 
 @click.command("migrate")
 @config_options
@@ -72,12 +67,21 @@ def migrate_command(cfg: Config, app_name: str | None, query: str | None, partit
         if list_open:
             list_migrations(cfg, app_name, as_json)
             return
-        operate(cfg, app_name, str(resume_id or abort_id), abort_id is not None, Progress(as_json), timeout_s)
+        progress = Progress(as_json)
+        with client_errors():
+            outcome = client(cfg).operate_migration(app_name, str(resume_id or abort_id), abort_id is not None,
+                                                    timeout_s, on_journal=progress.show, note=progress.note)
+        progress.finish_with(outcome)
     if app_name is None:
         click.echo("give --app to migrate (or --list, --resume ID, --abort ID)", err=True)
         sys.exit(EXIT_CONFIG)
-    start(cfg, app_name, query, partitions, executors, executor_cores, executor_memory_mb, strategy,
-          Progress(as_json), timeout_s)
+    from sparkscale.client.migrations import MigrationRequest
+
+    progress = Progress(as_json)
+    request = MigrationRequest(app_name, query, partitions, executors, executor_cores, executor_memory_mb, strategy)
+    with client_errors():
+        outcome = client(cfg).migrate(request, timeout_s, on_journal=progress.show, note=progress.note)
+    progress.finish_with(outcome)
 
 
 class Progress:
@@ -109,6 +113,14 @@ class Progress:
                 outcome = "ok" if step["ok"] else f"FAILED: {step.get('error')}"
                 click.echo(f"  recovery {step['way']}: {step['step']} ({step['partitions']} partitions) {outcome}")
 
+    def note(self, line: str) -> None:
+        """What the client is about to do (not in --json, whose lines are phases and the result)."""
+        if not self.as_json:
+            click.echo(line)
+
+    def finish_with(self, outcome: MigrationOutcome) -> NoReturn:
+        self.finish(outcome.ok, outcome.detail, outcome.figures)
+
     def finish(self, ok: bool, detail: Any, figures: Any) -> NoReturn:
         if self.as_json:
             click.echo(json.dumps({"ok": ok, "detail": detail, "figures": figures}, default=str))
@@ -136,201 +148,16 @@ def recovery_steps(journal: Journal) -> list[tuple[Any, dict[str, Any]]]:
     return out
 
 
-def start(cfg: Config, app_name: str, query: str | None, partitions: int | None, executors: int | None,
-          executor_cores: int | None, executor_memory_mb: int | None, strategy: str | None, progress: Progress,
-          timeout_s: float) -> NoReturn:
-    """A new migration: through the leading daemon, else under the app's leader lock here."""
-    from dataclasses import asdict
-
-    from sparkscale.daemon import manual
-    from sparkscale.apps.submit import ExecutorShape, with_stored_shape
-    from sparkscale.apps.workloads import workload
-    from sparkscale.protocol.queries import read_queries
-    from sparkscale.redisconn import connect
-
-    cfg = require_app(cfg, app_name)
-    app = with_stored_shape(cfg.app(app_name), connect(cfg.redis), cfg.redis.key_prefix)
-    if query is None:
-        # The app's one query as its agent lists it; a shipped pipeline's main query before that.
-        known = sorted(read_queries(connect(cfg.redis), cfg.redis.key_prefix, app_name))
-        if len(known) == 1:
-            query = known[0]
-        elif not known and app.pipeline is not None and not app.runs_script:
-            query = workload(app.pipeline).query
-        else:
-            click.echo(f"give --query: {app_name} runs {', '.join(known) or 'no query yet'}", err=True)
-            sys.exit(EXIT_CONFIG)
-    strategy = strategy or cfg.migration.strategy
-    shape = None
-    if executor_cores is not None or executor_memory_mb is not None:
-        shape = ExecutorShape(executor_cores or app.executor_cores, executor_memory_mb or app.executor_memory_mb)
-    if partitions is None and shape is None:
-        click.echo("nothing to do: give --partitions, or a new shape (--executor-cores, --executor-memory-mb)",
-                   err=True)
-        sys.exit(EXIT_CONFIG)
-    if not progress.as_json:
-        click.echo(f"migrating {app_name}/{query} to {partitions or 'the same'} partitions ({strategy})"
-                   + (f", executors restarted as {shape.describe()}" if shape else ""))
-    zk = zk_or_exit(cfg)
-    try:
-        if _leader(zk, cfg, app_name) is not None:
-            # Only the new migration's journal is shown (one that began before this request is not).
-            _through_leader(zk, cfg, app_name, progress, timeout_s, lambda j, since: j.requested_at >= since - 1,
-                            partitions, type="migrate", query=query, strategy=strategy, executors=executors,
-                            shape=asdict(shape) if shape else None)
-        # The same dispatch as the daemon's: logged, migrated, then the executors set, logged.
-        result = _under_lock(zk, cfg, app_name, progress, lambda action_log, ctx: manual.run_migration(
-            action_log, ctx, query, partitions, f"manual migration by {ctx.identity}", executors=executors),
-            strategy=strategy, shape=shape)
-        progress.finish(result.status == "done", result.detail, result.figures)
-    finally:
-        zk.stop()
-
-
-def operate(cfg: Config, app_name: str | None, migration_id: str, abort: bool, progress: Progress,
-            timeout_s: float) -> NoReturn:
-    """`--resume ID` / `--abort ID`: find the journal (exit 2 if no app has it open), then through
-    the leading daemon, else under the app's leader lock here (`manual.operate_migration`)."""
-    from sparkscale.actuators.migration import UnknownMigration, check_operable
-    from sparkscale.daemon import manual
-
-    verb = "abort" if abort else "resume"
-    zk = zk_or_exit(cfg)
-    try:
-        journal = find_journal(zk, cfg, app_name, migration_id, verb)
-        cfg = require_app(cfg, journal.app)
-        if not progress.as_json:
-            click.echo(f"{verb} {journal.app}/{journal.query} migration {journal.id} ({journal.status} at "
-                       f"{journal.next}: {journal.detail or 'no detail'})")
-        if _leader(zk, cfg, journal.app) is not None:
-            _through_leader(zk, cfg, journal.app, progress, timeout_s, lambda j, _since: j.id == migration_id,
-                            None, type=f"{verb}_migration", migration=migration_id, query=journal.query)
-
-        def carry_out(action_log: Any, ctx: ActuationContext) -> tuple[str, ActionResult]:
-            from sparkscale.actuators.migration import JournalStore
-
-            try:  # again, under the lock: another operator may have ended it meanwhile
-                current = check_operable(JournalStore(zk, cfg.zookeeper.root, journal.app).read(), journal.app,
-                                         migration_id, verb)
-            except UnknownMigration as exc:
-                click.echo(str(exc), err=True)
-                sys.exit(EXIT_CONFIG)
-            return manual.operate_migration(action_log, ctx, current, abort)
-
-        result = _under_lock(zk, cfg, journal.app, progress, carry_out)
-        progress.finish(result.status == "done", result.detail, result.figures)
-    finally:
-        zk.stop()
-
-
-def find_journal(zk: KazooClient, cfg: Config, app_name: str | None, migration_id: str, verb: str) -> Journal:
-    """The open journal of migration `migration_id` among `app_name`'s (or every configured app's);
-    exit 2 naming the id and what the journals hold when there is none."""
-    from sparkscale.actuators.migration import JournalStore, UnknownMigration, check_operable
-
-    names = [app_name] if app_name is not None else [a.name for a in cfg.apps]
-    held = []
-    for name in names:
-        journal = JournalStore(zk, cfg.zookeeper.root, name).read()
-        if journal is not None and journal.id == migration_id:
-            try:
-                return check_operable(journal, name, migration_id, verb)
-            except UnknownMigration as exc:
-                click.echo(str(exc), err=True)
-                sys.exit(EXIT_CONFIG)
-        held.append(f"{name}: {journal.id} ({journal.status})" if journal else f"{name}: none")
-    click.echo(f"no journaled migration {migration_id} to {verb} (journals: {'; '.join(held) or 'no app'})", err=True)
-    sys.exit(EXIT_CONFIG)
-
-
 def list_migrations(cfg: Config, app_name: str | None, as_json: bool) -> None:
-    """`--list`: each app's journaled migration that is not done, or done with follow-up figures
-    (each app keeps its last one); figures still pending are measured now from the history."""
+    """`--list`: each app's journaled migration that is not done, or done with follow-up figures."""
     import time
 
-    from sparkscale.actuators.migration import JournalStore
     from sparkscale.daemon.operator_view import migration_dict, migrations_table
-    from sparkscale.redisconn import connect
 
-    names = [require_app(cfg, app_name).app(app_name).name] if app_name is not None else [a.name for a in cfg.apps]
-    zk = zk_or_exit(cfg)
-    try:
-        journals = [j for name in names if (j := JournalStore(zk, cfg.zookeeper.root, name).read()) is not None
-                    and (j.status != "done" or FOLLOW_UP in j.marks)]
-    finally:
-        zk.stop()
-    now, client = time.time(), connect(cfg.redis)  # connects on a pending follow-up's read only
-    follow_ups = {j.id: shown(cfg, client, j, now) for j in journals}
+    with client_errors():
+        found = client(cfg).open_migrations(app_name)
+    journals, follow_ups = [m.journal for m in found], {m.journal.id: m.follow_up for m in found}
     if as_json:
         click.echo(json.dumps([migration_dict(j, follow_ups[j.id]) for j in journals], indent=2, default=str))
     else:
-        click.echo(migrations_table(journals, now, follow_ups))
-
-
-# -- the two paths --------------------------------------------------------------------------------
-
-
-def _by() -> str:
-    return f"cli:{socket.gethostname()}:{os.getpid()}"
-
-
-def _leader(zk: KazooClient, cfg: Config, app_name: str) -> str | None:
-    from sparkscale.daemon.leader import current_leader
-
-    return current_leader(zk, cfg.zookeeper.root, app_name)
-
-
-def _through_leader(zk: KazooClient, cfg: Config, app_name: str, progress: Progress, timeout_s: float,
-                    mine: Any, to: int | None, **request: Any) -> NoReturn:
-    """Ask the leading daemon (a request znode), show the journal's phases as it writes them
-    (`mine(journal, since)`: the journal is this request's), and exit with its answer."""
-    import time
-
-    from sparkscale.actuators.migration import Journal
-    from sparkscale.daemon import manual
-    from sparkscale.protocol.znodes import journal_path
-
-    started = time.time()
-
-    def on_journal(data: bytes | None, _stat: Any) -> None:
-        if data:
-            journal = Journal.from_json(data)
-            if mine(journal, started):
-                progress.show(journal)
-
-    zk.DataWatch(journal_path(cfg.zookeeper.root, app_name), on_journal)
-    name = manual.submit_request(zk, cfg.zookeeper.root, app_name, to, _by(), timeout_s, **request)
-    answer = manual.wait_result(zk, cfg.zookeeper.root, app_name, name, timeout_s)
-    if answer is None:
-        click.echo(f"no answer from the leader of {app_name} within {timeout_s:g} s; the request was withdrawn",
-                   err=True)
-        sys.exit(1)
-    body = json.loads(answer.detail) if answer.detail.startswith("{") else {"detail": answer.detail}
-    if body.get("refused"):
-        click.echo(body.get("detail"), err=True)
-        sys.exit(EXIT_CONFIG)
-    progress.finish(answer.ok, body.get("detail"), body.get("figures"))
-
-
-def _under_lock(zk: KazooClient, cfg: Config, app_name: str, progress: Progress, act: Any,
-                **request: Any) -> ActionResult:
-    """Take the app's leader lock (no daemon leads it), `act(action_log, ctx)` at its epoch, release."""
-    from sparkscale.actuators.base import ActuationContext
-    from sparkscale.daemon import manual
-    from sparkscale.daemon.action_log import ActionLog
-    from sparkscale.apps.submit import with_stored_shape
-    from sparkscale.redisconn import connect
-
-    by = _by()
-    election = leader_lock_or_exit(zk, cfg, app_name, by)
-    try:
-        client = connect(cfg.redis)
-        app = with_stored_shape(cfg.app(app_name), client, cfg.redis.key_prefix)
-        meta = click.get_current_context().meta
-        ctx = ActuationContext(cfg, app, zk, client, election.epoch or 0, lambda: election.is_leader, by,
-                               manual.app_restarter(cfg, app_name, meta["config_path"], meta["overrides"]),
-                               on_phase=lambda journal, _phase, _s: progress.show(journal), **request)
-        _decision, result = act(ActionLog(client, cfg.redis.key_prefix, cfg.action_log), ctx)
-        return result
-    finally:
-        election.release()
+        click.echo(migrations_table(journals, time.time(), follow_ups))

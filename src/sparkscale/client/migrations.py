@@ -1,0 +1,213 @@
+"""Migrations as a client starts, resumes, aborts and lists them (the `Client` methods call these).
+
+A new migration, `--resume ID` and `--abort ID` each go to the app's leading daemon as a request
+(its journal's phases are handed to `on_journal` as the leader writes them), or, with no leader,
+run here under the app's leader lock with the same dispatch as the daemon's (daemon/manual.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from sparkscale.client.errors import BadRequest, Unavailable
+from sparkscale.client.outcomes import MigrationOutcome, Note
+
+if TYPE_CHECKING:
+    from kazoo.client import KazooClient
+
+    from sparkscale.actuators.base import ActionResult, ActuationContext
+    from sparkscale.actuators.migration import Journal
+    from sparkscale.client.api import Client
+    from sparkscale.config import Config
+
+OnJournal = Callable[["Journal"], None]
+
+
+def ignore(_journal: Journal) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class MigrationRequest:
+    app: str
+    query: str | None = None  # None: the app's one query
+    partitions: int | None = None  # None: as they are (then a new shape is needed)
+    executors: int | None = None  # then set this many executors
+    executor_cores: int | None = None  # a new shape: restarts the whole application
+    executor_memory_mb: int | None = None
+    strategy: str | None = None  # None: migration.strategy
+
+
+@dataclass(frozen=True)
+class OpenMigration:
+    journal: Journal
+    follow_up: Any  # the follow-up figures, measured now while still pending
+
+
+def start(client: Client, request: MigrationRequest, timeout_s: float, on_journal: OnJournal,
+          note: Note) -> MigrationOutcome:
+    """A new migration: through the leading daemon, else under the app's leader lock here."""
+    from sparkscale.apps.submit import ExecutorShape, with_stored_shape
+    from sparkscale.apps.workloads import workload
+    from sparkscale.daemon import manual
+    from sparkscale.protocol.queries import read_queries
+    from sparkscale.redisconn import connect
+
+    app_name = request.app
+    client = client.for_app(app_name)
+    cfg = client.cfg
+    app = with_stored_shape(cfg.app(app_name), connect(cfg.redis), cfg.redis.key_prefix)
+    query = request.query
+    if query is None:
+        # The app's one query as its agent lists it; a shipped pipeline's main query before that.
+        known = sorted(read_queries(connect(cfg.redis), cfg.redis.key_prefix, app_name))
+        if len(known) == 1:
+            query = known[0]
+        elif not known and app.pipeline is not None and not app.runs_script:
+            query = workload(app.pipeline).query
+        else:
+            raise BadRequest(f"give --query: {app_name} runs {', '.join(known) or 'no query yet'}")
+    strategy = request.strategy or cfg.migration.strategy
+    shape = None
+    if request.executor_cores is not None or request.executor_memory_mb is not None:
+        shape = ExecutorShape(request.executor_cores or app.executor_cores,
+                              request.executor_memory_mb or app.executor_memory_mb)
+    partitions, executors = request.partitions, request.executors
+    if partitions is None and shape is None:
+        raise BadRequest("nothing to do: give --partitions, or a new shape (--executor-cores, --executor-memory-mb)")
+    note(f"migrating {app_name}/{query} to {partitions or 'the same'} partitions ({strategy})"
+         + (f", executors restarted as {shape.describe()}" if shape else ""))
+    with client.zookeeper() as zk:
+        if client.leader(zk, app_name) is not None:
+            # Only the new migration's journal is shown (one that began before this request is not).
+            return _through_leader(client, zk, app_name, on_journal, timeout_s,
+                                   lambda j, since: j.requested_at >= since - 1, partitions, type="migrate",
+                                   query=query, strategy=strategy, executors=executors,
+                                   shape=asdict(shape) if shape else None)
+        # The same dispatch as the daemon's: logged, migrated, then the executors set, logged.
+        chosen = query
+        result = _under_lock(client, zk, app_name, on_journal, lambda action_log, ctx: manual.run_migration(
+            action_log, ctx, chosen, partitions, f"manual migration by {ctx.identity}", executors=executors),
+            strategy=strategy, shape=shape)
+        return MigrationOutcome(result.status == "done", result.detail, result.figures)
+
+
+def operate(client: Client, app_name: str | None, migration_id: str, abort: bool, timeout_s: float,
+            on_journal: OnJournal, note: Note) -> MigrationOutcome:
+    """Find the journal (BadRequest if no app has it open), then through the leading daemon, else
+    under the app's leader lock here (`manual.operate_migration`)."""
+    from sparkscale.actuators.migration import JournalStore, UnknownMigration, check_operable
+    from sparkscale.daemon import manual
+
+    verb = "abort" if abort else "resume"
+    with client.zookeeper() as zk:
+        journal = find_journal(client.cfg, zk, app_name, migration_id, verb)
+        client = client.for_app(journal.app)
+        cfg = client.cfg
+        note(f"{verb} {journal.app}/{journal.query} migration {journal.id} ({journal.status} at "
+             f"{journal.next}: {journal.detail or 'no detail'})")
+        if client.leader(zk, journal.app) is not None:
+            return _through_leader(client, zk, journal.app, on_journal, timeout_s,
+                                   lambda j, _since: j.id == migration_id, None, type=f"{verb}_migration",
+                                   migration=migration_id, query=journal.query)
+
+        def carry_out(action_log: Any, ctx: ActuationContext) -> tuple[str, ActionResult]:
+            try:  # again, under the lock: another operator may have ended it meanwhile
+                current = check_operable(JournalStore(zk, cfg.zookeeper.root, journal.app).read(), journal.app,
+                                         migration_id, verb)
+            except UnknownMigration as exc:
+                raise BadRequest(str(exc)) from None
+            return manual.operate_migration(action_log, ctx, current, abort)
+
+        result = _under_lock(client, zk, journal.app, on_journal, carry_out)
+        return MigrationOutcome(result.status == "done", result.detail, result.figures)
+
+
+def find_journal(cfg: Config, zk: KazooClient, app_name: str | None, migration_id: str, verb: str) -> Journal:
+    """The open journal of migration `migration_id` among `app_name`'s (or every configured app's);
+    BadRequest naming the id and what the journals hold when there is none."""
+    from sparkscale.actuators.migration import JournalStore, UnknownMigration, check_operable
+
+    names = [app_name] if app_name is not None else [a.name for a in cfg.apps]
+    held = []
+    for name in names:
+        journal = JournalStore(zk, cfg.zookeeper.root, name).read()
+        if journal is not None and journal.id == migration_id:
+            try:
+                return check_operable(journal, name, migration_id, verb)
+            except UnknownMigration as exc:
+                raise BadRequest(str(exc)) from None
+        held.append(f"{name}: {journal.id} ({journal.status})" if journal else f"{name}: none")
+    raise BadRequest(f"no journaled migration {migration_id} to {verb} (journals: {'; '.join(held) or 'no app'})")
+
+
+def open_journals(client: Client, app_name: str | None) -> list[OpenMigration]:
+    """Each app's journaled migration that is not done, or done with follow-up figures (each app
+    keeps its last one); figures still pending are measured now from the progress history."""
+    from sparkscale.actuators.migration import JournalStore
+    from sparkscale.monitors.migration_followup import FOLLOW_UP, shown
+    from sparkscale.redisconn import connect
+
+    cfg = client.cfg
+    names = [client.with_app(app_name).app(app_name).name] if app_name is not None else [a.name for a in cfg.apps]
+    with client.zookeeper() as zk:
+        journals = [j for name in names if (j := JournalStore(zk, cfg.zookeeper.root, name).read()) is not None
+                    and (j.status != "done" or FOLLOW_UP in j.marks)]
+    now, redis_client = time.time(), connect(cfg.redis)  # connects on a pending follow-up's read only
+    return [OpenMigration(j, shown(cfg, redis_client, j, now)) for j in journals]
+
+
+# -- the two paths --------------------------------------------------------------------------------
+
+
+def _through_leader(client: Client, zk: KazooClient, app_name: str, on_journal: OnJournal, timeout_s: float,
+                    mine: Callable[[Journal, float], bool], to: int | None, **request: Any) -> MigrationOutcome:
+    """Ask the leading daemon (a request znode), hand on the journal as it writes it (`mine(journal,
+    since)`: the journal is this request's), and return its answer."""
+    import json
+
+    from sparkscale.actuators.migration import Journal
+    from sparkscale.daemon import manual
+    from sparkscale.protocol.znodes import journal_path
+
+    root = client.cfg.zookeeper.root
+    started = time.time()
+
+    def watched(data: bytes | None, _stat: Any) -> None:
+        if data:
+            journal = Journal.from_json(data)
+            if mine(journal, started):
+                on_journal(journal)
+
+    zk.DataWatch(journal_path(root, app_name), watched)
+    name = manual.submit_request(zk, root, app_name, to, client.by, timeout_s, **request)
+    answer = manual.wait_result(zk, root, app_name, name, timeout_s)
+    if answer is None:
+        raise Unavailable(f"no answer from the leader of {app_name} within {timeout_s:g} s; the request was withdrawn")
+    body = json.loads(answer.detail) if answer.detail.startswith("{") else {"detail": answer.detail}
+    if body.get("refused"):
+        raise BadRequest(str(body.get("detail")))
+    return MigrationOutcome(answer.ok, body.get("detail"), body.get("figures"))
+
+
+def _under_lock(client: Client, zk: KazooClient, app_name: str, on_journal: OnJournal,
+                act: Callable[[Any, ActuationContext], tuple[str, ActionResult]], **request: Any) -> ActionResult:
+    """Take the app's leader lock (no daemon leads it), `act(action_log, ctx)` at its epoch, release."""
+    from sparkscale.actuators.base import ActuationContext
+    from sparkscale.apps.submit import with_stored_shape
+    from sparkscale.daemon import manual
+    from sparkscale.daemon.action_log import ActionLog
+    from sparkscale.redisconn import connect
+
+    cfg = client.cfg
+    with client.leader_lock(zk, app_name) as election:
+        redis_client = connect(cfg.redis)
+        app = with_stored_shape(cfg.app(app_name), redis_client, cfg.redis.key_prefix)
+        ctx = ActuationContext(cfg, app, zk, redis_client, election.epoch or 0, lambda: election.is_leader, client.by,
+                               manual.app_restarter(cfg, app_name, client.config_path, client.overrides),
+                               on_phase=lambda journal, _phase, _s: on_journal(journal), **request)
+        _decision, result = act(ActionLog(redis_client, cfg.redis.key_prefix, cfg.action_log), ctx)
+        return result
