@@ -1,0 +1,50 @@
+"""`pip install .` without extras, in a fresh virtual environment outside the repository, gives a
+`sparkscale` that runs its own commands without matplotlib (which only the `lab` extra brings) and
+without loading the lab. About half a minute: pip builds the package and installs the pinned
+dependencies from its cache (`scripts/setup.sh` filled it)."""
+
+from __future__ import annotations
+
+import subprocess
+import venv
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_a_core_install_runs_the_products_commands_without_the_lab_extra(tmp_path):
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    bin_dir = env_dir / "bin"
+    done = subprocess.run([bin_dir / "pip", "install", "--quiet", "--disable-pip-version-check", str(REPO)],
+                          capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    python = bin_dir / "python"
+    missing = subprocess.run([python, "-c", "import matplotlib"], capture_output=True, text=True, cwd=tmp_path)
+    assert missing.returncode == 1 and "No module named 'matplotlib'" in missing.stderr  # the extra is not there
+
+    def sparkscale(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([bin_dir / "sparkscale", *args], capture_output=True, text=True, timeout=120,
+                              cwd=tmp_path)
+
+    assert (out := sparkscale("--help")).returncode == 0 and "check-config" in out.stdout, out.stderr
+    out = sparkscale("check-config", str(REPO / "configs" / "sparkscale.yaml"))
+    assert out.returncode == 0 and "ok (1 app(s)" in out.stdout, out.stderr
+    out = sparkscale("plan", str(REPO / "tests" / "unit" / "fixtures" / "design_snapshot.json"), "--json")
+    assert out.returncode == 0 and '"actions"' in out.stdout, out.stderr
+    out = sparkscale("run", "--max-cycles", "1", "--set", "loop.dry_run=true", "--set", "redis.port=1",
+                     "--set", "zookeeper.hosts=127.0.0.1:1", "--set", "loop.interval_s=1")
+    assert out.returncode == 0 and "cycle.unreachable" in out.stderr, out.stderr[-2000:]
+    # Nothing of the lab was loaded by those commands (the installed package, not this checkout).
+    probe = ("import sys; from sparkscale.cli import main\n"
+             "try:\n    main(['check-config', sys.argv[1]])\nexcept SystemExit:\n    pass\n"
+             "assert 'sparkscale' in sys.modules['sparkscale.cli'].__file__ and sys.prefix != sys.base_prefix\n"
+             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('sparkscale_lab', 'matplotlib')))")
+    out = subprocess.run([python, "-c", probe, str(REPO / "configs" / "sparkscale.yaml")], capture_output=True,
+                         text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 0 and out.stdout.strip().endswith("[]"), out.stdout + out.stderr
+    assert str(env_dir) in subprocess.run([python, "-c", "import sparkscale; print(sparkscale.__file__)"],
+                                          capture_output=True, text=True, cwd=tmp_path).stdout
+    # A lab command says what it needs instead of failing half-way.
+    out = sparkscale("demo")
+    assert out.returncode == 1 and "pip install 'sparkscale[lab]'" in out.stderr, out.stderr
