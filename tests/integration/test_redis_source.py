@@ -1,6 +1,6 @@
 """The Redis Streams source and the Redis sinks, end to end, on a real Redis and a local Spark.
 
-One SparkSession for the module (local[2], RocksDB state as DESIGN.md says); each test uses its own
+One SparkSession for the module (local[2], RocksDB state as a managed app's driver has it: apps/submit.py); each test uses its own
 app name, so Redis keys never collide, and its own checkpoints under tmp_path.
 """
 

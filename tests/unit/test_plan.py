@@ -1,4 +1,4 @@
-"""Plans: DESIGN.md's plan JSON exactly, actions' keys per type, the text table; and the decision
+"""Plans: the plan JSON `sparkscale plan --json` prints, exactly, actions' keys per type, the text table; and the decision
 history policies receive."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from sparkscale.plan import Action, Plan
 from sparkscale.policies.history import DecisionHistory
 
-DESIGN_PLAN = json.loads("""
+EXPECTED_PLAN = json.loads("""
 {"policy": "ds2", "app": "wordcount",
  "parallelism": {"source": 2, "split": 4},
  "actions": [{"type": "set_parallelism", "operator": "split", "from": 2, "to": 4, "reason": "..."}],
@@ -25,10 +25,10 @@ def design_plan() -> Plan:
 
 def test_to_dict_is_design_md_plan_json():
     out = design_plan().to_dict()
-    assert out == DESIGN_PLAN
+    assert out == EXPECTED_PLAN
     assert list(out) == ["policy", "app", "parallelism", "actions", "explanation"]
     assert list(out["actions"][0]) == ["type", "operator", "from", "to", "reason"]
-    assert json.loads(json.dumps(out)) == DESIGN_PLAN
+    assert json.loads(json.dumps(out)) == EXPECTED_PLAN
 
 
 def test_each_action_type_has_its_keys():

@@ -1,4 +1,4 @@
-"""Snapshot v1: the DESIGN.md example loads, round-trips, keeps unknown fields, and every
+"""Snapshot v1: the example snapshot (fixtures/design_snapshot.json) loads, round-trips, keeps unknown fields, and every
 validation error names the field path."""
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ Five user tasks each, besides the source and the sink:
 Stateless tasks cost `cost_ms_per_record` each (a sleep, so no CPU: scaling past 2 physical cores is
 real) and emit `selectivity` records per record in; the stateful task counts records per key.
 A repartition between stateless tasks makes each one its own Spark stage, i.e. its own operator for
-DS2 (DESIGN.md: an operator is a stage), with the query's shuffle partitions as instances.
+DS2 (an operator is a Spark stage: monitors/snapshot_builder.py), with the query's shuffle partitions as instances.
 """
 
 from __future__ import annotations
