@@ -37,7 +37,7 @@ def pipeline_submit(cfg: Config, app_name: str, wait_s: float) -> None:
         rest = driver_rest(cfg, cfg.app(app_name)).base_url
     except SparkRestError as exc:
         rest = f"unknown ({exc.cause})"
-    from sparkscale.apps.supervisor import current_driver
+    from sparkscale.apps.driver_record import current_driver
 
     driver = current_driver(cfg, app_name)
     click.echo(f"{app_name} runs: supervisor pid {record.pid}, driver pid {driver.pid if driver else 'unknown'}, "
