@@ -17,7 +17,8 @@ from sparkscale.actuators.migration.base import MigrationError
 from sparkscale.actuators.migration.journal import Journal, JournalStore, PhaseCallback
 from sparkscale.apps.submit import ExecutorShape, running, store_shape
 from sparkscale.config import AppConfig, Config
-from sparkscale.monitors.migration_metrics import BatchPoint, read_batches
+from sparkscale.monitors.batch_points import BatchPoint
+from sparkscale.monitors.migration_metrics import read_batches
 from sparkscale.protocol.commands import send_command, wait_ack
 from sparkscale.protocol.keys import input_stream_key, progress_key
 from sparkscale.protocol.queries import read_queries
