@@ -4,6 +4,7 @@ decommission so the master launches no replacement. Fakes stand in for Spark and
 
 from __future__ import annotations
 
+import builtins
 from typing import Any
 
 import pytest
@@ -35,7 +36,7 @@ class FakeExecutors:
         self.requested.append(total)
         return True
 
-    def remove(self, ids: list[str]) -> list[str]:
+    def remove(self, ids: builtins.list[str]) -> builtins.list[str]:
         self.removed.append(list(ids))
         self.views = [ExecutorView(v.id, v.host_port, v.cores, v.added_at_ms, v.active and v.id not in ids)
                       for v in self.views]
@@ -59,7 +60,7 @@ def target(n: int, **app: Any) -> tuple[ExecutorTarget, FakeExecutors, FakeRedis
     return ExecutorTarget(executors, cfg, client, PREFIX), executors, client  # type: ignore[arg-type]
 
 
-def test_the_target_is_published_and_withdrawn():
+def test_the_target_is_published_and_withdrawn() -> None:
     t, _executors, client = target(2)
     t.set(3)
     assert t.total == 3 and client.data[executor_target_key(PREFIX, "a")] == "3"
@@ -67,7 +68,7 @@ def test_the_target_is_published_and_withdrawn():
     assert t.total is None and executor_target_key(PREFIX, "a") not in client.data
 
 
-def test_reconcile_trims_the_newest_executors_beyond_the_target_and_nothing_without_one():
+def test_reconcile_trims_the_newest_executors_beyond_the_target_and_nothing_without_one() -> None:
     t, executors, _client = target(4)
     t.reconcile()
     assert executors.removed == []  # no target: the master's launches stand
@@ -76,7 +77,7 @@ def test_reconcile_trims_the_newest_executors_beyond_the_target_and_nothing_with
     assert executors.removed == [["3", "4"]]
 
 
-def test_set_executors_stays_within_min_and_max_except_one_more_for_a_surge():
+def test_set_executors_stays_within_min_and_max_except_one_more_for_a_surge() -> None:
     t, executors, _client = target(4)
     with pytest.raises(CommandRefused, match=r"outside \[min_executors, max_executors\] = \[1, 4\]"):
         t.set_executors(Command("set_executors", {"total": 5}))
@@ -88,7 +89,7 @@ def test_set_executors_stays_within_min_and_max_except_one_more_for_a_surge():
     assert detail == {"target": 2, "active_before": 4, "removed": ["4", "3"], "graceful": True}
 
 
-def test_decommission_lowers_the_target_first_and_keeps_min_executors():
+def test_decommission_lowers_the_target_first_and_keeps_min_executors() -> None:
     t, executors, _client = target(3, min_executors=2, initial_executors=2)
     with pytest.raises(CommandRefused, match="would leave 1, below min_executors 2"):
         t.decommission(Command("decommission", {"count": 2}))

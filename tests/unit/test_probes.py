@@ -16,14 +16,14 @@ def listener() -> socket.socket:
     return sock
 
 
-def test_a_check_that_raises_is_a_no():
+def test_a_check_that_raises_is_a_no() -> None:
     def refused() -> bool:
         raise ConnectionRefusedError
 
     assert answered(lambda: True) and not answered(lambda: False) and not answered(refused)
 
 
-def test_a_port_is_open_only_while_something_listens():
+def test_a_port_is_open_only_while_something_listens() -> None:
     sock = listener()
     port = sock.getsockname()[1]
     assert port_open("127.0.0.1", port)
@@ -31,7 +31,7 @@ def test_a_port_is_open_only_while_something_listens():
     assert not port_open("127.0.0.1", port)
 
 
-def test_zookeeper_answers_ruok_on_the_host_and_port_asked():
+def test_zookeeper_answers_ruok_on_the_host_and_port_asked() -> None:
     sock = listener()
 
     def serve(reply: bytes) -> None:

@@ -20,8 +20,6 @@ import psutil
 import redis
 import structlog
 
-from sparkscale.config import AppConfig, Config
-from sparkscale.localenv.preflight import Tools, check_tools
 from sparkscale.apps import systemd_units
 from sparkscale.apps.driver_record import current_driver
 from sparkscale.apps.run_files import (
@@ -31,6 +29,8 @@ from sparkscale.apps.run_files import (
     started_marker,
     supervisor_record_path,
 )
+from sparkscale.config import AppConfig, Config
+from sparkscale.localenv.preflight import Tools, check_tools
 from sparkscale.processes import live_process, stop_trees, tail
 from sparkscale.protocol.keys import shape_key
 from sparkscale.redisconn import connect

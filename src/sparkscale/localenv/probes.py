@@ -13,6 +13,7 @@ from typing import Any
 from sparkscale.config import RedisConfig
 from sparkscale.redisconn import connect
 
+
 def answered(check: Callable[[], bool]) -> bool:
     """The check's yes or no; an exception is a no."""
     try:
@@ -44,7 +45,8 @@ def redis_ping(cfg: RedisConfig, host: str) -> bool:
 
 def master_json(web_url: str) -> dict[str, Any]:
     with urllib.request.urlopen(f"{web_url}/json/", timeout=3) as resp:
-        return json.load(resp)
+        status: dict[str, Any] = json.load(resp)
+    return status
 
 
 def worker_alive(web_url: str, host: str, worker_web_port: int) -> bool:

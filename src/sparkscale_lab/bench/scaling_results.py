@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-
 # -- cases: results.json written before the matrix had one case (spec.workload, spec.profile) ------
 
 

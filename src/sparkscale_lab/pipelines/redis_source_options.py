@@ -15,7 +15,6 @@ from sparkscale.protocol.sinks import DEFAULT_REDIS
 from sparkscale.redisconn import NO_AUTH, RedisAuth
 
 
-
 @dataclass(frozen=True)
 class RedisStreamsOptions:
     """Everything the source needs, as the typed twin of its string options."""
