@@ -16,8 +16,9 @@ from sparkscale.cli import main
 from sparkscale.config import Config, load_config
 from sparkscale_lab.pipelines.check import drained, verify_app
 from sparkscale_lab.pipelines.loadgen import run_loadgen
-from sparkscale.apps.submit import running, started_marker, stop, submit
-from sparkscale.apps.supervisor import current_driver
+from sparkscale.apps.driver_record import current_driver
+from sparkscale.apps.run_files import started_marker
+from sparkscale.apps.submit import running, stop, submit
 from sparkscale_lab.pipelines.verify import read_input_records, read_keyed_sink
 from sparkscale_lab.pipelines.workloads.taxi import expected_output as taxi_expected
 from sparkscale_lab.pipelines.workloads.taxi import top_routes

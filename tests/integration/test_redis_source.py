@@ -18,7 +18,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from sparkscale_lab.pipelines import redis_source, sinks
-from sparkscale_lab.pipelines.redis_source import RedisStreamsOptions, split_cap
+from sparkscale_lab.pipelines.redis_source import split_cap
+from sparkscale_lab.pipelines.redis_source_options import RedisStreamsOptions
 from sparkscale_lab.pipelines.verify import (
     compare_keyed,
     compare_records,

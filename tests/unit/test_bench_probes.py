@@ -8,7 +8,8 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
-from sparkscale_lab.bench.clickcheck import ClickCheck, Expected
+from sparkscale_lab.bench.clickcheck import ClickCheck
+from sparkscale_lab.bench.clickexpected import Expected
 from sparkscale_lab.bench.probes import (
     FileProbe,
     LatencyTracker,

@@ -8,7 +8,8 @@ import math
 import pytest
 from click.testing import CliRunner
 
-from sparkscale_lab.bench.simulate import SOURCE, SimSpec, build_app, parse_graph, simulate
+from sparkscale_lab.bench.sim_graph import SOURCE, parse_graph
+from sparkscale_lab.bench.simulate import SimSpec, build_app, simulate
 from sparkscale.cli import main
 from sparkscale.config import load_config
 

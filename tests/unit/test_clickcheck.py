@@ -17,17 +17,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sparkscale_lab.bench import clickcheck, filefeed
+from sparkscale_lab.bench import clickcheck, clicks, filefeed
 from sparkscale_lab.bench.clickcheck import (
-    expected_outputs,
     read_user_batches,
     read_user_totals,
     read_windows,
-    section_of,
     verify,
     wait_for_outputs,
 )
-from sparkscale_lab.bench.filefeed import iso_ms, land_files, manifest_files, parse_iso_ms
+from sparkscale_lab.bench.clickexpected import expected_outputs, section_of
+from sparkscale_lab.bench.clicks import iso_ms, parse_iso_ms
+from sparkscale_lab.bench.filefeed import land_files, manifest_files
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "clickstream.py"
 START = datetime(2025, 1, 1, tzinfo=UTC)  # a multiple of every window length used here
@@ -60,7 +60,7 @@ def _at(seconds: float) -> str:
 
 def test_fixture_section_of_is_the_oracles():
     fixture = _load_fixture()
-    pages = [t.format(item=i) for t in filefeed.PAGES for i in (0, 3, 49)]
+    pages = [t.format(item=i) for t in clicks.PAGES for i in (0, 3, 49)]
     pages += ["/", "", "//", "/Shop", "shop/x", "/SHOP/", "/search?q=a/b", "?q=1", "/Ä/x", None]
     for page in pages:
         assert fixture.section_of(page) == section_of(page), page
@@ -81,7 +81,7 @@ def test_fixture_is_a_plain_user_script():
     assert imported <= {"argparse", "json", "os", "time", "pyspark"}  # the standard library and PySpark only
     # The feed writes exactly the fields the job's schema reads.
     fields = [part.split()[0] for part in fixture.SCHEMA.split(",")]
-    assert fields == list(filefeed.ClickSource(0).next(B).keys())
+    assert fields == list(clicks.ClickSource(0).next(B).keys())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -99,7 +99,7 @@ def test_land_files_counts_names_event_times_and_manifest(tmp_path):
     assert [r["event_id"] for r in records] == [f"7-{n}" for n in range(40)]
     assert [r["ts"] for r in records] == [_at(n / 40) for n in range(40)]  # start + records sent / rate
     assert all(len(_lines(folder / n)) == 10 for n in names)
-    assert {r["user"] for r in records} <= {f"u{i:02d}" for i in range(filefeed.USERS)}
+    assert {r["user"] for r in records} <= {f"u{i:02d}" for i in range(clicks.USERS)}
     assert all(isinstance(r["ms"], int) and r["page"].startswith("/") for r in records)
     # The manifest sits next to the directory and lists every file with its records.
     assert result.manifest_path == tmp_path / "in.manifest.json"

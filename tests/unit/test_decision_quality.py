@@ -13,7 +13,8 @@ from sparkscale.daemon.evaluator import OutcomeEvaluator, PendingOutcome, blocks
 from sparkscale.daemon.metrics import DaemonMetrics
 from sparkscale.partitions import divisor_count, in_band, many_divisor_count
 from sparkscale.plan import Action, Plan
-from sparkscale.policies.ds2 import Ds2Config, Ds2Policy, estimate
+from sparkscale.policies.ds2 import Ds2Config, Ds2Policy
+from sparkscale.policies.ds2_model import estimate
 from sparkscale.policies.history import DecisionHistory, ScalingObservation
 from sparkscale.policies.outcomes import (
     CAPACITY,

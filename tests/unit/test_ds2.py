@@ -14,7 +14,8 @@ import pytest
 from sparkscale.config import AppConfig, PolicyConfig
 from sparkscale.plan import Action, Plan
 from sparkscale.policies.base import Policy, get_policy, register_policy, registered_policies
-from sparkscale.policies.ds2 import AdjacencyMatrix, Ds2Config, Ds2Policy, estimate
+from sparkscale.policies.ds2 import Ds2Config, Ds2Policy
+from sparkscale.policies.ds2_model import AdjacencyMatrix, estimate
 from sparkscale.policies.history import DecisionHistory
 from sparkscale.snapshot import Snapshot
 

@@ -1,16 +1,19 @@
 """The shape of the code, checked: the head side never imports PySpark, packages depend on each
-other one way only, and no module grows past 500 lines."""
+other one way only, modules import each other without circles, and no module grows past 400 lines."""
 
 from __future__ import annotations
 
 import ast
 import subprocess
 import sys
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 import sparkscale
+import sparkscale_lab
 
 ROOT = Path(sparkscale.__file__).parent
+LAB_ROOT = Path(sparkscale_lab.__file__).parent
 HEAD_SIDE = ("daemon", "monitors", "policies", "actuators", "protocol")
 
 
@@ -93,6 +96,161 @@ def test_packages_depend_on_each_other_one_way_only():
     assert not {"daemon", "actuators", "monitors", "cli"} & set(deps.get("policies", {}))
 
 
-def test_no_module_is_over_500_lines():
-    long = {str(p.relative_to(ROOT)): n for p in ROOT.rglob("*.py") if (n := len(p.read_text().splitlines())) > 500}
+# -- module-level import circles -------------------------------------------------------------------
+
+# The one circle allowed, while another engineer removes it: actuators/migration/base.py imports
+# monitors/migration_metrics.py, which (like base.py) names journal.py's Journal, and journal.py
+# imports base.py. Its journal edges are TYPE_CHECKING imports today, which this test does not
+# count, so it is not reported now; it is listed so that the work on it cannot fail this test.
+# Delete the entry once that work has landed: then no circle at all is allowed.
+KNOWN_CIRCLES: frozenset[frozenset[str]] = frozenset({
+    frozenset({"sparkscale.actuators.migration.base", "sparkscale.actuators.migration.journal",
+               "sparkscale.monitors.migration_metrics"}),
+})
+
+
+def _modules() -> dict[str, Path]:
+    """Every module of the product and the lab by dotted name (a package by its __init__)."""
+    found: dict[str, Path] = {}
+    for root in (ROOT, LAB_ROOT):
+        for path in root.rglob("*.py"):
+            found[".".join(path.relative_to(root.parent).with_suffix("").parts).removesuffix(".__init__")] = path
+    return found
+
+
+def _imported(node: ast.Import | ast.ImportFrom, package: str, modules: Collection[str]) -> dict[str, set[str]]:
+    """Module -> names an import statement takes from it, among `modules`: `from package import name`
+    with `name` a submodule is an edge to that submodule; relative imports are resolved in `package`."""
+    edges: dict[str, set[str]] = {}
+    if isinstance(node, ast.Import):
+        for alias in node.names:
+            if alias.name in modules:
+                edges.setdefault(alias.name, set()).add("(module)")
+        return edges
+    base = node.module or ""
+    if node.level:
+        parts = package.split(".")
+        base = ".".join([*parts[:len(parts) - node.level + 1], *([base] if base else [])])
+    for alias in node.names:
+        submodule = f"{base}.{alias.name}"
+        if submodule in modules:
+            edges.setdefault(submodule, set()).add("(module)")
+        elif base in modules:
+            edges.setdefault(base, set()).add(alias.name)
+    return edges
+
+
+def module_imports() -> dict[str, dict[str, set[str]]]:
+    """Module -> {module it imports: the names taken}, over the product and the lab: imports
+    anywhere in a file count (one inside a function is still an edge), except under TYPE_CHECKING."""
+    modules = _modules()
+    graph: dict[str, dict[str, set[str]]] = {}
+    for module, path in modules.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        edges: dict[str, set[str]] = {}
+
+        def visit(node: ast.AST, package: str = package, edges: dict[str, set[str]] = edges) -> None:
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                    visit(ast.Module(body=child.orelse, type_ignores=[]))  # only the `else:` runs
+                    continue
+                if isinstance(child, (ast.Import, ast.ImportFrom)):
+                    for target, names in _imported(child, package, modules).items():
+                        edges.setdefault(target, set()).update(names)
+                visit(child)
+
+        visit(ast.parse(path.read_text()))
+        edges.pop(module, None)
+        graph[module] = edges
+    return graph
+
+
+def import_circles(graph: Mapping[str, Mapping[str, Collection[str]]]) -> list[frozenset[str]]:
+    """The strongly connected components of more than one module (Tarjan): each holds every module
+    of one or more circles that share modules."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[frozenset[str]] = []
+
+    def connect(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in graph.get(module, {}):
+            if target not in index:
+                connect(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            component = {stack.pop()}
+            while module not in component:
+                component.add(stack.pop())
+            if len(component) > 1:
+                circles.append(frozenset(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            connect(module)
+    return circles
+
+
+def describe_circle(circle: frozenset[str], graph: Mapping[str, Mapping[str, Collection[str]]]) -> str:
+    """The circle's modules and every import among them, with the names taken."""
+    lines = [f"circle of {len(circle)} modules: {', '.join(sorted(circle))}"]
+    for module in sorted(circle):
+        for target in sorted(set(graph.get(module, {})) & circle):
+            lines.append(f"  {module} -> {target}: {', '.join(sorted(graph[module][target]))}")
+    return "\n".join(lines)
+
+
+def _statement(source: str) -> ast.Import | ast.ImportFrom:
+    """The first import statement in `source`, at any depth."""
+    return next(n for n in ast.walk(ast.parse(source)) if isinstance(n, (ast.Import, ast.ImportFrom)))
+
+
+def test_the_circle_finder_sees_lazy_and_submodule_imports_but_not_type_checking_ones() -> None:
+    modules = {"p", "p.a", "p.b", "p.c"}
+    assert _imported(_statement("def f():\n    from p.b import thing\n"), "p", modules) == {"p.b": {"thing"}}
+    assert _imported(_statement("from p import c"), "p", modules) == {"p.c": {"(module)"}}
+    assert _imported(_statement("from . import b"), "p", modules) == {"p.b": {"(module)"}}
+    assert _imported(_statement("from p import name"), "p", modules) == {"p": {"name"}}
+    assert _imported(_statement("import p.a, os"), "p", modules) == {"p.a": {"(module)"}}
+    graph = {"p.a": {"p.b": {"x"}}, "p.b": {"p.c": {"y"}}, "p.c": {"p.a": {"z"}}, "p": {"p.a": {"(module)"}}}
+    assert import_circles(graph) == [frozenset({"p.a", "p.b", "p.c"})]
+    assert "p.c -> p.a: z" in describe_circle(frozenset({"p.a", "p.b", "p.c"}), graph)
+    assert import_circles({"p.a": {"p.b": {"x"}}, "p.b": {}}) == []
+    real = module_imports()
+    # A lazy import counts (cli/pipeline.py imports apps.submit inside its commands) ...
+    assert "sparkscale.apps.submit" in real["sparkscale.cli.pipeline"]
+    # ... a TYPE_CHECKING one does not (base.py names Journal only for annotations).
+    assert "sparkscale.actuators.migration.journal" not in real["sparkscale.actuators.migration.base"]
+
+
+def test_no_module_level_import_circles_in_the_product_or_the_lab() -> None:
+    graph = module_imports()
+    circles = import_circles(graph)
+    for circle in circles:
+        print(describe_circle(circle, graph))
+    new = [c for c in circles if c not in KNOWN_CIRCLES]
+    assert not new, "\n".join(describe_circle(c, graph) for c in new)
+
+
+# -- module length -----------------------------------------------------------------------------------
+
+MAX_LINES = 400
+# Over the limit for now: other engineers own these two and split them in their own work. Neither
+# may grow past the 500 lines that were the limit before; delete an entry once it is under 400.
+LONG_FOR_NOW = {
+    "sparkscale/snapshot.py": "479 lines: another engineer's",
+    "sparkscale/daemon/service.py": "500 lines: another engineer's",
+}
+
+
+def test_no_module_is_over_400_lines() -> None:
+    lengths = {str(p.relative_to(root.parent)): len(p.read_text().splitlines())
+               for root in (ROOT, LAB_ROOT) for p in root.rglob("*.py")}
+    long = {path: n for path, n in lengths.items() if n > MAX_LINES and path not in LONG_FOR_NOW}
     assert not long, long
+    assert {path: n for path, n in lengths.items() if path in LONG_FOR_NOW and n > 500} == {}
+    assert set(LONG_FOR_NOW) <= set(lengths), "an exception names a module that no longer exists"

@@ -11,15 +11,14 @@ import pytest
 
 from sparkscale.actuators.migration import Journal
 from sparkscale.config import Config
+from sparkscale.monitors.batch_points import BatchPoint, record_total
 from sparkscale.monitors.migration_metrics import (
-    BatchPoint,
     HistoryReader,
     MigrationTimeline,
     arrived_at,
     first_output,
     follow_up,
     measure_after,
-    record_total,
     stabilisation,
     timeline_of,
 )

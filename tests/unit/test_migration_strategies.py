@@ -21,7 +21,7 @@ from sparkscale.actuators.migration import (
     registered_strategies,
 )
 from sparkscale.config import Config
-from sparkscale.monitors.migration_metrics import BatchPoint
+from sparkscale.monitors.batch_points import BatchPoint
 from sparkscale.registry import STRATEGIES
 from tests.unit.fakezk import FakeZk, hold_lock
 

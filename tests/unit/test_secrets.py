@@ -225,7 +225,7 @@ def test_sink_options_carry_the_auth_to_executors_and_nothing_without_it(tmp_pat
 
 
 def test_source_options_carry_the_auth_and_nothing_without_it():
-    redis_source = pytest.importorskip("sparkscale_lab.pipelines.redis_source")
+    redis_source = pytest.importorskip("sparkscale_lab.pipelines.redis_source_options")
     plain = redis_source.RedisStreamsOptions(app="a", query="q", partitions=2)
     assert "password" not in plain.as_options() and "tls" not in plain.as_options()
     authed = redis_source.RedisStreamsOptions(app="a", query="q", partitions=2,

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from sparkscale.cli.offline import plan_command
 from sparkscale.config import AppConfig, Config
 from sparkscale.plan import Action, Plan
-from sparkscale.policies.ds2 import estimate
+from sparkscale.policies.ds2_model import estimate
 from sparkscale.policies.history import DecisionHistory
 from sparkscale.policies.planner import decide, decide_app, map_to_spark
 from sparkscale.snapshot import Snapshot

@@ -13,8 +13,10 @@ import time
 import pytest
 
 from sparkscale.config import DriversConfig, load_config
-from sparkscale.apps import submit as submit_mod
-from sparkscale.apps.supervisor import RestartBudget, current_driver, run_supervised
+from sparkscale.apps import supervisor as supervisor_mod
+from sparkscale.apps.driver_record import current_driver
+from sparkscale.apps.run_files import pipelines_dir, started_marker
+from sparkscale.apps.supervisor import RestartBudget, run_supervised
 
 # A stand-in driver: writes the started marker (as agent/bootstrap.py does once the queries run)
 # unless told not to, then exits with the code its run number is given in PLAN.
@@ -43,13 +45,13 @@ def env(tmp_path, monkeypatch):
     launched: list[int] = []
 
     def launch(cfg_, app_name, config_path, overrides):
-        submit_mod.pipelines_dir(cfg_).mkdir(parents=True, exist_ok=True)
-        proc = subprocess.Popen([sys.executable, str(script), str(submit_mod.started_marker(cfg_, app_name)),
+        pipelines_dir(cfg_).mkdir(parents=True, exist_ok=True)
+        proc = subprocess.Popen([sys.executable, str(script), str(started_marker(cfg_, app_name)),
                                  str(plan), str(runs)])
         launched.append(proc.pid)
         return proc
 
-    monkeypatch.setattr(submit_mod, "launch_driver", launch)
+    monkeypatch.setattr(supervisor_mod, "launch_driver", launch)
 
     def run(steps, stop=None):
         plan.write_text(json.dumps(steps))
@@ -118,7 +120,7 @@ def test_drivers_config_refuses_a_unit_without_the_app():
 
 def test_after_a_crash_a_failed_relaunch_is_retried_within_the_budget(env, monkeypatch):
     cfg, run, launched, runs = env
-    real = submit_mod.launch_driver
+    real = supervisor_mod.launch_driver
     calls = {"n": 0}
 
     def flaky(*args):
@@ -127,7 +129,7 @@ def test_after_a_crash_a_failed_relaunch_is_retried_within_the_budget(env, monke
             raise ConnectionError("redis down")
         return real(*args)
 
-    monkeypatch.setattr(submit_mod, "launch_driver", flaky)
+    monkeypatch.setattr(supervisor_mod, "launch_driver", flaky)
     # The 1st run crashes after starting; its relaunch fails (retried: it follows a crash); the next ends normally.
     assert run([{"start": True, "code": 1}, {"start": True, "code": 0}]) == 0
     assert calls["n"] == 3 and runs.read_text() == "2"

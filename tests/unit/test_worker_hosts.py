@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from sparkscale.config import Config, ConfigError, load_config
-from sparkscale.localenv import environment
+from sparkscale.localenv import probes
 from sparkscale.localenv.environment import LocalEnvironment
 from sparkscale.localenv.preflight import PreflightError, check_addresses
 
@@ -47,10 +47,10 @@ def test_each_worker_binds_and_advertises_its_address(tmp_path):
 def test_a_worker_answers_only_when_the_master_lists_it_on_its_address(monkeypatch):
     listed = {"workers": [{"host": "127.0.0.2", "port": 40000, "webuiaddress": "http://127.0.0.2:30000",
                            "state": "ALIVE"}]}
-    monkeypatch.setattr(environment, "_master_json", lambda url: listed)
-    assert environment._worker_alive("http://m", "127.0.0.2", 30000)
-    assert not environment._worker_alive("http://m", "127.0.0.1", 30000)  # same port, another address
-    assert not environment._worker_alive("http://m", "127.0.0.2", 30001)
+    monkeypatch.setattr(probes, "master_json", lambda url: listed)
+    assert probes.worker_alive("http://m", "127.0.0.2", 30000)
+    assert not probes.worker_alive("http://m", "127.0.0.1", 30000)  # same port, another address
+    assert not probes.worker_alive("http://m", "127.0.0.2", 30001)
 
 
 @pytest.mark.parametrize(("override", "fragment"), [

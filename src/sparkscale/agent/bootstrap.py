@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.sql import SparkSession
 
     from sparkscale.agent.attach import start_agent
-    from sparkscale.apps.submit import started_marker
+    from sparkscale.apps.run_files import started_marker
 
     spark = SparkSession.builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

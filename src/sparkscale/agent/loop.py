@@ -7,7 +7,7 @@ holder of the app's leader lock (`admission.py`, read when the command is handle
 verified epoch is kept in ZooKeeper, so older ones stay refused after an agent restart. The same
 thread prunes old acks (`protocol.commands.prune_channel`) and keeps the executor count at the last
 target, because standalone mode has no scale-in of its own. What the commands do to queries is
-`queries.py`'s; to executors, `executors.py`'s.
+`queries.py`'s; to the executor target, `executor_target.py`'s; to executors, `executors.py`'s.
 """
 
 from __future__ import annotations
@@ -29,14 +29,15 @@ from pyspark.sql import SparkSession
 
 from sparkscale import zkconn
 from sparkscale.agent.admission import CommandGate
-from sparkscale.agent.args import CommandRefused, bool_arg, int_arg
+from sparkscale.agent.args import CommandRefused
+from sparkscale.agent.executor_target import ExecutorTarget
 from sparkscale.agent.executors import SparkExecutors
 from sparkscale.agent.hooks import HOOKS, QueryHooks
 from sparkscale.agent.progress import ProgressPublisher
 from sparkscale.agent.queries import STOP_QUERY_DEFAULT_TIMEOUT_S, QueryControl
 from sparkscale.config import AppConfig, Config
 from sparkscale.protocol.commands import Ack, Command, CommandFormatError, command_seq, prune_channel
-from sparkscale.protocol.keys import driver_key, executor_target_key
+from sparkscale.protocol.keys import driver_key
 from sparkscale.protocol.znodes import acks_path, agent_path, commands_path
 from sparkscale.redisconn import connect
 
@@ -85,7 +86,7 @@ class ControlAgent:
         self.executors = SparkExecutors(spark)
         self.last_seq = -1
         self._pruned_at = 0.0
-        self.target_executors: int | None = None
+        self.target = ExecutorTarget(self.executors, app, self.redis, cfg.redis.key_prefix)
         self.queries = QueryControl(spark, cfg, app, self.redis, self.hooks)
         self._listener: ProgressPublisher | None = None
         self._wake = threading.Event()
@@ -93,8 +94,8 @@ class ControlAgent:
         self._reregister = threading.Event()
         self._thread: threading.Thread | None = None
         self._handlers: dict[str, Handler] = {
-            "set_executors": self._set_executors,
-            "decommission": self._decommission,
+            "set_executors": self.target.set_executors,
+            "decommission": self.target.decommission,
             "pause_sources": self.queries.pause_sources,
             "resume_sources": self.queries.resume_sources,
             "stop_query": self.queries.stop_query,
@@ -109,6 +110,11 @@ class ControlAgent:
     @property
     def held(self) -> set[str]:
         return self.hooks.held
+
+    @property
+    def target_executors(self) -> int | None:
+        """The executor target the agent holds (None: none set)."""
+        return self.target.total
 
     @property
     def highest_epoch(self) -> int:
@@ -132,10 +138,10 @@ class ControlAgent:
         if self.initial_executors is not None:
             # Standalone mode launches as many executors as spark.cores.max allows at first;
             # the target set here caps the master's launches and the worker thread trims the rest.
-            self._set_target(self.initial_executors)
+            self.target.set(self.initial_executors)
             self.executors.request_total(self.initial_executors)
         else:
-            self._set_target(None)
+            self.target.set(None)
         self._thread = threading.Thread(target=self._run, name=f"sparkscale-agent-{self.app.name}", daemon=True)
         self._thread.start()
         ChildrenWatch(self.zk, self._commands, self._on_commands)
@@ -244,7 +250,7 @@ class ControlAgent:
             except Exception:  # noqa: BLE001 - keep following commands whatever one of them did
                 log.exception("agent.worker_error", app=self.app.name)
             try:
-                self._reconcile_executors()
+                self.target.reconcile()
             except Exception as exc:  # noqa: BLE001 - the worker must outlive a failed JVM call
                 log.warning("agent.reconcile_failed", app=self.app.name, error=_first_line(exc))
 
@@ -319,86 +325,8 @@ class ControlAgent:
             return
         log.info("agent.command_acked", app=self.app.name, command=name, ok=ack.ok)
 
-    # -- the executor target ----------------------------------------------------------------------
-
-    def _reconcile_executors(self) -> None:
-        """Trim executors beyond the target: the master only stops launching, it never removes."""
-        if self.target_executors is None:
-            return
-        active = [e for e in self.executors.list() if e.active]
-        surplus = len(active) - self.target_executors
-        if surplus > 0:
-            victims = [e.id for e in active[-surplus:]]
-            removed = self.executors.remove(victims)
-            log.info("agent.executors_trimmed", app=self.app.name, target=self.target_executors, removed=removed)
-
-    def _set_target(self, total: int | None) -> None:
-        """Remember the executor target and publish it: the daemon counts executors still starting."""
-        self.target_executors = total
-        key = executor_target_key(self.cfg.redis.key_prefix, self.app.name)
-        try:
-            if total is None:
-                self.redis.delete(key)
-            else:
-                self.redis.set(key, str(total))
-        except redis.RedisError as exc:
-            log.warning("agent.target_unpublished", app=self.app.name, target=total, error=str(exc))
-
-    def _set_executors(self, command: Command) -> dict[str, Any]:
-        total = int_arg(command.args, "total")
-        # A surge is the first half of a replacement (one more, then the old one goes): it may
-        # exceed max_executors by one for as long as the replacement takes.
-        surge = bool_arg(command.args, "surge", False)
-        active = [e for e in self.executors.list() if e.active]
-        if surge and total != len(active) + 1:
-            raise CommandRefused(f"a surge adds exactly one executor ({len(active)} active, asked {total})")
-        ceiling = self.app.max_executors + (1 if surge else 0)
-        if not self.app.min_executors <= total <= ceiling:
-            raise CommandRefused(
-                f"total {total} is outside [min_executors, max_executors] = "
-                f"[{self.app.min_executors}, {self.app.max_executors}]"
-            )
-        self._set_target(total)
-        if not self.executors.request_total(total):
-            raise CommandRefused(f"Spark did not accept the executor target {total}")
-        removed = self.executors.remove([e.id for e in active[total:][::-1]]) if len(active) > total else []
-        return {"target": total, "active_before": len(active), "removed": removed, "graceful": self.executors.graceful}
-
-    def _decommission(self, command: Command) -> dict[str, Any]:
-        active = [e for e in self.executors.list() if e.active]
-        active_ids = [e.id for e in active]
-        if "executor_ids" in command.args:
-            ids = command.args["executor_ids"]
-            if not isinstance(ids, list) or not ids:
-                raise CommandRefused("executor_ids must be a non-empty list")
-            ids = [str(i) for i in ids]
-            unknown = [i for i in ids if i not in active_ids]
-            if unknown:
-                raise CommandRefused(f"no active executors with ids {unknown} (active: {active_ids})")
-        elif "count" in command.args:
-            count = int_arg(command.args, "count")
-            if count < 1:
-                raise CommandRefused(f"count must be at least 1 (got {count})")
-            # The most recently added go first: they hold the least cached state and shuffle output.
-            ids = active_ids[::-1][:count]
-        else:
-            raise CommandRefused("decommission needs 'executor_ids' or 'count'")
-        remaining = len(active) - len(ids)
-        if remaining < self.app.min_executors:
-            raise CommandRefused(
-                f"decommissioning {len(ids)} of {len(active)} would leave {remaining}, "
-                f"below min_executors {self.app.min_executors}"
-            )
-        # Lower the target first, or the master would launch a replacement when the executor exits.
-        self._set_target(remaining)
-        self.executors.request_total(remaining)
-        removed = self.executors.remove(ids)
-        if not removed:
-            raise CommandRefused(f"Spark decommissioned none of {ids}")
-        return {"removed": removed, "target": remaining, "graceful": self.executors.graceful}
-
     def _report(self, _command: Command) -> dict[str, Any]:
-        return self.queries.report(self.executors, self.target_executors, self.highest_epoch)
+        return self.queries.report(self.executors, self.target.total, self.highest_epoch)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -20,10 +20,17 @@ import psutil
 import redis
 import structlog
 
+from sparkscale.apps import systemd_units
+from sparkscale.apps.driver_record import current_driver
+from sparkscale.apps.run_files import (
+    driver_record_path,
+    log_path,
+    pipelines_dir,
+    started_marker,
+    supervisor_record_path,
+)
 from sparkscale.config import AppConfig, Config
 from sparkscale.localenv.preflight import Tools, check_tools
-from sparkscale.apps import systemd_units
-from sparkscale.apps.supervisor import current_driver, driver_record_path
 from sparkscale.processes import live_process, stop_trees, tail
 from sparkscale.protocol.keys import shape_key
 from sparkscale.redisconn import connect
@@ -82,10 +89,6 @@ def with_stored_shape(app: AppConfig, client: redis.Redis, prefix: str) -> AppCo
 
 def current_shape(app: AppConfig) -> ExecutorShape:
     return ExecutorShape(app.executor_cores, app.executor_memory_mb)
-
-
-def pipelines_dir(cfg: Config) -> Path:
-    return cfg.cluster.run_path / "pipelines"
 
 
 def checkpoint_root(cfg: Config, app: AppConfig) -> Path:
@@ -242,15 +245,11 @@ def submit(
         app=app_name, pid=pid, create_time=psutil.Process(pid).create_time(), log=str(logfile),
         ui_port=driver_ui_port(cfg, cfg.app(app_name)), submitted_at=time.time(),
     )
-    _record_path(cfg, app_name).write_text(json.dumps(asdict(record)))
+    supervisor_record_path(cfg, app_name).write_text(json.dumps(asdict(record)))
     log.info("pipeline.submitted", app=app_name, supervisor_pid=pid, supervisor=cfg.drivers.supervisor,
              log=str(logfile), ui_port=record.ui_port)
     _wait_started(cfg, record, proc, wait_s)
     return record
-
-
-def log_path(cfg: Config, app_name: str) -> Path:
-    return pipelines_dir(cfg) / f"{app_name}.log"
 
 
 def _wait_started(cfg: Config, record: PipelineRecord, proc: subprocess.Popen | None, wait_s: float) -> None:
@@ -278,13 +277,9 @@ def restart(cfg: Config, app_name: str, config_path: str | None, overrides: list
     return submit(cfg, app_name, config_path, list(overrides), wait_s=wait_s)
 
 
-def started_marker(cfg: Config, app_name: str) -> Path:
-    return pipelines_dir(cfg) / f"{app_name}.started"
-
-
 def running(cfg: Config, app_name: str) -> PipelineRecord | None:
     """The app's supervisor record while it (or, its supervisor gone, its driver) runs."""
-    path = _record_path(cfg, app_name)
+    path = supervisor_record_path(cfg, app_name)
     try:
         record = PipelineRecord(**json.loads(path.read_text()))
     except FileNotFoundError:
@@ -294,7 +289,7 @@ def running(cfg: Config, app_name: str) -> PipelineRecord | None:
 
 def stop(cfg: Config, app_name: str) -> bool:
     """Stop the app's driver and what it started; True if it was running."""
-    path = _record_path(cfg, app_name)
+    path = supervisor_record_path(cfg, app_name)
     started_marker(cfg, app_name).unlink(missing_ok=True)
     try:
         record = PipelineRecord(**json.loads(path.read_text()))
@@ -316,10 +311,6 @@ def stop(cfg: Config, app_name: str) -> bool:
 def _driver_process(cfg: Config, app_name: str) -> psutil.Process | None:
     driver = current_driver(cfg, app_name)
     return None if driver is None else live_process(driver.pid, driver.create_time)
-
-
-def _record_path(cfg: Config, app_name: str) -> Path:
-    return pipelines_dir(cfg) / f"{app_name}.json"
 
 
 def _live(record: PipelineRecord) -> psutil.Process | None:

@@ -20,14 +20,16 @@ import json
 import threading
 import time
 from collections import deque
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import asdict
 
 import psutil
 import structlog
 
+from sparkscale.apps.driver_record import DriverRecord
+from sparkscale.apps.run_files import driver_record_path, started_marker
+from sparkscale.apps.submit import launch_driver
 from sparkscale.config import Config, DriversConfig
-from sparkscale.processes import live_process, stop_trees
+from sparkscale.processes import stop_trees
 
 log = structlog.get_logger(__name__)
 
@@ -54,38 +56,10 @@ class RestartBudget:
         return delay
 
 
-@dataclass(frozen=True)
-class DriverRecord:
-    """The driver the supervisor runs now (its spark-submit process), for `running` and fault tests."""
-
-    app: str
-    pid: int
-    create_time: float
-    started_at: float
-    restarts: int
-
-
-def driver_record_path(cfg: Config, app_name: str) -> Path:
-    from sparkscale.apps.submit import pipelines_dir
-
-    return pipelines_dir(cfg) / f"{app_name}.driver.json"
-
-
-def current_driver(cfg: Config, app_name: str) -> DriverRecord | None:
-    """The app's driver process if it runs (whoever supervises it)."""
-    try:
-        record = DriverRecord(**json.loads(driver_record_path(cfg, app_name).read_text()))
-    except (FileNotFoundError, ValueError, TypeError):
-        return None
-    return record if live_process(record.pid, record.create_time) is not None else None
-
-
 def run_supervised(cfg: Config, app_name: str, config_path: str | None, overrides: list[str],
                    stop: threading.Event) -> int:
     """Run the app's driver until it ends or `stop` is set; restart it after a crash. Returns the
     exit status for the supervisor: 0 when the driver ended normally or was stopped, else its code."""
-    from sparkscale.apps.submit import launch_driver, started_marker
-
     budget = RestartBudget(cfg.drivers)
     restarts = 0
     while True:

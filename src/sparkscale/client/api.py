@@ -90,7 +90,7 @@ class Client:
     def submit(self, app_name: str, wait_s: float) -> Submitted:
         """Submit the app (its script or pipeline) and wait until its queries run."""
         from sparkscale.apps.submit import PipelineError, submit
-        from sparkscale.apps.supervisor import current_driver
+        from sparkscale.apps.driver_record import current_driver
         from sparkscale.monitors.spark_rest import SparkRestError, driver_rest
 
         cfg = self.with_app(app_name)

@@ -2,14 +2,16 @@
 
 Every key has a default aimed at the embedded local environment (`sparkscale cluster up`), so a
 file that names only what a user changes is valid (`sections`); `load_config` reads a file and
-`--set` overrides and reports every problem with its file and key (`loading`).
+`--set` overrides and reports every problem with its file and key (`loading`, `problems`).
 """
 
 from sparkscale.config.apps import AppConfig, DagConfig, DynamicAllocationConfig, TaxiConfig
 from sparkscale.config.base import ConfigSection
+from sparkscale.config.connections import RedisConfig, SparkConfig, ZooKeeperConfig
 from sparkscale.config.drivers import DriversConfig
-from sparkscale.config.loading import ConfigError, ConfigProblem, load_config
+from sparkscale.config.loading import load_config
 from sparkscale.config.placement import PlacementConfig
+from sparkscale.config.problems import ConfigError, ConfigProblem
 from sparkscale.config.sections import (
     ActionLogConfig,
     ActuatorConfig,
@@ -23,9 +25,6 @@ from sparkscale.config.sections import (
     MigrationConfig,
     OutcomesConfig,
     PolicyConfig,
-    RedisConfig,
-    SparkConfig,
-    ZooKeeperConfig,
 )
 
 __all__ = [

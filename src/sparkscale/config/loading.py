@@ -7,39 +7,15 @@ import copy
 import difflib
 import types
 import typing
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from sparkscale.config.problems import ConfigError, ConfigProblem
 from sparkscale.config.sectioned import SectionedConfig
 from sparkscale.config.sections import Config
-
-
-@dataclass(frozen=True)
-class ConfigProblem:
-    """One thing wrong with a config: where it came from, which key, what it held, what is wanted."""
-
-    source: str
-    key: str
-    message: str
-    value: Any = None
-    has_value: bool = False
-
-    def __str__(self) -> str:
-        got = f" (got {self.value!r})" if self.has_value else ""
-        key = f"{self.key}: " if self.key else ""
-        return f"{self.source}: {key}{self.message}{got}"
-
-
-class ConfigError(Exception):
-    """A config that cannot be used; `str()` lists every problem, one per line."""
-
-    def __init__(self, problems: list[ConfigProblem]):
-        self.problems = problems
-        super().__init__("\n".join(str(p) for p in problems))
 
 
 def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] = ()) -> Config:

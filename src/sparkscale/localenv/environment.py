@@ -6,21 +6,18 @@ launches, so one machine can look like several hosts to Spark and to the monitor
 `cluster.worker_cpus` each worker starts under `taskset -c`, so it and its executors run on its own
 CPUs only, and `cluster.worker_cores` may give each worker its own advertised core count.
 
-`up` starts what is not already running and waits until each service answers; `down` stops exactly
-the processes that `up` recorded (pid and start time, so a recycled pid is never killed), with the
-processes they started themselves (a worker's executors), and nothing else.
+`up` starts what is not already running and waits until each service answers (probes.py); `down`
+stops exactly the processes that `up` recorded (pid and start time, so a recycled pid is never
+killed), with the processes they started themselves (a worker's executors), and nothing else.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Collection
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -28,11 +25,11 @@ from pathlib import Path
 import psutil
 import structlog
 
-from sparkscale.config import Config, RedisConfig
+from sparkscale.config import Config
 from sparkscale.localenv.preflight import ZOOKEEPER_CLASSPATH, Tools, check_addresses, check_tools
+from sparkscale.localenv.probes import answered, master_json, port_open, redis_ping, worker_alive, zookeeper_ruok
 from sparkscale.localenv.redis_auth import redis_auth_lines
 from sparkscale.processes import live_process, stop_trees, tail
-from sparkscale.redisconn import connect
 
 log = structlog.get_logger(__name__)
 
@@ -140,7 +137,7 @@ class LocalEnvironment:
                     pid=record.pid if record else None,
                     ports=record.ports if record else [],
                     running=running,
-                    answers=running and _safe(spec.answers),
+                    answers=running and answered(spec.answers),
                     log=record.log if record else None,
                     host=spec.host,
                 )
@@ -181,7 +178,7 @@ class LocalEnvironment:
                 env={},
                 workdir=self.run_dir / "zookeeper",
                 ports=[cfg.zookeeper.first_port],
-                answers=lambda: _zookeeper_ruok(cfg.zookeeper.first_port),
+                answers=lambda: zookeeper_ruok(LOOPBACK, cfg.zookeeper.first_port),
                 files={self.run_dir / "zookeeper" / "zoo.cfg": self._zoo_cfg()},
             ),
             ServiceSpec(
@@ -190,7 +187,7 @@ class LocalEnvironment:
                 env={},
                 workdir=self.run_dir / "redis",
                 ports=[cfg.redis.port],
-                answers=lambda: _redis_ping(cfg.redis),
+                answers=lambda: redis_ping(cfg.redis, LOOPBACK),
                 files={self.run_dir / "redis" / "redis.conf": self._redis_conf()},
             ),
             ServiceSpec(
@@ -203,7 +200,7 @@ class LocalEnvironment:
                 env=spark_env,
                 workdir=self.run_dir / "spark",
                 ports=[cfg.spark.master_port, cfg.spark.master_web_port],
-                answers=lambda: _master_json(cfg.spark.master_web_url).get("status") == "ALIVE",
+                answers=lambda: master_json(cfg.spark.master_web_url).get("status") == "ALIVE",
                 files={self.run_dir / "spark" / "conf" / "spark-defaults.conf": ""},
             ),
         ]
@@ -230,7 +227,7 @@ class LocalEnvironment:
                     env={**spark_env, "SPARK_LOCAL_IP": host},
                     workdir=workdir,
                     ports=[web_port],
-                    answers=lambda host=host, port=web_port: _worker_alive(cfg.spark.master_web_url, host, port),
+                    answers=lambda host=host, port=web_port: worker_alive(cfg.spark.master_web_url, host, port),
                     host=host,
                 )
             )
@@ -280,7 +277,7 @@ class LocalEnvironment:
             log.info("cluster.already_running", service=spec.name, pid=record.pid)
             return
         for port in spec.ports:
-            if _port_open(spec.host, port):
+            if port_open(spec.host, port):
                 raise EnvironmentStartError(
                     f"{spec.name}: port {spec.host}:{port} is already in use by a process this environment "
                     f"did not start; stop it or choose other ports in the config"
@@ -309,7 +306,7 @@ class LocalEnvironment:
             record = self._read_state().get(spec.name)
             if record is None or _live_process(record) is None:
                 raise EnvironmentStartError(f"{spec.name} exited during start-up; its log:\n{tail(spec.log_path)}")
-            if _safe(spec.answers):
+            if answered(spec.answers):
                 log.info("cluster.answers", service=spec.name, pid=record.pid)
                 return
             if time.monotonic() > deadline:
@@ -354,52 +351,9 @@ def _live_process(record: ServiceRecord) -> psutil.Process | None:
     return live_process(record.pid, record.create_time)
 
 
-def _safe(check: Callable[[], bool]) -> bool:
-    try:
-        return bool(check())
-    except Exception:  # noqa: BLE001 - "does it answer" is a yes/no question
-        return False
-
-
-def _port_open(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.settimeout(0.5)
-        return sock.connect_ex((host, port)) == 0
-
-
-def _zookeeper_ruok(port: int) -> bool:
-    with socket.create_connection((LOOPBACK, port), timeout=2) as sock:
-        sock.sendall(b"ruok")
-        return sock.recv(16) == b"imok"
-
-
-def _redis_ping(cfg: RedisConfig) -> bool:
-    """PING as every client connects (AUTH when configured): a server that refuses it does not answer."""
-    client = connect(cfg.model_copy(update={"host": LOOPBACK, "socket_timeout_s": 2.0}), decode_responses=False)
-    try:
-        return bool(client.ping())
-    finally:
-        client.close()
-
-
 def _write_private(path: Path, text: str) -> None:
     """A service's config, readable by this user only (the Redis one may hold its password)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.fchmod(fd, 0o600)  # a file left by an earlier run keeps its mode otherwise
     with os.fdopen(fd, "w") as f:
         f.write(text)
-
-
-def _master_json(web_url: str) -> dict:
-    with urllib.request.urlopen(f"{web_url}/json/", timeout=3) as resp:
-        return json.load(resp)
-
-
-def _worker_alive(web_url: str, host: str, worker_web_port: int) -> bool:
-    """The master lists an ALIVE worker registered from `host` (its --host) with this web UI port."""
-    workers = _master_json(web_url).get("workers", [])
-    return any(
-        w.get("state") == "ALIVE" and w.get("host") == host
-        and str(w.get("webuiaddress", "")).endswith(f":{worker_web_port}")
-        for w in workers
-    )

@@ -2,12 +2,13 @@
 output), catch-up, recovery and rate stabilisation, each in seconds from the migration request.
 
 They come from the agent's per-batch progress history (`P{app}:progress:{query}:history`, one entry
-per batch: run id, input rows, each source's end and latest positions, when it was published), read
-from before the request on. The agent samples every batch whatever the runner is doing, so the
-figures follow the real timeline (a catch-up reached while the runner was still in `restored` is
-dated there) even when `measure_after` reads them once the migration ended. The pure part is
-`follow_up` (batches + the journal's times and marks -> figures); the phases' own figures (drain,
-capture, rebalance) are the journal's (`sparkscale.actuators.migration.phase_metrics`).
+per batch: run id, input rows, each source's end and latest positions, when it was published; each
+a `BatchPoint`, batch_points.py), read from before the request on. The agent samples every batch
+whatever the runner is doing, so the figures follow the real timeline (a catch-up reached while the
+runner was still in `restored` is dated there) even when `measure_after` reads them once the
+migration ended. The pure part is `follow_up` (batches + the journal's times and marks -> figures);
+the phases' own figures (drain, capture, rebalance) are the journal's
+(`sparkscale.actuators.migration.phase_metrics`).
 
 Times mix clocks: the request and the phases are the daemon's, a batch's `published_at` the driver's,
 history entry ids Redis's; on one host they agree, across hosts their skew enters every figure.
@@ -25,9 +26,9 @@ import redis
 import structlog
 
 from sparkscale.config import AppConfig, Config
+from sparkscale.monitors.batch_points import BatchPoint
 from sparkscale.monitors.progress_reports import ProgressReport
 from sparkscale.protocol.keys import progress_history_key
-from sparkscale.protocol.queries import SourceReport
 
 if TYPE_CHECKING:
     from sparkscale.actuators.migration.journal import Journal
@@ -38,76 +39,6 @@ LOOKBACK_S = 120.0  # history read from this long before the request: the old ru
 CLOCK_MARGIN_S = 10.0  # history read this much before a daemon-clock time (the driver's and Redis's may differ)
 RATE_WINDOW_S = 10.0  # shortest window for a rate: a micro-batch source advances in steps, one per batch
 GRID_STEP_S = 1.0  # rates are compared once a second
-
-
-@dataclass(frozen=True)
-class BatchPoint:
-    """One batch of the query, from its progress report."""
-
-    committed_at_s: float  # the agent published its progress, right after the commit: its output is out
-    started_at_s: float  # when `arrived_position` was taken: the trigger's start; a file source's listing: the report
-    run_id: str
-    rows: int  # input rows of the batch: what it processed and output
-    # Positions: each source's own unit (`SourceReport.position_unit`: records; files for a file source), summed.
-    processed_position: int | None  # up to the end offsets, all sources; None: offsets do not count
-    arrived_position: int | None  # ever arrived (latest offsets, a file source's listing)
-    backlog_records: int | None  # arrived but not processed (all sources); None: some source cannot tell
-    source_kinds: tuple[str, ...] = ()
-
-    @classmethod
-    def from_report(cls, report: ProgressReport) -> BatchPoint:
-        committed = report.published_at_s or report.at_s or 0.0
-        sources = report.sources
-        parts = [p for s in sources if (p := _positions(s)) is not None]
-        if any(s.kind == "file" for s in sources) and len(parts) == len(sources):
-            processed, arrived, behind = (sum(column) for column in zip(*parts))
-            return cls(committed_at_s=committed, started_at_s=committed, run_id=report.run_id,
-                       rows=report.num_input_rows, processed_position=processed, arrived_position=arrived,
-                       backlog_records=behind, source_kinds=tuple(s.kind for s in sources))
-        counted = bool(sources) and all(s.backlog_estimate == "source_offsets" and s.position_records is not None
-                                        and s.backlog_records is not None for s in sources)
-        arrived = sum(s.position_records or 0 for s in sources) if counted else None
-        backlog = (sum(s.backlog_records or 0 for s in sources)
-                   if sources and all(s.backlog_records is not None for s in sources) else None)
-        ends = [record_total(s.end_offset) for s in sources]
-        if sources and all(e is not None for e in ends):
-            processed: int | None = sum(e or 0 for e in ends)  # the end offsets themselves, latest or not
-        else:
-            processed = None if arrived is None or backlog is None else arrived - backlog
-        return cls(committed_at_s=committed, started_at_s=report.at_s or committed, run_id=report.run_id,
-                   rows=report.num_input_rows, processed_position=processed, arrived_position=arrived,
-                   backlog_records=backlog, source_kinds=tuple(s.kind for s in sources))
-
-
-def _positions(source: SourceReport) -> tuple[int, int, int] | None:
-    """(processed, arrived, backlog) of one source in its own unit, where it reports positions: offsets
-    that count records, or a file source's files (processed = arrived - `backlog_files`)."""
-    arrived = source.position_records
-    if arrived is None:
-        return None
-    if source.kind == "file" and source.position_unit == "files" and source.backlog_files is not None:
-        return arrived - source.backlog_files, arrived, source.backlog_files
-    if source.backlog_estimate == "source_offsets" and source.backlog_records is not None:
-        end = record_total(source.end_offset)
-        return (arrived - source.backlog_records if end is None else end), arrived, source.backlog_records
-    return None
-
-
-def record_total(offset: Any) -> int | None:
-    """Records up to a source offset that counts them: the Redis streams source's `{"ids", "counts"}`,
-    Kafka's `{topic: {partition: next offset}}`; None for any other offset."""
-    if not isinstance(offset, dict) or not offset:
-        return None
-    counts = offset.get("counts")
-    if "ids" in offset and isinstance(counts, dict):
-        values = list(counts.values())
-    elif all(isinstance(v, dict) for v in offset.values()):
-        values = [n for partitions in offset.values() for n in partitions.values()]
-    else:
-        return None
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
-        return None  # Kafka's -1 / -2 are markers, not positions
-    return sum(values)
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from typing import Any
 
 from sparkscale.config import AppConfig
 from sparkscale.plan import Action, ActionType, Plan, evaluate_outcome
+from sparkscale.policies.ds2_model import estimate  # the model a capacity expectation comes from
 from sparkscale.policies.figures import load_figures
 from sparkscale.snapshot import Snapshot
 
@@ -179,8 +180,6 @@ def measured(metric: str, snapshot: Snapshot, app: AppConfig, cores: int | None 
     rate took (else None). Capacity is on `cores` cores (default: the snapshot's), from the window's
     true rates, so that a later change of the count does not blur the judgement."""
     if metric == CAPACITY:
-        from sparkscale.policies.ds2 import estimate  # the model the expectation came from
-
         est = estimate(snapshot)
         capacity = est.capacity_rps(cores if cores is not None else snapshot.cores)
         return capacity, (est.source_target_rate / capacity if capacity else None)

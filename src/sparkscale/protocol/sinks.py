@@ -14,7 +14,7 @@ from typing import Any
 
 import redis
 
-from sparkscale.config.sections import RedisConfig
+from sparkscale.config.connections import RedisConfig
 from sparkscale.protocol.keys import output_base
 from sparkscale.redisconn import NO_AUTH, RedisAuth
 

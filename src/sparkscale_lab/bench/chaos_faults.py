@@ -26,7 +26,7 @@ from sparkscale.config import Config
 from sparkscale.localenv import LocalEnvironment
 from sparkscale.monitors.host import executor_processes
 from sparkscale.monitors.spark_rest import driver_rest
-from sparkscale.apps.supervisor import current_driver
+from sparkscale.apps.driver_record import current_driver
 from sparkscale_lab.pipelines.workloads import workload
 from sparkscale.processes import stop_trees
 

@@ -15,7 +15,7 @@ from urllib.parse import unquote, urlparse
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sparkscale_lab.bench.filefeed import iso_ms
+from sparkscale_lab.bench.clicks import iso_ms
 
 WINDOWS_DIR = "page_windows"
 USER_TOTALS_DIR = "user_totals"
@@ -23,7 +23,7 @@ SINK_LOG_DIR = "_spark_metadata"
 _LOG_NAME = re.compile(r"(\d+)(\.compact)?")
 _BATCH_NAME = re.compile(r"batch-(\d+)\.json")
 
-WindowKey = tuple[str, str | None]  # (window start, ISO 8601 UTC with ms as filefeed.iso_ms; section)
+WindowKey = tuple[str, str | None]  # (window start, ISO 8601 UTC with ms as clicks.iso_ms; section)
 UserTotal = tuple[int, int]  # (clicks, total_ms)
 
 

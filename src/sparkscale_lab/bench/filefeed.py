@@ -35,16 +35,16 @@ import argparse
 import json
 import math
 import os
-import random
 import sys
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from sparkscale_lab.bench.clicks import EPOCH, ClickSource, iso_ms, parse_iso_ms
 from sparkscale_lab.pipelines.profiles import LoadProfile, parse_profile
 
 MANIFEST_FORMAT = "sparkscale-filefeed/1"
@@ -53,24 +53,7 @@ RECORDS_PER_FILE_TICK_S = 0.02  # records_per_file mode: how finely the profile 
 FILE_PREFIX = "clicks"
 FLUSH_MARGIN_S = 1.0
 
-USERS = 20  # user key space: u00 .. u19
-ITEMS = 50
-# Page templates; `{item}` takes an item number. Sections (first path component, lower-cased):
-# shop, search, account, help, home ("/").
-PAGES = (
-    "/Shop/item/{item}",
-    "/shop/cart",
-    "/Search/results",
-    "/search?q={item}",
-    "/Account/orders",
-    "/HELP/faq",
-    "/",
-)
-MS_RANGE = (5, 800)
-
 StopReason = Literal["profile_end", "max_duration", "stop_event"]
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -118,51 +101,6 @@ class FeedResult:
             "feed_time_s": round(self.feed_time_s, 3),
             "files": [asdict(f) for f in self.files],
         }
-
-
-# ---------------------------------------------------------------------------------------------
-# Record content
-
-
-def iso_ms(epoch_ms: int) -> str:
-    """`2025-01-01T00:00:01.250Z`: UTC with milliseconds, which Spark's JSON reader parses as a timestamp."""
-    dt = _EPOCH + timedelta(milliseconds=epoch_ms)
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{epoch_ms % 1000:03d}Z"
-
-
-def parse_iso_ms(text: str) -> int:
-    """Epoch milliseconds of an ISO 8601 timestamp (naive means UTC)."""
-    dt = datetime.fromisoformat(text)
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=UTC)
-    delta = dt - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
-
-
-class ClickSource:
-    """Deterministic click records: record n depends only on the seed and n (each record draws the
-    same number of values from one seeded generator, in sequence order)."""
-
-    def __init__(self, seed: int):
-        self.seed = seed
-        self._rng = random.Random(seed)
-        self.next_seq = 0
-
-    def next(self, ts_ms: int) -> dict[str, Any]:
-        rng = self._rng
-        user = rng.randrange(USERS)
-        template = PAGES[rng.randrange(len(PAGES))]
-        item = rng.randrange(ITEMS)
-        ms = rng.randint(*MS_RANGE)
-        record = {
-            "event_id": f"{self.seed}-{self.next_seq}",
-            "user": f"u{user:02d}",
-            "page": template.format(item=item),
-            "ts": iso_ms(ts_ms),
-            "ms": ms,
-        }
-        self.next_seq += 1
-        return record
 
 
 # ---------------------------------------------------------------------------------------------
@@ -286,7 +224,7 @@ def _start_ms(start_ts: datetime | float | None) -> int:
     if isinstance(start_ts, datetime):
         if start_ts.tzinfo is None:
             raise ValueError("start_ts must be timezone-aware (or epoch seconds)")
-        delta = start_ts - _EPOCH
+        delta = start_ts - EPOCH
         return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
     return round(float(start_ts) * 1000)
 

@@ -13,6 +13,7 @@ matplotlib.use("Agg")  # files only: the daemon's host has no display
 import matplotlib.pyplot as plt  # noqa: E402
 
 from sparkscale_lab.bench.measures import SloLimits, backlog_seconds, input_rates, segments  # noqa: E402
+from sparkscale_lab.bench.scaling_results import case_runs, scaling_cases  # noqa: E402
 from sparkscale_lab.bench.timeline import Sample, rates  # noqa: E402
 from sparkscale_lab.pipelines.profiles import parse_profile  # noqa: E402
 
@@ -96,8 +97,6 @@ def timeline(samples: list[Sample], actions: list[dict], title: str, path: Path,
 def plot_scaling(results_dir: Path, results: dict[str, Any]) -> list[Path]:
     """Per case: a timeline per run, and `executors-<case>.png`, every controller's executor count in
     its first run (older single-case results: without the case in the names)."""
-    from sparkscale_lab.bench.report import case_runs, scaling_cases
-
     spec = results["spec"]
     written = []
     for case in scaling_cases(results):

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkscale_lab.bench.markdown import markdown_table
+from sparkscale_lab.bench.scaling_results import case_calibration, case_runs, scaling_cases
 from sparkscale_lab.pipelines.profiles import parse_profile
 
 
@@ -81,16 +82,7 @@ def _cell(values: Sequence[float | int | None], digits: int = 1, unknown: str = 
     return text
 
 
-# -- cases: results.json written before the matrix had one case (spec.workload, spec.profile) ------
-
-
-def scaling_cases(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """The cases of a scaling benchmark; an older single-case results.json as one unnamed case."""
-    if results.get("cases"):
-        return list(results["cases"])
-    spec = results["spec"]
-    return [{"name": "", "workload": spec["workload"], "profile": spec["profile"], "backlog_basis": "counted",
-             "latency_source": None, "trigger_s": None}]
+# -- results.json written before the matrix had one case (spec.workload, spec.profile) --------------
 
 
 def remeasure_legacy(results: dict[str, Any]) -> dict[str, Any]:
@@ -113,15 +105,6 @@ def remeasure_legacy(results: dict[str, Any]) -> dict[str, Any]:
         m = measure(samples, actions, segments(profile), limits, needed, load_at=profile.rate_at)
         runs.append({**run, "measures": m.to_dict()})
     return {**results, "runs": runs, "remeasured": True}
-
-
-def case_runs(results: dict[str, Any], case: dict[str, Any]) -> list[dict[str, Any]]:
-    return [r for r in results.get("runs", []) if r.get("case", "") == case["name"]]
-
-
-def case_calibration(results: dict[str, Any], case: dict[str, Any]) -> dict[str, Any]:
-    calibration = results.get("calibration", {})
-    return calibration.get(case["workload"], {}) if results.get("cases") else calibration
 
 
 def targets_block(results: dict[str, Any]) -> list[dict[str, Any]]:

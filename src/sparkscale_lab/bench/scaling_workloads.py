@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from sparkscale_lab.bench.clickcheck import ClickCheck, Expected, expected_outputs, wait_for_outputs
+from sparkscale_lab.bench.clickcheck import ClickCheck, wait_for_outputs
+from sparkscale_lab.bench.clickexpected import Expected, expected_outputs
 from sparkscale_lab.bench.environment import BenchEnv
 from sparkscale_lab.bench.filefeed import land_files
 from sparkscale_lab.bench.probes import FileProbe, StreamLatencyProbe

@@ -40,19 +40,17 @@ import json
 import logging
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import redis
 import structlog
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, ReadMinRows
-from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import StructType
 
-from sparkscale.protocol.keys import input_stream_key, paused_key, source_status_key
-from sparkscale.protocol.sinks import DEFAULT_REDIS
+from sparkscale.protocol.keys import paused_key, source_status_key
 from sparkscale.protocol.streams import START_ID, StreamOffsets, backlog_by_partition, stream_heads
-from sparkscale.redisconn import NO_AUTH, RedisAuth
+from sparkscale_lab.pipelines.redis_source_options import RedisStreamsOptions, source_schema
 
 log = structlog.get_logger(__name__)
 
@@ -66,116 +64,6 @@ local r = redis.call('XRANGE', KEYS[1], ARGV[1], '+', 'COUNT', tonumber(ARGV[2])
 if #r == 0 then return {false, 0} end
 return {r[#r][1], #r}
 """
-
-
-# ---------------------------------------------------------------------------------------------
-# Keys and options
-
-
-@dataclass(frozen=True)
-class RedisStreamsOptions:
-    """Everything the source needs, as the typed twin of its string options."""
-
-    app: str
-    query: str
-    partitions: int
-    fields: tuple[str, ...] = ()
-    host: str = DEFAULT_REDIS.host
-    port: int = 6380
-    db: int = 0
-    prefix: str = "sparkscale:"
-    max_records_per_batch: int | None = None
-    starting: str = "earliest"  # or "latest": only entries added after the first batch
-    # The config's Redis AUTH/TLS: options `username`, `password` (redacted by Spark), `tls`, `caFile`.
-    auth: RedisAuth = NO_AUTH
-
-    def as_options(self) -> dict[str, str]:
-        """The `.option(...)` map for `spark.readStream.format("redis_streams")`."""
-        opts = {
-            "host": self.host,
-            "port": str(self.port),
-            "db": str(self.db),
-            "prefix": self.prefix,
-            "app": self.app,
-            "query": self.query,
-            "partitions": str(self.partitions),
-            "fields": ",".join(self.fields),
-            "startingOffsets": self.starting,
-        }
-        if self.max_records_per_batch is not None:
-            opts["maxRecordsPerBatch"] = str(self.max_records_per_batch)
-        return {**opts, **self.auth.as_options()}
-
-    @classmethod
-    def parse(cls, options: Any) -> RedisStreamsOptions:
-        """From Spark's (case-insensitive) option map; raises ValueError naming the bad option."""
-
-        def get(name: str, default: str | None = None) -> str | None:
-            value = options.get(name.lower(), options.get(name, default))
-            return default if value is None else str(value)
-
-        def required(name: str) -> str:
-            value = get(name)
-            if not value:
-                raise ValueError(f"redis_streams: option {name!r} is required")
-            return value
-
-        def integer(name: str, default: str | None, minimum: int) -> int | None:
-            text = get(name, default)
-            if text is None or text == "":
-                return None
-            try:
-                value = int(text)
-            except ValueError:
-                raise ValueError(f"redis_streams: option {name!r} must be an integer, got {text!r}") from None
-            if value < minimum:
-                raise ValueError(f"redis_streams: option {name!r} must be >= {minimum}, got {value}")
-            return value
-
-        starting = (get("startingOffsets", "earliest") or "earliest").lower()
-        if starting not in ("earliest", "latest"):
-            raise ValueError(f"redis_streams: startingOffsets must be earliest or latest, got {starting!r}")
-        fields = tuple(f.strip() for f in (get("fields", "") or "").split(",") if f.strip())
-        clash = {"uid", "ts", "partition", "entry_id"} & set(fields)
-        if clash:
-            raise ValueError(f"redis_streams: payload fields clash with fixed columns: {sorted(clash)}")
-        return cls(
-            app=required("app"),
-            query=required("query"),
-            partitions=integer("partitions", None, 1) or _missing("partitions"),
-            fields=fields,
-            host=get("host", DEFAULT_REDIS.host) or DEFAULT_REDIS.host,
-            port=integer("port", "6380", 1) or 6380,
-            db=integer("db", "0", 0) or 0,
-            prefix=get("prefix", "sparkscale:") or "",
-            max_records_per_batch=integer("maxRecordsPerBatch", None, 1),
-            starting=starting,
-            auth=RedisAuth.from_options(get),
-        )
-
-    def client(self) -> redis.Redis:
-        return redis.Redis(host=self.host, port=self.port, db=self.db, decode_responses=True,
-                           **self.auth.client_kwargs())
-
-    def stream_key(self, partition: int) -> str:
-        return input_stream_key(self.prefix, self.app, partition)
-
-
-def _missing(name: str) -> int:
-    raise ValueError(f"redis_streams: option {name!r} is required")
-
-
-def source_schema(fields: Sequence[str]) -> StructType:
-    """`uid, ts, partition, entry_id`, then one string column per payload field."""
-    return StructType(
-        [
-            StructField("uid", StringType()),
-            StructField("ts", LongType()),
-            StructField("partition", IntegerType()),
-            StructField("entry_id", StringType()),
-            *(StructField(name, StringType()) for name in fields),
-        ]
-    )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -24,18 +24,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import redis
 import structlog
 
 from sparkscale.actuators.migration.base import MigrationError, get_strategy
 from sparkscale.actuators.migration.journal import Journal, JournalFenced, operator_commands, phase_metrics
+from sparkscale.actuators.migration.session import MigrationSession
 from sparkscale.protocol.commands import AckTimeout
 from sparkscale.protocol.keys import paused_key
-
-if TYPE_CHECKING:
-    from sparkscale.actuators.migration.runner import MigrationRunner
 
 log = structlog.get_logger(__name__)
 
@@ -48,7 +46,7 @@ class Recovery:
     """Brings an app whose migration failed (or is aborted) back to a running query with its sources
     resumed, through the runner's agent commands; records every step in the journal."""
 
-    def __init__(self, runner: MigrationRunner):
+    def __init__(self, runner: MigrationSession):
         self.runner = runner
 
     # -- entry points -----------------------------------------------------------------------------

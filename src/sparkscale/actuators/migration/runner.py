@@ -8,59 +8,40 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict
-from typing import Any
 
 import redis
 import structlog
-from kazoo.client import KazooClient
 
 from sparkscale.actuators.migration.base import MigrationBusy, MigrationError, get_strategy, idle_after_restart
 from sparkscale.actuators.migration.hooks import after_step, before_step
 from sparkscale.actuators.migration.journal import (
     Journal,
     JournalFenced,
-    JournalStore,
-    PhaseCallback,
     check_operable,
     operator_commands,
     phase_metrics,
 )
 from sparkscale.actuators.migration.recovery import Recovery
-from sparkscale.config import AppConfig, Config
-from sparkscale.monitors.migration_metrics import CLOCK_MARGIN_S, BatchPoint, first_output, read_batches, timeline_of
-from sparkscale.apps.submit import ExecutorShape, running, store_shape
-from sparkscale.protocol.commands import AckTimeout, send_command, wait_ack
-from sparkscale.protocol.keys import datastore_key, input_stream_key, progress_key
+from sparkscale.actuators.migration.session import MigrationSession
+from sparkscale.apps.submit import ExecutorShape
+from sparkscale.monitors.migration_metrics import CLOCK_MARGIN_S, first_output, timeline_of
+from sparkscale.protocol.commands import AckTimeout
+from sparkscale.protocol.keys import datastore_key
 from sparkscale.protocol.queries import read_queries
-from sparkscale.protocol.streams import StreamOffsets, query_partitions, read_source_status, stream_heads
+from sparkscale.protocol.streams import StreamOffsets, read_source_status
 
 log = structlog.get_logger(__name__)
 
 POLL_S = 0.2  # how often progress and source status are read while waiting on a phase
 
 
-class MigrationRunner:
+class MigrationRunner(MigrationSession):
     """Carries out (or resumes) one app's migration through the control agent. Never decides."""
 
-    def __init__(self, cfg: Config, app: AppConfig, zk: KazooClient, redis_client: redis.Redis, epoch: int,
-                 is_leader: Callable[[], bool], on_phase: PhaseCallback | None = None,
-                 restart_app: Callable[[], Any] | None = None):
-        """`restart_app` restarts the whole application (stop its driver, submit it again): needed
-        for a migration that changes the executor shape."""
-        self.cfg = cfg
-        self.app = app
-        self.zk = zk
-        self.redis = redis_client
-        self.epoch = epoch
-        self.is_leader = is_leader
-        self.on_phase = on_phase
-        self.restart_app = restart_app
-        self.root = cfg.zookeeper.root
-        self.prefix = cfg.redis.key_prefix
-        # Its writes check this leader's own lock znode (at `epoch`): once deposed, even `_fail` writes nothing.
-        self.store = JournalStore(zk, self.root, app.name, epoch=epoch)
-        self.mcfg = cfg.migration
-        self.recovery = Recovery(self)
+    @property
+    def recovery(self) -> Recovery:
+        """What follows a failed step or the operator's abort (recovery.py), through this runner."""
+        return Recovery(self)
 
     # -- entry points -----------------------------------------------------------------------------
 
@@ -181,10 +162,6 @@ class MigrationRunner:
                             sources=[source for source, _why in lossy],
                             reason="apps[].allow_lossy_restart is true: what these sources held at the stop is lost")
 
-    def current_partitions(self, query: str) -> int:
-        """The query's state partitions: as last repartitioned, else its progress, else the config."""
-        return query_partitions(self.redis, self.prefix, self.app.name, query, self.app.shuffle_partitions)
-
     # -- steps ------------------------------------------------------------------------------------
 
     def _pause(self, journal: Journal) -> None:
@@ -285,26 +262,6 @@ class MigrationRunner:
         # What arrived until the query ran again: held back by a migration that does not pause (DSM).
         journal.marks["input_at_restart"] = self._input_position()
 
-    def _restart_application(self, journal: Journal, shape: ExecutorShape) -> None:
-        """A new executor shape: keep it (every later submit uses it), then stop the driver and submit
-        the app again; the new driver starts the query from its (repartitioned) checkpoint, its
-        sources still paused if the strategy paused them. Idempotent: a driver submitted after the
-        repartition already runs with the shape."""
-        assert self.restart_app is not None, "checked in start()"
-        store_shape(self.redis, self.prefix, self.app.name, shape, journal.id)
-        record = running(self.cfg, self.app.name)
-        since = journal.phases.get("repartitioned", journal.requested_at)
-        if record is not None and record.submitted_at > since:
-            journal.marks.setdefault("app_restarted_at", record.submitted_at)
-            return
-        if not self.is_leader():
-            raise MigrationError("restart not done: no longer the leader")
-        journal.marks["app_restart_started_at"] = time.time()
-        self._write(journal)
-        self.restart_app()
-        journal.marks["app_restarted_at"] = time.time()
-        journal.marks["shape"] = asdict(shape)
-
     def _resume(self, journal: Journal) -> None:
         self._command("resume_sources", {})
         journal.marks["input_at_resume"] = self._input_position()
@@ -343,44 +300,7 @@ class MigrationRunner:
                 return
             time.sleep(POLL_S)
 
-    # -- what a strategy may read (base.RestoreProbe) ---------------------------------------------
-
-    def query_status(self, query: str) -> dict[str, Any] | None:
-        report = self._command("report", {})
-        for q in report.get("queries", []):
-            if q.get("name") == query:
-                return q.get("status") or {}
-        return None
-
-    def pausable(self, query: str) -> bool:
-        """The query's sources honour the app's pause key (as its agent last reported); unknown
-        queries count as pausable, the behaviour before queries were reported."""
-        info = read_queries(self.redis, self.prefix, self.app.name).get(query)
-        return True if info is None else info.pausable
-
-    def query_progress(self, query: str) -> dict[str, str]:
-        return self.redis.hgetall(progress_key(self.prefix, self.app.name, query))
-
-    def batches_since(self, query: str, since_s: float) -> list[BatchPoint]:
-        return read_batches(self.redis, self.prefix, self.app.name, query, since_s)
-
     # -- plumbing ---------------------------------------------------------------------------------
-
-    def _command(self, kind: str, args: dict[str, Any], timeout_s: float | None = None) -> Any:
-        if not self.is_leader():
-            raise MigrationError(f"{kind} not sent: no longer the leader")
-        timeout_s = timeout_s or self.cfg.actuator.ack_timeout_s
-        name = send_command(self.zk, self.root, self.app.name, kind, args, self.epoch, ttl_s=timeout_s)
-        ack = wait_ack(self.zk, self.root, self.app.name, name, timeout_s)
-        if not ack.ok:
-            raise MigrationError(f"{kind} refused: {ack.detail}")
-        return ack.detail
-
-    def _input_position(self) -> int | None:
-        if self.app.runs_script:
-            return None  # records ever arrived: known per source in the progress, not app-wide
-        keys = [input_stream_key(self.prefix, self.app.name, i) for i in range(self.app.source_partitions)]
-        return sum(h.entries_added for h in stream_heads(self.redis, keys))
 
     def _complete(self, journal: Journal, phase: str) -> None:
         now = time.time()
@@ -392,9 +312,6 @@ class MigrationRunner:
                  duration_s=round(duration_s, 3))
         if self.on_phase is not None:
             self.on_phase(journal, phase, duration_s)
-
-    def _write(self, journal: Journal) -> None:
-        self.store.write(journal)
 
     def _fail(self, journal: Journal, phase: str, reason: str) -> Journal:
         log.error("migration.step_failed", app=self.app.name, id=journal.id, phase=phase, reason=reason)

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 
 from sparkscale.config import AppConfig
 from sparkscale.placement import Placement, placement_of
-from sparkscale.policies.ds2 import estimate
+from sparkscale.policies.ds2_model import estimate
 from sparkscale.policies.figures import load_figures
 from sparkscale.policies.placement.landing import landing_worker
 from sparkscale.policies.placement.model import (

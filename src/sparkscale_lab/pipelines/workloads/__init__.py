@@ -46,7 +46,8 @@ class PipelineContext:
 
     def read_input(self, query: str, fields: Iterable[str]) -> Any:
         """The app's input streams as a streaming DataFrame (uid, ts, partition, entry_id, fields...)."""
-        from sparkscale_lab.pipelines.redis_source import RedisStreamsOptions, read_stream
+        from sparkscale_lab.pipelines.redis_source import read_stream
+        from sparkscale_lab.pipelines.redis_source_options import RedisStreamsOptions
 
         redis_cfg = self.cfg.redis
         return read_stream(

@@ -1,0 +1,293 @@
+"""The DS2 model (Kalavri et al., OSDI'18): the optimal parallelism of every operator, in one pass.
+Pure arithmetic over a snapshot (`estimate`); the policy that turns it into a plan is ds2.py, and
+outcomes.py judges a scale-up by the capacity it gives (`Ds2Estimate.capacity_rps`).
+
+From each instance's *true* rates (records over useful time, i.e. as if it never waited), DS2
+computes the rate every operator would see if all operators upstream of it kept up with the
+sources, and from that the number of instances each operator needs. Citations in comments refer
+to the lecture (seeds/kalavri-elasticity-policies-lecture.txt, part "Predictive Policy - DS2").
+
+Choices this implementation makes where the sources leave room (all documented in the plan's
+explanation too):
+
+- `p_i` in the formula is the number of instances whose rates were measured: `o_i[λp] / p_i` is
+  then the mean true rate of one instance. In DS2 every instance reports, so this is the paper's
+  p_i; in a snapshot an instance is a task slot over the window and some may not have run.
+- Target utilisation `u` divides each instance's true rate: `π_i = ceil(target / (u · rate))`.
+  With u = 1 this is the paper's formula.
+- Backlog: a source with `backlog` records waiting gets `backlog / catch_up_s` records/s added to
+  its arrival rate, so the backlog drains within `catch_up_s` while new records keep arriving.
+  Once it is drained, the next decision sizes for the arrival rate alone (scale-down follows). A
+  source whose backlog is unknown (None) is sized from its arrival rate alone, and the
+  explanation says "backlog unknown".
+- Sources are not scaled (their parallelism is that of the input), and an operator without any
+  measured instance keeps its parallelism (with a `warn` action).
+
+Spark mapping: micro-batches run a query's stages one after another on the same
+cores, so the sum of the operators' exact needs, rounded up once, is the number of cores the
+query needs (Σ π would round every stage up to a whole core); an operator
+whose partitions are fewer than its π is partition-bound and needs a repartition.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from sparkscale.snapshot import OperatorFigures, Snapshot
+
+# Relative slack before rounding up, so that 4.000000000001 (float noise) needs 4 instances, not 5.
+_CEIL_SLACK = 1e-9
+
+
+@dataclass(frozen=True)
+class AdjacencyMatrix:
+    """A over operators numbered in topological order: A[j, i] = 1 iff j is an upstream neighbour
+    of i (lecture, "The DS2 model"). Stored by columns, as the indices j with A[j, i] = 1, since a
+    1,000-operator query has a million entries and a few thousand ones."""
+
+    order: tuple[str, ...]
+    columns: tuple[tuple[int, ...], ...]  # columns[i] = (j, ...) with A[j, i] = 1, all j < i
+
+    @classmethod
+    def of(cls, snapshot: Snapshot) -> AdjacencyMatrix:
+        order = snapshot.topological_order()
+        index = {op_id: i for i, op_id in enumerate(order)}
+        columns: list[list[int]] = [[] for _ in order]
+        for up, down in snapshot.edges:
+            columns[index[down]].append(index[up])
+        return cls(order, tuple(tuple(sorted(c)) for c in columns))
+
+    def __getitem__(self, ji: tuple[int, int]) -> int:
+        j, i = ji
+        return 1 if j in self.columns[i] else 0
+
+    def upstream(self, i: int) -> tuple[int, ...]:
+        return self.columns[i]
+
+    def dense(self) -> list[list[int]]:
+        size = len(self.order)
+        return [[self[j, i] for i in range(size)] for j in range(size)]
+
+
+@dataclass(frozen=True)
+class OperatorEstimate:
+    """DS2's figures for one operator (rates in records/s)."""
+
+    id: str
+    source: bool
+    parallelism: int  # current partitions
+    instances: int  # instances in the snapshot
+    measured_instances: int  # instances with useful time > 0
+    true_processing_rate: float  # o_i[λp]
+    true_output_rate: float  # o_i[λo]
+    selectivity: float  # o_i[λo] / o_i[λp]: records out per record in
+    target_input_rate: float  # Σ_j A_ji · o_j[λo]* (sources: arrival + backlog / catch-up)
+    optimal_output_rate: float  # o_i[λo]*
+    required: float | None  # the exact ratio before rounding and clamping (None: not computed)
+    optimal_parallelism: int  # π_i, clamped; sources and unmeasured operators keep `parallelism`
+    note: str = ""  # why π was not computed or was clamped
+
+    @property
+    def instance_rate(self) -> float:
+        """Mean true processing rate of one instance, o_i[λp] / p_i."""
+        return self.true_processing_rate / self.measured_instances if self.measured_instances else 0.0
+
+
+@dataclass(frozen=True)
+class Ds2Estimate:
+    """The whole computation, operators in topological order."""
+
+    adjacency: AdjacencyMatrix
+    operators: tuple[OperatorEstimate, ...]
+    warnings: tuple[tuple[str | None, str], ...] = field(default=())  # (operator or None, reason)
+    target_utilization: float = 1.0
+
+    @property
+    def source_target_rate(self) -> float:
+        """Records/s the sources must be taken in at: arrivals plus the backlog's catch-up."""
+        return sum(op.target_input_rate for op in self.operators if op.source)
+
+    def capacity_rps(self, cores: int) -> float | None:
+        """Source records/s the stages can take in on `cores` cores, fully busy: the target rate
+        over the share of the window it keeps them busy (None: an unmeasured stage, or no load to
+        scale from). What a scale-up is expected to raise, and what is measured after it."""
+        needs = self._stage_needs()
+        if not needs or self.source_target_rate <= 0 or any(
+                op.required is None for op in self.operators if not op.source):
+            return None
+        busy = self._busy_fraction(needs, max(1, cores)) * self.target_utilization
+        return self.source_target_rate / busy if busy > 0 else None
+
+    def _stage_needs(self) -> list[tuple[float, int]]:
+        """(exact requirement, partitions) of every non-source operator; operators without an
+        estimate count with their parallelism, as if fully busy."""
+        needs = []
+        for op in self.operators:
+            if op.source:
+                continue
+            need = op.optimal_parallelism if op.required is None else min(op.required, op.optimal_parallelism)
+            needs.append((need, max(1, op.parallelism)))
+        return needs
+
+    @staticmethod
+    def _busy_fraction(needs: list[tuple[float, int]], cores: int) -> float:
+        """The share of a window the stages take on `cores` cores, one after another: a stage needing
+        r instances runs r / min(cores, partitions) of the time (it runs at most `partitions` tasks
+        at once)."""
+        return sum(need / min(cores, partitions) for need, partitions in needs)
+
+    @property
+    def cores_needed(self) -> int:
+        """Cores the query needs with partitions enough: ceil(Σ exact requirement) over non-source
+        operators.
+
+        A micro-batch runs its stages one after another on the same cores, so their
+        fractional needs add up before rounding: two stages needing 0.3 cores each need 1 core, not
+        the 2 that Σ π would give. Operators without an estimate count with their parallelism."""
+        return max(1, ceiling(sum(n for n, _p in self._stage_needs())))
+
+    @property
+    def cores_for_partitions(self) -> int | None:
+        """The fewest cores with which the stages, one after another, fit the window on the
+        partitions they have; None when none does (`partition_bound`).
+
+        A stage runs at most as many tasks at once as it has partitions, so cores beyond them do
+        not shorten it, and the other stages must then fit in the time left: the count is searched
+        from `cores_needed` up to the largest partition count (beyond it no stage gets faster)."""
+        needs = self._stage_needs()
+        if not needs:
+            return 1
+        cores = self.cores_needed
+        widest = max(p for _n, p in needs)
+        while cores < widest and self._busy_fraction(needs, cores) > 1 + _CEIL_SLACK:
+            cores += 1
+        return cores if self._busy_fraction(needs, cores) <= 1 + _CEIL_SLACK else None
+
+    @property
+    def partition_bound(self) -> bool:
+        """True when no core count lets the stages fit the window: some stage's partitions are too
+        few for its load, and only a repartition helps."""
+        return self.cores_for_partitions is None
+
+    def __iter__(self) -> Iterator[OperatorEstimate]:
+        return iter(self.operators)
+
+    def __getitem__(self, operator_id: str) -> OperatorEstimate:
+        for op in self.operators:
+            if op.id == operator_id:
+                return op
+        raise KeyError(operator_id)
+
+
+def estimate(
+    snapshot: Snapshot,
+    target_utilization: float = 1.0,
+    catch_up_s: float = 60.0,
+    min_parallelism: int = 1,
+    max_parallelism: int = 64,
+) -> Ds2Estimate:
+    """Run the DS2 model on a snapshot. Pure arithmetic; `Ds2Policy` turns it into a plan."""
+    if not 0 < target_utilization <= 1:
+        raise ValueError(f"target_utilization must be in (0, 1], got {target_utilization}")
+    if catch_up_s <= 0:
+        raise ValueError(f"catch_up_s must be > 0, got {catch_up_s}")
+    if not 1 <= min_parallelism <= max_parallelism:
+        raise ValueError(f"need 1 <= min_parallelism <= max_parallelism, got {min_parallelism}, {max_parallelism}")
+
+    adjacency = AdjacencyMatrix.of(snapshot)
+    by_id = {op.id: op for op in snapshot.operators}
+    optimal_out: list[float] = []  # o_j[λo]*, indexed in topological order
+    results: list[OperatorEstimate] = []
+    warnings: list[tuple[str | None, str]] = []
+
+    for i, op_id in enumerate(adjacency.order):
+        op = by_id[op_id]
+        processing, output, measured = _true_rates(op)
+        # Lecture, "Recursively computed as": selectivity o_j[λo] / o_j[λp] (raw counts if unmeasured).
+        selectivity = output / processing if processing > 0 else _fallback_selectivity(op)
+
+        if op.source:
+            backlog = op.backlog or 0.0
+            # Backlog (our extension, module docstring): drain it within catch_up_s on top of arrivals.
+            target = (op.arrival_rate or 0.0) + backlog / catch_up_s
+            # Lecture, "Recursively computed as", source case: o_j[λo]* = λ_src^j (times selectivity).
+            optimal = target * selectivity
+            note = "" if measured else "no instance with useful time > 0; selectivity from record counts"
+            if not measured:
+                warnings.append((op.id, f"source {op.id!r} has no instance with useful time > 0; "
+                                        f"assuming {num(selectivity)} records out per record in"))
+            results.append(OperatorEstimate(
+                op.id, True, op.parallelism, len(op.instances), measured, processing, output, selectivity,
+                target, optimal, None, op.parallelism, note))
+            optimal_out.append(optimal)
+            continue
+
+        # Lecture, π_i formula: Σ_{j<i} A_ji · o_j[λo]*, the rate operator i must take in.
+        target = sum(optimal_out[j] for j in adjacency.upstream(i))
+        # Lecture, "Recursively computed as": o_j[λo]* = o_j[λo] / o_j[λp] · Σ_{u<j} A_uj · o_u[λo]*.
+        optimal = selectivity * target
+        optimal_out.append(optimal)
+        if not adjacency.upstream(i):
+            warnings.append((op.id, f"{op.id!r} is not a source and has no upstream operator: "
+                                    "its input rate is taken as 0"))
+
+        if processing <= 0:
+            why = ("no instance with useful time > 0" if not measured
+                   else "its measured instances processed no records")
+            warnings.append((op.id, f"cannot estimate the capacity of {op.id!r}: {why}; "
+                                    f"it keeps its parallelism {op.parallelism}"))
+            results.append(OperatorEstimate(
+                op.id, False, op.parallelism, len(op.instances), measured, processing, output, selectivity,
+                target, optimal, None, op.parallelism, f"{why}; keeps its parallelism"))
+            continue
+
+        instance_rate = processing / measured  # lecture, π_i formula: o_i[λp] / p_i
+        # Lecture, π_i = ceil(Σ_j A_ji · o_j[λo]* · (o_i[λp] / p_i)^-1), each instance loaded to u.
+        required = target / (target_utilization * instance_rate)
+        pi = ceiling(required)
+        clamped = min(max(pi, min_parallelism), max_parallelism)
+        note = ""
+        if clamped != pi:
+            bound = "ds2.max_parallelism" if clamped < pi else "ds2.min_parallelism"
+            note = f"clamped from {pi} to {bound} = {clamped}"
+            if clamped < pi:
+                warnings.append((op.id, f"{op.id!r} needs {pi} instances but ds2.max_parallelism is "
+                                        f"{max_parallelism}: it will not keep up"))
+        results.append(OperatorEstimate(
+            op.id, False, op.parallelism, len(op.instances), measured, processing, output, selectivity,
+            target, optimal, required, clamped, note))
+
+    return Ds2Estimate(adjacency, tuple(results), tuple(warnings), target_utilization)
+
+
+def _true_rates(op: OperatorFigures) -> tuple[float, float, int]:
+    """(o[λp], o[λo], instances measured). Instances with no useful time contribute nothing."""
+    processing = output = 0.0
+    measured = 0
+    for inst in op.instances:
+        if inst.useful_time_s <= 0:
+            continue
+        processing += inst.records_in / inst.useful_time_s  # lecture, "True processing rates": λp = R_prc / W_u
+        output += inst.records_out / inst.useful_time_s  # lecture, "True output rates": λo = R_psd / W_u
+        measured += 1
+    # Lecture, "Aggregated true processing / output rates": o_i[λp] = Σ_k λp^k, o_i[λo] = Σ_k λo^k.
+    return processing, output, measured
+
+
+def _fallback_selectivity(op: OperatorFigures) -> float:
+    """Records out per record in when no true rate is known: from the raw counts, else 1."""
+    records_in = sum(inst.records_in for inst in op.instances)
+    return sum(inst.records_out for inst in op.instances) / records_in if records_in > 0 else 1.0
+
+
+def ceiling(x: float) -> int:
+    """ceil(x), forgiving float noise: 4.000000000001 is 4."""
+    return max(0, math.ceil(x - _CEIL_SLACK * max(1.0, abs(x))))
+
+
+def num(x: float) -> str:
+    """A rate or ratio for people: at most 2 decimals, no trailing zeros."""
+    text = f"{x:,.2f}".rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
