@@ -221,8 +221,8 @@ def test_the_circle_finder_sees_lazy_and_submodule_imports_but_not_type_checking
     assert "p.c -> p.a: z" in describe_circle(frozenset({"p.a", "p.b", "p.c"}), graph)
     assert import_circles({"p.a": {"p.b": {"x"}}, "p.b": {}}) == []
     real = module_imports()
-    # A lazy import counts (cli/pipeline.py imports apps.submit inside its commands) ...
-    assert "sparkscale.apps.submit" in real["sparkscale.cli.pipeline"]
+    # A lazy import counts (cli/pipeline.py imports apps.supervisor inside its `run` command) ...
+    assert "sparkscale.apps.supervisor" in real["sparkscale.cli.pipeline"]
     # ... a TYPE_CHECKING one does not (base.py names Journal only for annotations).
     assert "sparkscale.actuators.migration.journal" not in real["sparkscale.actuators.migration.base"]
 

@@ -10,7 +10,6 @@ import click
 
 from sparkscale.cli.common import load_or_exit
 from sparkscale.cli.offline import EXIT_INVALID, registered_policy
-from sparkscale.logsetup import configure_logging
 from sparkscale_lab.bench.sim_graph import GRAPH_FORMS, parse_graph
 from sparkscale_lab.bench.simulate import SimSpec, render, simulate
 from sparkscale_lab.pipelines.profiles import parse_profile
