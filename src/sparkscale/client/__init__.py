@@ -4,7 +4,8 @@ migrate, resume or abort a migration, list migrations. The `sparkscale` CLI is a
 or under the app's leader lock when none leads) lives here, not in the commands.
 """
 
-from sparkscale.client.api import Client, MigrationOutcome, ScaleOutcome, Submitted
+from sparkscale.client.api import Client
+from sparkscale.client.outcomes import MigrationOutcome, ScaleOutcome, Submitted
 from sparkscale.client.errors import BadRequest, ClientError, Unavailable
 
 __all__ = ["BadRequest", "Client", "ClientError", "MigrationOutcome", "ScaleOutcome", "Submitted", "Unavailable"]

@@ -7,90 +7,23 @@ leader lock and through the action log, so agents take it from the lock's live h
 
 from __future__ import annotations
 
-import os
-import socket
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import TYPE_CHECKING
 
 from sparkscale.client import migrations
-from sparkscale.client.errors import BadRequest, Unavailable
+from sparkscale.client.connection import Connection
+from sparkscale.client.errors import Unavailable
 from sparkscale.client.outcomes import MigrationOutcome, Note, ScaleOutcome, Submitted, silent
-from sparkscale.config import Config
-
-if TYPE_CHECKING:
-    from kazoo.client import KazooClient
-
-    from sparkscale.daemon.leader import LeaderElection
 
 
-class Client:
-    def __init__(self, cfg: Config, config_path: str | None = None, overrides: tuple[str, ...] | list[str] = (),
-                 by: str | None = None):
-        """`config_path` and `overrides` are handed on to the processes a change starts (a driver
-        restarted in a new executor shape); `by` names this client in the action log and journal."""
-        self.cfg = cfg
-        self.config_path = config_path
-        self.overrides = list(overrides)
-        self.by = by or f"cli:{socket.gethostname()}:{os.getpid()}"
-
-    # -- lookups ----------------------------------------------------------------------------------
-
-    def with_app(self, app_name: str) -> Config:
-        """The config with `app_name` in it (a bare pipeline name gets a default app)."""
-        from sparkscale.apps.workloads import registered_workloads
-
-        try:
-            return self.cfg.with_app(app_name)
-        except KeyError as exc:
-            raise BadRequest(f"{exc.args[0]}; a pipeline name ({', '.join(registered_workloads())}) also works") \
-                from None
-
-    def for_app(self, app_name: str) -> Client:
-        """This client on the config with `app_name` in it (`with_app`)."""
-        return Client(self.with_app(app_name), self.config_path, self.overrides, self.by)
-
-    @contextmanager
-    def zookeeper(self) -> Iterator[KazooClient]:
-        from kazoo.handlers.threading import KazooTimeoutError
-
-        from sparkscale import zkconn
-
-        zk = zkconn.client(self.cfg.zookeeper)
-        try:
-            zk.start(timeout=10)
-        except KazooTimeoutError:
-            raise Unavailable(f"ZooKeeper at {self.cfg.zookeeper.hosts} is unreachable") from None
-        try:
-            yield zk
-        finally:
-            zk.stop()
-
-    @contextmanager
-    def leader_lock(self, zk: KazooClient, app_name: str, timeout_s: float = 10.0) -> Iterator[LeaderElection]:
-        """The app's leader lock, for acting without a daemon; Unavailable if another holds it."""
-        from sparkscale.daemon.leader import LeaderElection
-
-        election = LeaderElection(zk, self.cfg.zookeeper.root, app_name, self.by)
-        if not election.acquire(timeout_s=timeout_s):
-            raise Unavailable(f"could not take the leader lock of {app_name} within {timeout_s:g} s")
-        try:
-            yield election
-        finally:
-            election.release()
-
-    def leader(self, zk: KazooClient, app_name: str) -> str | None:
-        from sparkscale.daemon.leader import current_leader
-
-        return current_leader(zk, self.cfg.zookeeper.root, app_name)
+class Client(Connection):
+    """What an operator does to the managed apps, one method a change."""
 
     # -- lifecycle --------------------------------------------------------------------------------
 
     def submit(self, app_name: str, wait_s: float) -> Submitted:
         """Submit the app (its script or pipeline) and wait until its queries run."""
-        from sparkscale.apps.submit import PipelineError, submit
         from sparkscale.apps.driver_record import current_driver
+        from sparkscale.apps.submit import PipelineError, submit
         from sparkscale.monitors.spark_rest import SparkRestError, driver_rest
 
         cfg = self.with_app(app_name)

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from sparkscale.actuators.base import ActionResult, ActuationContext
     from sparkscale.actuators.migration import Journal
-    from sparkscale.client.api import Client
+    from sparkscale.client.connection import Connection
     from sparkscale.config import Config
 
 OnJournal = Callable[["Journal"], None]
@@ -47,7 +47,7 @@ class OpenMigration:
     follow_up: Any  # the follow-up figures, measured now while still pending
 
 
-def start(client: Client, request: MigrationRequest, timeout_s: float, on_journal: OnJournal,
+def start(client: Connection, request: MigrationRequest, timeout_s: float, on_journal: OnJournal,
           note: Note) -> MigrationOutcome:
     """A new migration: through the leading daemon, else under the app's leader lock here."""
     from sparkscale.apps.submit import ExecutorShape, with_stored_shape
@@ -95,7 +95,7 @@ def start(client: Client, request: MigrationRequest, timeout_s: float, on_journa
         return MigrationOutcome(result.status == "done", result.detail, result.figures)
 
 
-def operate(client: Client, app_name: str | None, migration_id: str, abort: bool, timeout_s: float,
+def operate(client: Connection, app_name: str | None, migration_id: str, abort: bool, timeout_s: float,
             on_journal: OnJournal, note: Note) -> MigrationOutcome:
     """Find the journal (BadRequest if no app has it open), then through the leading daemon, else
     under the app's leader lock here (`manual.operate_migration`)."""
@@ -144,7 +144,7 @@ def find_journal(cfg: Config, zk: KazooClient, app_name: str | None, migration_i
     raise BadRequest(f"no journaled migration {migration_id} to {verb} (journals: {'; '.join(held) or 'no app'})")
 
 
-def open_journals(client: Client, app_name: str | None) -> list[OpenMigration]:
+def open_journals(client: Connection, app_name: str | None) -> list[OpenMigration]:
     """Each app's journaled migration that is not done, or done with follow-up figures (each app
     keeps its last one); figures still pending are measured now from the progress history."""
     from sparkscale.actuators.migration import JournalStore
@@ -163,7 +163,7 @@ def open_journals(client: Client, app_name: str | None) -> list[OpenMigration]:
 # -- the two paths --------------------------------------------------------------------------------
 
 
-def _through_leader(client: Client, zk: KazooClient, app_name: str, on_journal: OnJournal, timeout_s: float,
+def _through_leader(client: Connection, zk: KazooClient, app_name: str, on_journal: OnJournal, timeout_s: float,
                     mine: Callable[[Journal, float], bool], to: int | None, **request: Any) -> MigrationOutcome:
     """Ask the leading daemon (a request znode), hand on the journal as it writes it (`mine(journal,
     since)`: the journal is this request's), and return its answer."""
@@ -193,7 +193,7 @@ def _through_leader(client: Client, zk: KazooClient, app_name: str, on_journal: 
     return MigrationOutcome(answer.ok, body.get("detail"), body.get("figures"))
 
 
-def _under_lock(client: Client, zk: KazooClient, app_name: str, on_journal: OnJournal,
+def _under_lock(client: Connection, zk: KazooClient, app_name: str, on_journal: OnJournal,
                 act: Callable[[Any, ActuationContext], tuple[str, ActionResult]], **request: Any) -> ActionResult:
     """Take the app's leader lock (no daemon leads it), `act(action_log, ctx)` at its epoch, release."""
     from sparkscale.actuators.base import ActuationContext
