@@ -5,7 +5,7 @@ or under the app's leader lock when none leads) lives here, not in the commands.
 """
 
 from sparkscale.client.api import Client
-from sparkscale.client.outcomes import MigrationOutcome, ScaleOutcome, Submitted
 from sparkscale.client.errors import BadRequest, ClientError, Unavailable
+from sparkscale.client.outcomes import MigrationOutcome, ScaleOutcome, Submitted
 
 __all__ = ["BadRequest", "Client", "ClientError", "MigrationOutcome", "ScaleOutcome", "Submitted", "Unavailable"]
