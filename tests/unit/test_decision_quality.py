@@ -9,7 +9,9 @@ from dataclasses import replace
 import pytest
 
 from sparkscale.config import AppConfig, OutcomesConfig, PolicyConfig
+from sparkscale.control.sink import FanOut
 from sparkscale.daemon.evaluator import OutcomeEvaluator, PendingOutcome, blocks_unmet
+from sparkscale.daemon.feeds import MetricsFeed, OutcomeFeed
 from sparkscale.daemon.metrics import DaemonMetrics
 from sparkscale.partitions import divisor_count, in_band, many_divisor_count
 from sparkscale.plan import Action, Plan
@@ -129,7 +131,7 @@ def evaluate(policy: str, expected_after: float, due_at: float = 0.0, arrival: f
     log, store = _Log(), _Store()
     pending = [PendingOutcome("d1", expectation(10, expected_after), Action.scale_executors(1, 3, "up"),
                               due_at=due_at, policy=policy, query="q")]
-    learned = OutcomeEvaluator(log, store, DaemonMetrics()).judge_due(
+    learned = OutcomeEvaluator(store, FanOut((OutcomeFeed(log), MetricsFeed(DaemonMetrics())))).judge_due(
         APP, pending, two_stages(arrival, 8, 8, executors=3, backlog=5000 if arrival >= 60 else 0), OutcomesConfig())
     return pending, log, store, learned
 

@@ -480,25 +480,26 @@ def test_the_operators_resume_of_a_recovery_left_by_a_dead_runner_walks_on_to_do
 def test_a_daemon_cycle_without_a_live_query_sets_the_metric_and_serves_the_operators_requests(monkeypatch):
     """A stranded migration's query is stopped: the agent lists no live query, yet the attention
     metric is set and `--resume` / `--abort` requests are answered (here: one naming another id)."""
-    from sparkscale.daemon import manual, service
+    from sparkscale.control.state import AppState
+    from sparkscale.daemon import manual, service, wiring
+    from sparkscale.daemon import status as app_status
     from sparkscale.monitors.collector import NoQueriesYet
 
     cfg = Config.model_validate({"apps": [{"name": "a", "pipeline": "wordcount"}]})
-    daemon = service.Daemon(cfg)
     zk = FakeZk()
     zk.connected = True
-    daemon.zk = zk
+    daemon = service.Daemon(cfg, zk=zk)
     journal = Journal(id="mig-1", app="a", query="q", strategy="ccr", from_partitions=4, to_partitions=8,
                       requested_at=100.0, by="t", epoch=3, status="needs_attention")
     zk.create(f"{cfg.zookeeper.root}/apps/a/migration", journal.to_json(), makepath=True)
     name = manual.submit_request(zk, cfg.zookeeper.root, "a", None, "op", 60, type="abort_migration",
                                  migration="mig-2")
     daemon.elections["a"] = SimpleNamespace(try_acquire=lambda: True, epoch=3, is_leader=True)
-    st = service._AppState(elected_epoch=3)
-    monkeypatch.setattr(service, "with_stored_shape", lambda app, client, prefix: app)
-    monkeypatch.setattr(service, "collect_snapshots", lambda cfg, app: (_ for _ in ()).throw(NoQueriesYet("a")))
-    daemon._publish = lambda *args, **kwargs: None
-    assert daemon._cycle(cfg.app("a"), st, 0.0, 0.0) == "no_queries"
+    daemon.autoscaler.states["a"] = AppState(elected_epoch=3)
+    monkeypatch.setattr(wiring, "with_stored_shape", lambda app, client, prefix: app)
+    daemon.autoscaler.collector = lambda cfg, app: (_ for _ in ()).throw(NoQueriesYet("a"))
+    monkeypatch.setattr(app_status, "publish", lambda *args, **kwargs: None)
+    assert daemon.autoscaler.cycle("a") == "no_queries"
     assert 'sparkscale_migrations_needing_attention{app="a"} 1.0' in daemon.metrics.render().decode()
     answer = manual.ManualResult.from_json(zk.get(f"{cfg.zookeeper.root}/apps/a/request_results/{name}")[0])
     assert not answer.ok and "no migration mig-2 of a to abort: its journal holds mig-1 (needs_attention)" in \

@@ -22,6 +22,7 @@ import structlog
 
 from sparkscale.config import AppConfig, Config
 from sparkscale.daemon.downtime_tracker import DowntimeStore, DowntimeTracker
+from sparkscale.plan import Action
 from sparkscale.policies.placement.base import get_placement
 from sparkscale.policies.placement.build import cluster_model
 from sparkscale.policies.placement.downtime import DowntimeModel
@@ -70,6 +71,11 @@ class ClusterPlanner:
         with self._lock:
             return sum(cores for name, cores in self._starting_cores.items() if name != app)
 
+    def action_done(self, app: str, action: Action, started_at: float, ended_at: float) -> None:
+        """An executor change of `app` ran from `started_at` to `ended_at` (epoch s): a sample of
+        the stall EDRP's downtime model takes (daemon/downtime_tracker.py)."""
+        self.downtime.action_done(app, action, started_at, ended_at)
+
     def forget(self, app: str) -> None:
         """The app is no longer managed: out of the next plan and of the claims."""
         with self._lock:
@@ -91,7 +97,8 @@ class ClusterPlanner:
             model = cluster_model(fresh, {a.name: a for a in self.cfg.apps}, placement.worker_selection_policy,
                                   placement.host_cpus)
             settings = placement.section(placement.name) if placement.section_model(placement.name) else None
-            if isinstance(getattr(settings, "downtime", None), DowntimeModel):  # EDRP: what this cluster measured
+            # EDRP: what this cluster measured
+            if settings is not None and isinstance(getattr(settings, "downtime", None), DowntimeModel):
                 settings = settings.model_copy(update={"downtime": self.downtime.model(settings.downtime)})
             try:
                 plan = get_placement(placement.name).place(model, settings) if model.workers else None

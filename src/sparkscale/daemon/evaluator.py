@@ -1,8 +1,9 @@
 """Judging executed actions at their due time, for every policy (Dhalion §4: the action log and the
-blocklist). The daemon remembers what each executed decision expected (`PendingOutcome`); this
-module judges it on the first snapshot at or after its due time (policies/outcomes.py's `judge`),
-never earlier (a scale-up judged before its executors arrive looks like a failure), logs the
-outcome, and blocks:
+blocklist). The loop remembers what each executed decision expected (control/judge.py's
+`PendingOutcome`); this module judges it on the first snapshot at or after its due time
+(policies/outcomes.py's `judge`), never earlier (a scale-up judged before its executors arrive
+looks like a failure), emits the outcome to the loop's sink (the action log, the metrics and the
+log take it from there: daemon/feeds.py), and blocks:
 
 - an unmet outcome, for its diagnosis, only when its policy blocks unmet outcomes (Dhalion);
 - an ineffective scale-up (capacity grew by under `outcomes.effectiveness` of the expected gain),
@@ -18,36 +19,23 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-
-import structlog
+from typing import Protocol
 
 from sparkscale.config import AppConfig, OutcomesConfig
-from sparkscale.daemon.action_log import ActionLog, BlocklistEntry, BlocklistStore, LoggedDecision, OutcomeRecord
-from sparkscale.daemon.metrics import DaemonMetrics
+from sparkscale.control.events import OutcomeJudged
+from sparkscale.control.judge import PendingOutcome
+from sparkscale.control.sink import EventSink
+from sparkscale.daemon.action_log import BlocklistEntry, LoggedDecision
 from sparkscale.plan import Action
 from sparkscale.policies.base import policy_class
 from sparkscale.policies.history import ScalingObservation
 from sparkscale.policies.outcomes import CAPACITY, INEFFECTIVE_SCALE_UP, BlockedAction, Expectation, judge
 from sparkscale.snapshot import Snapshot
 
-log = structlog.get_logger("sparkscale.daemon.service")
-
 # A judged scale-up teaches the scalability coefficient only when the window carried at least this
 # share of the capacity measured: on a lightly loaded window, tasks carry few records and their
 # fixed costs make the true rates (and so the capacity) noise.
 MIN_LOAD_SHARE = 0.5
-
-
-@dataclass
-class PendingOutcome:
-    """An executed decision waiting to be judged at `due_at` (seconds since the epoch)."""
-
-    decision_id: str
-    expected: Expectation
-    action: Action
-    due_at: float
-    policy: str | None = None
-    query: str | None = None
 
 
 def blocks_unmet(policy: str | None) -> bool:
@@ -65,6 +53,7 @@ def scaling_observation(expected: Expectation, action: Action, observed: float |
     """The judged scale-up as an observation of the query's scalability (capacity metric only)."""
     if expected.metric != CAPACITY or observed is None or action.executor_direction <= 0:
         return None
+    assert action.from_ is not None and action.to is not None  # a scale-up has both counts
     return ScalingObservation(query, at, action.from_ * app.executor_cores, action.to * app.executor_cores,
                               expected.before, expected.after, observed)
 
@@ -82,24 +71,30 @@ def observations_from_log(logged: Iterable[LoggedDecision], app: AppConfig) -> t
     return tuple(found)
 
 
+class BlocklistWriter(Protocol):
+    """The part of the blocklist a judgement writes (daemon/action_log.py's BlocklistStore)."""
+
+    def block(self, entry: BlocklistEntry) -> None:
+        ...
+
+
 @dataclass
 class OutcomeEvaluator:
-    action_log: ActionLog
-    blocklist: BlocklistStore
-    metrics: DaemonMetrics
+    blocklist: BlocklistWriter
+    sink: EventSink
 
     def judge_due(self, app: AppConfig, pending: list[PendingOutcome], snapshot: Snapshot,
-                  cfg: OutcomesConfig) -> list[ScalingObservation]:
-        """Judge (and remove from `pending`) the decisions whose time has come; returns what they
-        taught about the app's scalability."""
-        now = time.time()
+                  cfg: OutcomesConfig, now: float | None = None) -> list[ScalingObservation]:
+        """Judge (and remove from `pending`) the decisions whose time has come at `now` (epoch s;
+        None: the wall clock's); returns what they taught about the app's scalability."""
+        now = time.time() if now is None else now
         learned: list[ScalingObservation] = []
         for item in list(pending):
             if now < item.due_at:
                 continue
             cores = item.action.to * app.executor_cores if item.action.to is not None else None
             verdict = judge(item.expected, snapshot, app, cfg.fraction, cores, cfg.effectiveness)
-            blocked_until = None
+            blocked_until: float | None = None
             if not verdict.met and blocks_unmet(item.policy):
                 # Dhalion: an action that did not bring the expected outcome is blocked for its diagnosis.
                 blocked_until = now + cfg.blocklist_ttl_s
@@ -112,13 +107,8 @@ class OutcomeEvaluator:
                 self.blocklist.block(BlocklistEntry(
                     BlockedAction(app.name, INEFFECTIVE_SCALE_UP, "scale_executors", blocked_until),
                     now, item.decision_id, verdict.detail))
-            self.action_log.append_outcome(OutcomeRecord(
-                item.decision_id, app.name, now, verdict.met, item.expected.metric, item.expected.before,
-                item.expected.after, verdict.observed, verdict.detail, blocked_until))
-            self.metrics.count_action(app.name, item.action.type, "met" if verdict.met else "not_met")
-            log.info("outcome", app=app.name, decision_id=item.decision_id, action=item.action.summary(),
-                     met=verdict.met, ineffective=verdict.ineffective, detail=verdict.detail,
-                     blocked_until=blocked_until)
+            self.sink.emit(OutcomeJudged(app.name, item.decision_id, item.action, item.expected, now, verdict.met,
+                                         verdict.ineffective, verdict.observed, verdict.detail, blocked_until))
             observation = scaling_observation(item.expected, item.action, verdict.observed, app, item.query, now)
             if observation is not None and (verdict.load_share or 0.0) >= MIN_LOAD_SHARE:
                 learned.append(observation)

@@ -1,0 +1,85 @@
+"""What the loop reads and writes besides the cluster (Flink's `AutoScalerStateStore`): the action
+log and the blocklist (Dhalion §4; daemon/action_log.py), each app's migration journal
+(actuators/migration/journal.py), and what the agent and the migrations left about the app in
+Redis. The daemon implements them over Redis and ZooKeeper (daemon/wiring.py).
+
+A decision is written before its actions start, and the write gives it its id; if the write fails
+the cycle ends and nothing is done (no unrecorded action).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from sparkscale.actuators.migration import Journal
+from sparkscale.config import AppConfig, Config
+from sparkscale.control.decision import Decision
+from sparkscale.control.judge import PendingOutcome
+from sparkscale.policies.history import DecisionHistory
+from sparkscale.policies.outcomes import Blocklist
+
+
+@dataclass(frozen=True)
+class Recalled:
+    """An app's recent decisions as a new leader takes them up from the action log."""
+
+    history: DecisionHistory  # past decisions and the scalability their judged outcomes showed
+    last_action_at: float | None  # when the last action was done (None: none logged)
+    pending: list[PendingOutcome] = field(default_factory=list)  # executed, not judged yet
+    decisions: int = 0  # how many were read
+
+
+class DecisionLog(Protocol):
+    def write(self, decision: Decision) -> str:
+        """Write the leader's decision (and, with actions, its snapshot); its id in the log."""
+        ...
+
+    def recall(self, app: AppConfig, now: float, since: float, evaluate_after_s: float) -> Recalled:
+        """The app's decisions made since `since` (epoch s); the executed ones not judged yet come
+        due `evaluate_after_s` after they were done (or after `now`, if not known)."""
+        ...
+
+
+class BlocklistReader(Protocol):
+    """daemon/action_log.py's BlocklistStore."""
+
+    def blocklist(self, now: float, app: str | None = None) -> Blocklist:
+        ...
+
+
+class Journals(Protocol):
+    """Each app's migration journal in ZooKeeper."""
+
+    @property
+    def connected(self) -> bool:
+        """Whether journals can be read now."""
+        ...
+
+    def read(self, app: str) -> Journal | None:
+        """The app's journal (None: none)."""
+        ...
+
+    def follow_up(self, cfg: Config, epoch: int | None, journal: Journal | None) -> Journal | None:
+        """`journal` with a done migration's pending follow-up recorded once final (daemon/followup.py)."""
+        ...
+
+
+class AppRecords(Protocol):
+    """What the app's agent and its migrations published in Redis."""
+
+    def with_shape(self, app: AppConfig) -> AppConfig:
+        """`app` with the executor shape a migration gave it (what its executors really have)."""
+        ...
+
+    def partitions(self, app: AppConfig, query: str) -> int:
+        """The query's state partitions now."""
+        ...
+
+
+@dataclass(frozen=True)
+class Stores:
+    decisions: DecisionLog
+    blocklist: BlocklistReader
+    journals: Journals
+    apps: AppRecords

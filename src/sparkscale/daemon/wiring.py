@@ -1,0 +1,145 @@
+"""The control loop's live collaborators over ZooKeeper and Redis (control/stores.py, act.py), built
+once by the daemon (daemon/service.py) and handed to the `Autoscaler`. Each is a thin adapter over
+the module that owns its protocol: the action log, the operator's requests (manual.py), the
+migration journal and its follow-ups (followup.py), the keys the agent and the migrations write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypedDict, Unpack
+
+import redis
+from kazoo.client import KazooClient
+
+from sparkscale.actuators.base import ActionResult, ActuationContext
+from sparkscale.actuators.migration import Journal, JournalStore
+from sparkscale.apps.submit import ExecutorShape, with_stored_shape
+from sparkscale.config import AppConfig, Config
+from sparkscale.control.decision import Decision, Mode
+from sparkscale.control.judge import PendingOutcome
+from sparkscale.control.leadership import Leadership
+from sparkscale.control.stores import Recalled
+from sparkscale.daemon import followup, manual
+from sparkscale.daemon.action_log import ActionLog, DecisionRecord, executed, past_decisions, snapshot_id
+from sparkscale.daemon.action_log import Mode as LoggedMode
+from sparkscale.daemon.evaluator import observations_from_log
+from sparkscale.policies.history import DecisionHistory
+from sparkscale.protocol.streams import query_partitions
+from sparkscale.snapshot import Snapshot
+
+# A leader's modes as the action log has them (a leader's decision is never "standby").
+_LOGGED_MODES: dict[Mode, LoggedMode] = {"no_change": "no_change", "dry_run": "dry_run", "acted": "acted"}
+
+
+class RequestFields(TypedDict, total=False):
+    """The per-request fields of an `ActuationContext` (a migration's strategy, shape, resume)."""
+
+    strategy: str | None
+    shape: ExecutorShape | None
+    resume: bool
+
+
+@dataclass(frozen=True)
+class ActuationContexts:
+    """What an actuator gets to act on an app: the running config, the app, this daemon's clients
+    and identity, the lock's epoch now (and the lock, asked before each command); a migration that
+    changes the executor shape restarts the app with the daemon's own config file."""
+
+    zk: KazooClient
+    redis: redis.Redis
+    identity: str
+    config_path: str | None
+    overrides: tuple[str, ...]
+
+    def __call__(self, cfg: Config, app: AppConfig, leadership: Leadership,
+                 **request: Unpack[RequestFields]) -> ActuationContext:
+        return ActuationContext(cfg, app, self.zk, self.redis, leadership.epoch or 0, lambda: leadership.is_leader,
+                                self.identity, manual.app_restarter(cfg, app.name, self.config_path, self.overrides),
+                                **request)
+
+
+@dataclass(frozen=True)
+class ActionLogDecisions:
+    """The loop's decisions in the action log (daemon/action_log.py), written by `identity`."""
+
+    action_log: ActionLog
+    identity: str
+
+    def write(self, decision: Decision) -> str:
+        plan, snapshot = decision.plan, decision.snapshot
+        record = DecisionRecord(decision.app, decision.decided_at, snapshot_id(snapshot), self.identity,
+                                decision.epoch, plan.policy, decision.diagnosis, plan, _LOGGED_MODES[decision.mode],
+                                decision.expected)
+        return self.action_log.append_decision(record, snapshot if plan.actions else None)
+
+    def recall(self, app: AppConfig, now: float, since: float, evaluate_after_s: float) -> Recalled:
+        logged = self.action_log.read(app.name, since=since)
+        acted = executed(logged)
+        pending = [
+            PendingOutcome(d.id, d.decision.expected, d.decision.plan.changes[0], (d.done_at or now) + evaluate_after_s,
+                           d.decision.policy, d.decision.plan.observation.query)
+            for d in acted if d.outcome is None and d.decision.expected is not None and d.decision.plan.changes
+        ]
+        history = DecisionHistory(past_decisions(logged), scalability=observations_from_log(logged, app))
+        return Recalled(history, acted[-1].done_at if acted else None, pending, len(logged))
+
+
+@dataclass(frozen=True)
+class ZooKeeperJournals:
+    zk: KazooClient
+    root: str
+    redis: redis.Redis
+
+    @property
+    def connected(self) -> bool:
+        return bool(self.zk.connected)
+
+    def read(self, app: str) -> Journal | None:
+        return JournalStore(self.zk, self.root, app).read()
+
+    def follow_up(self, cfg: Config, epoch: int | None, journal: Journal | None) -> Journal | None:
+        return followup.finish(cfg, self.zk, self.redis, epoch, journal)
+
+
+@dataclass(frozen=True)
+class RedisAppRecords:
+    redis: redis.Redis
+    prefix: str
+
+    def with_shape(self, app: AppConfig) -> AppConfig:
+        return with_stored_shape(app, self.redis, self.prefix)
+
+    def partitions(self, app: AppConfig, query: str) -> int:
+        assert app.shuffle_partitions is not None  # set when the config is validated
+        return query_partitions(self.redis, self.prefix, app.name, query, app.shuffle_partitions)
+
+
+@dataclass(frozen=True)
+class ZooKeeperRequestDesk:
+    """Requests as znodes under the app's root, answered there (daemon/manual.py)."""
+
+    zk: KazooClient
+    root: str
+    action_log: ActionLog
+    contexts: ActuationContexts
+    identity: str
+
+    def serve(self, cfg: Config, app: AppConfig, leadership: Leadership,
+              snapshot: Snapshot | None) -> list[ActionResult]:
+        def context(**request: Unpack[RequestFields]) -> ActuationContext:
+            return self.contexts(cfg, app, leadership, **request)
+
+        return manual.serve_requests(self.zk, self.root, app.name, self.action_log, context, self.identity,
+                                     cfg.loop.dry_run, snapshot)
+
+    def watch(self, app: str, on_request: Callable[[], None]) -> None:
+        manual.watch_requests(self.zk, self.root, app, on_request)
+
+    def resume(self, cfg: Config, app: AppConfig, leadership: Leadership,
+               journal: Journal) -> tuple[str, ActionResult]:
+        ctx = self.contexts(cfg, app, leadership, strategy=journal.strategy, resume=True)
+        return manual.run_migration(self.action_log, ctx, journal.query, journal.to_partitions,
+                                    f"resume migration {journal.id} left at {journal.next} by epoch {journal.epoch}",
+                                    from_partitions=journal.from_partitions)
