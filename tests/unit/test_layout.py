@@ -14,7 +14,7 @@ import sparkscale_lab
 
 ROOT = Path(sparkscale.__file__).parent
 LAB_ROOT = Path(sparkscale_lab.__file__).parent
-HEAD_SIDE = ("daemon", "monitors", "policies", "actuators", "protocol")
+HEAD_SIDE = ("daemon", "control", "monitors", "policies", "actuators", "protocol")
 
 
 def test_the_head_side_imports_no_pyspark():
