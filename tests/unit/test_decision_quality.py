@@ -11,8 +11,8 @@ import pytest
 from sparkscale.config import AppConfig, OutcomesConfig, PolicyConfig
 from sparkscale.daemon.evaluator import OutcomeEvaluator, PendingOutcome, blocks_unmet
 from sparkscale.daemon.metrics import DaemonMetrics
+from sparkscale.model.plan import Action, Plan
 from sparkscale.partitions import divisor_count, in_band, many_divisor_count
-from sparkscale.plan import Action, Plan
 from sparkscale.policies.ds2 import Ds2Config, Ds2Policy, estimate
 from sparkscale.policies.history import DecisionHistory, ScalingObservation
 from sparkscale.policies.outcomes import (

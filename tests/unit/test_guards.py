@@ -8,13 +8,13 @@ from typing import Any
 import pytest
 
 from sparkscale.config import AppConfig, GuardsConfig, LoopConfig
-from sparkscale.plan import Action, Observation, Plan
+from sparkscale.model.plan import Action, Observation, Plan
+from sparkscale.model.snapshot import Snapshot
 from sparkscale.policies.guards import (
     GuardInput,
     apply_guards,
 )
 from sparkscale.policies.history import DecisionHistory
-from sparkscale.snapshot import Snapshot
 
 NOW = 5000.0
 # Only the guard under test acts: no delay, no factor cap, no cooldown, no stabilisation.

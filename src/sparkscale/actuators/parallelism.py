@@ -15,8 +15,8 @@ import structlog
 
 from sparkscale.actuators.base import ActionResult, ActuationContext, register_actuator
 from sparkscale.actuators.migration import Journal, JournalStore, MigrationError, MigrationRunner
+from sparkscale.model.plan import Action
 from sparkscale.monitors.migration_followup import FOLLOW_UP, look, mark
-from sparkscale.plan import Action
 
 log = structlog.get_logger(__name__)
 

@@ -30,11 +30,11 @@ import redis
 
 from sparkscale.actuators.base import ActionResult
 from sparkscale.config import ActionLogConfig
-from sparkscale.plan import Observation, Plan
+from sparkscale.model.plan import Observation, Plan
+from sparkscale.model.snapshot import Snapshot
 from sparkscale.policies.history import PastDecision
 from sparkscale.policies.outcomes import BlockedAction, Blocklist, Expectation
 from sparkscale.protocol.keys import actions_key, blocklist_key, snapshots_key
-from sparkscale.snapshot import Snapshot
 
 Mode = Literal["acted", "dry_run", "no_change", "manual"]
 Kind = Literal["decision", "result", "outcome"]

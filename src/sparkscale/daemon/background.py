@@ -18,7 +18,7 @@ import structlog
 from sparkscale.actuators.base import ActionLogWriter, ActionResult, ActuationContext, carry_out
 from sparkscale.daemon.evaluator import PendingOutcome
 from sparkscale.daemon.metrics import DaemonMetrics
-from sparkscale.plan import Action
+from sparkscale.model.plan import Action
 from sparkscale.policies.outcomes import Expectation
 
 log = structlog.get_logger("sparkscale.daemon.service")

@@ -24,11 +24,11 @@ import structlog
 from sparkscale.config import AppConfig, OutcomesConfig
 from sparkscale.daemon.action_log import ActionLog, BlocklistEntry, BlocklistStore, LoggedDecision, OutcomeRecord
 from sparkscale.daemon.metrics import DaemonMetrics
-from sparkscale.plan import Action
+from sparkscale.model.plan import Action
+from sparkscale.model.snapshot import Snapshot
 from sparkscale.policies.base import policy_class
 from sparkscale.policies.history import ScalingObservation
 from sparkscale.policies.outcomes import CAPACITY, INEFFECTIVE_SCALE_UP, BlockedAction, Expectation, judge
-from sparkscale.snapshot import Snapshot
 
 log = structlog.get_logger("sparkscale.daemon.service")
 

@@ -31,12 +31,12 @@ from sparkscale.actuators.migration import Journal, JournalStore, MigrationError
 from sparkscale.config import Config
 from sparkscale.daemon.action_log import ActionLog, DecisionRecord, snapshot_id
 from sparkscale.apps.submit import ExecutorShape, restart
-from sparkscale.plan import Action, Plan
+from sparkscale.model.plan import Action, Plan
 from sparkscale.protocol.commands import wait_for_znode
 from sparkscale.protocol.streams import query_partitions
 from sparkscale.protocol.znodes import requests_path, results_path
-from sparkscale.snapshot import Snapshot
-from sparkscale.snapshot_merge import query_names
+from sparkscale.model.snapshot import Snapshot
+from sparkscale.model.snapshot_merge import query_names
 
 MANUAL_POLICY = "manual"
 

@@ -69,8 +69,8 @@ from sparkscale.policies.outcomes import expectation_for
 from sparkscale.policies.planner import decide_app
 from sparkscale.protocol.streams import query_partitions
 from sparkscale.redisconn import connect
-from sparkscale.snapshot import Snapshot
-from sparkscale.snapshot_merge import merge_snapshots
+from sparkscale.model.snapshot import Snapshot
+from sparkscale.model.snapshot_merge import merge_snapshots
 
 log = structlog.get_logger(__name__)
 

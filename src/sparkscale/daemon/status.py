@@ -15,8 +15,8 @@ from typing import Any
 
 import redis
 
+from sparkscale.model.snapshot import Snapshot
 from sparkscale.protocol.keys import status_key
-from sparkscale.snapshot import Snapshot
 
 
 @dataclass(frozen=True)

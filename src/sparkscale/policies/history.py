@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkscale.config.apps import MAX_EXECUTORS, MAX_PARTITIONS
-from sparkscale.fields import (
+from sparkscale.model.fields import (
     FieldError,
     boolean,
     describe,
@@ -32,9 +32,9 @@ from sparkscale.fields import (
     read_json,
     string,
 )
-from sparkscale.plan import Action, ExpectedOutcome, Figure, Observation, Plan, registered_action_types
+from sparkscale.model.plan import Action, ExpectedOutcome, Figure, Observation, Plan, registered_action_types
+from sparkscale.model.snapshot import MAX_RATE
 from sparkscale.policies.outcomes import BlockedAction, Blocklist
-from sparkscale.snapshot import MAX_RATE
 
 HISTORY_VERSION = 1
 MAX_TIME = 1e11  # seconds since the epoch (the year 5138)

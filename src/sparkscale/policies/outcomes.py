@@ -32,9 +32,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from sparkscale.config import AppConfig
-from sparkscale.plan import Action, ActionType, Plan, evaluate_outcome
+from sparkscale.model.plan import Action, ActionType, Plan, evaluate_outcome
+from sparkscale.model.snapshot import Snapshot
 from sparkscale.policies.figures import load_figures
-from sparkscale.snapshot import Snapshot
 
 KEEPS_UP = "keeps_up"
 CAPACITY = "capacity_rps"  # source records/s the query can take in on the action's cores (DS2's model)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkscale.config.apps import MAX_EXECUTOR_CORES, MAX_EXECUTORS, app_name_problem
-from sparkscale.fields import (
+from sparkscale.model.fields import (
     FieldError,
     boolean,
     describe,
@@ -36,7 +36,7 @@ from sparkscale.fields import (
     read_json,
     string,
 )
-from sparkscale.placement import Placement
+from sparkscale.model.placement import Placement
 
 SNAPSHOT_VERSION = 1
 
