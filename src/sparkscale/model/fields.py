@@ -168,7 +168,8 @@ def number(value: Any, path: str, low: float | None = None, high: float | None =
           and (high is None or value <= high) and (smallest is None or value == 0 or abs(value) >= smallest))
     if not ok:
         raise FieldError(path, f"expected {_range(low, high, strict, smallest)} (got {describe(value)})")
-    return value
+    checked: float = value  # an int stays one: written back as it was read
+    return checked
 
 
 def optional_number(value: Any, path: str, low: float | None = None, high: float | None = None,
