@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sparkscale.actuators.migration import Journal, get_strategy, phase_metrics
+from sparkscale.actuators.migration import get_strategy, phase_metrics
+from sparkscale.model.journal import Journal
 
 BUILT_IN = ("dsm", "dcr", "ccr")
 

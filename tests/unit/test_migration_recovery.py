@@ -15,13 +15,13 @@ from structlog.testing import capture_logs
 
 from sparkscale_lab.bench.migration_faults import FAULT_FAIL_ENV, install
 from sparkscale.actuators.migration import (
-    Journal,
     JournalFenced,
     MigrationError,
     MigrationRunner,
     UnknownMigration,
 )
 from sparkscale.config import Config
+from sparkscale.model.journal import Journal
 from sparkscale.protocol.commands import AckTimeout
 from tests.unit.fakezk import FakeZk, hold_lock
 

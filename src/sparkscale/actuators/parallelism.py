@@ -14,7 +14,8 @@ import redis
 import structlog
 
 from sparkscale.actuators.base import ActionResult, ActuationContext, register_actuator
-from sparkscale.actuators.migration import Journal, JournalStore, MigrationError, MigrationRunner
+from sparkscale.actuators.migration import JournalStore, MigrationError, MigrationRunner
+from sparkscale.model.journal import Journal
 from sparkscale.model.plan import Action
 from sparkscale.monitors.migration_followup import FOLLOW_UP, look, mark
 

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from kazoo.client import KazooClient
 
     from sparkscale.actuators.base import ActionResult, ActuationContext
-    from sparkscale.actuators.migration import Journal
+    from sparkscale.model.journal import Journal
 
 
 @click.command("migrate")
@@ -286,7 +286,7 @@ def _through_leader(zk: KazooClient, cfg: Config, app_name: str, progress: Progr
     (`mine(journal, since)`: the journal is this request's), and exit with its answer."""
     import time
 
-    from sparkscale.actuators.migration import Journal
+    from sparkscale.model.journal import Journal
     from sparkscale.daemon import manual
     from sparkscale.protocol.znodes import journal_path
 

@@ -27,10 +27,11 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from sparkscale.actuators.base import ActionResult, ActuationContext, dispatch
-from sparkscale.actuators.migration import Journal, JournalStore, MigrationError, check_operable
+from sparkscale.actuators.migration import JournalStore, MigrationError, check_operable
 from sparkscale.config import Config
 from sparkscale.daemon.action_log import ActionLog, DecisionRecord, snapshot_id
 from sparkscale.apps.submit import ExecutorShape, restart
+from sparkscale.model.journal import Journal
 from sparkscale.model.plan import Action, Plan
 from sparkscale.protocol.commands import wait_for_znode
 from sparkscale.protocol.streams import query_partitions

@@ -41,7 +41,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from kazoo.client import KazooState
 
 from sparkscale.actuators.base import ActuationContext
-from sparkscale.actuators.migration import Journal, JournalStore
+from sparkscale.actuators.migration import JournalStore
 from sparkscale.config import AppConfig, Config, ConfigError, load_config
 from sparkscale.daemon import followup, manual
 from sparkscale.daemon import status as app_status
@@ -60,6 +60,7 @@ from sparkscale.daemon.leader import LeaderElection, default_identity, zk_client
 from sparkscale.daemon.manual import app_restarter
 from sparkscale.daemon.metrics import DaemonMetrics
 from sparkscale.daemon.notify import Notifier
+from sparkscale.model.journal import Journal
 from sparkscale.monitors.collector import AppNotRunningError, NoQueriesYet, collect_snapshots
 from sparkscale.monitors.spark_rest import SparkRestError
 from sparkscale.apps.submit import with_stored_shape
@@ -497,4 +498,3 @@ class Daemon:
 
 def _now() -> datetime:
     return datetime.now(timezone.utc)
-

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Collection, Mapping
+from enum import StrEnum
 from functools import cached_property
 from typing import Any, Generic, TypeVar
 
@@ -71,6 +72,17 @@ def text(value: Any, path: str = "") -> str:
     return value
 
 
+def one_of(names: type[StrEnum]) -> Check:
+    """One of the names of a StrEnum (read as its member, written as its string)."""
+
+    def check(value: Any) -> StrEnum:
+        if isinstance(value, str) and value in names.__members__.values():
+            return names(value)
+        raise FieldError("", f"expected one of {', '.join(names)} (got {describe(value)})")
+
+    return Check(check)
+
+
 NAME = Check(lambda value: string(value, ""))  # a non-empty string
 TEXT = Check(text)
 FLAG = Check(lambda value: boolean(value, ""))
@@ -83,14 +95,18 @@ def reshaped(handler: GetCoreSchemaHandler, source: Any, load: Callable[[Any], A
              dump: Callable[[dict[str, Any]], Any] | None = None) -> CoreSchema:
     """`source`'s own schema, its input passed through `load` first and its output through `dump`
     (which gets the fields as JSON, by alias)."""
-    schema = handler(source)
-    out = schema if load is None else core_schema.no_info_before_validator_function(load, schema)
+    # The class's reference (its definition where it is used again) must name the reshaped schema,
+    # not the plain one inside it: a second field of the class would be read and written plainly.
+    plain = handler(source)
+    schema: Any = {k: v for k, v in plain.items() if k != "ref"}
+    out: Any = schema if load is None else core_schema.no_info_before_validator_function(load, schema)
     if dump is not None:
         def write(value: Any, fields: core_schema.SerializerFunctionWrapHandler) -> Any:
             return dump(fields(value))
 
         out = {**out, "serialization": core_schema.wrap_serializer_function_ser_schema(write, schema=schema)}
-    return out
+    ref = plain.get("ref")
+    return out if ref is None else {**out, "ref": ref}
 
 
 def json_form(handler: GetCoreSchemaHandler, form: type[F], build: Callable[[F], Any],

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 MAX_DEPTH = 100  # nesting of a JSON document; deeper ones are refused before anything recurses on them
+MAX_TIME = 1e11  # seconds since the epoch (the year 5138): the latest time a record may name
 
 MISSING = object()
 

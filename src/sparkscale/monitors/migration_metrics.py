@@ -30,7 +30,7 @@ from sparkscale.protocol.keys import progress_history_key
 from sparkscale.protocol.queries import SourceReport
 
 if TYPE_CHECKING:
-    from sparkscale.actuators.migration.journal import Journal
+    from sparkscale.model.journal import Journal
 
 log = structlog.get_logger(__name__)
 

@@ -56,7 +56,6 @@ from sparkscale.actuators.migration.base import (
     registered_strategies,
 )
 from sparkscale.actuators.migration.journal import (
-    Journal,
     JournalFenced,
     JournalStore,
     PhaseCallback,
@@ -71,7 +70,6 @@ from sparkscale.actuators.migration.runner import MigrationRunner
 from sparkscale.actuators.migration import dsm, dcr, ccr  # noqa: F401  isort: skip
 
 __all__ = [
-    "Journal",
     "JournalFenced",
     "JournalStore",
     "MigrationBusy",

@@ -30,7 +30,8 @@ import redis
 import structlog
 
 from sparkscale.actuators.migration.base import MigrationError, get_strategy
-from sparkscale.actuators.migration.journal import Journal, JournalFenced, operator_commands, phase_metrics
+from sparkscale.actuators.migration.journal import JournalFenced, operator_commands, phase_metrics
+from sparkscale.model.journal import Journal
 from sparkscale.protocol.commands import AckTimeout
 from sparkscale.protocol.keys import paused_key
 

@@ -17,7 +17,6 @@ from kazoo.client import KazooClient
 from sparkscale.actuators.migration.base import MigrationBusy, MigrationError, get_strategy, idle_after_restart
 from sparkscale.actuators.migration.hooks import after_step, before_step
 from sparkscale.actuators.migration.journal import (
-    Journal,
     JournalFenced,
     JournalStore,
     PhaseCallback,
@@ -27,6 +26,7 @@ from sparkscale.actuators.migration.journal import (
 )
 from sparkscale.actuators.migration.recovery import Recovery
 from sparkscale.config import AppConfig, Config
+from sparkscale.model.journal import Journal
 from sparkscale.monitors.migration_metrics import CLOCK_MARGIN_S, BatchPoint, first_output, read_batches, timeline_of
 from sparkscale.apps.submit import ExecutorShape, running, store_shape
 from sparkscale.protocol.commands import AckTimeout, send_command, wait_ack
