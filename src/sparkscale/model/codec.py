@@ -18,9 +18,9 @@ import json
 from collections.abc import Callable, Collection, Mapping
 from enum import StrEnum
 from functools import cached_property
-from typing import Any, Generic, TypeVar
+from typing import Annotated, Any, Generic, TypeVar
 
-from pydantic import GetCoreSchemaHandler, TypeAdapter, ValidationError
+from pydantic import GetCoreSchemaHandler, JsonValue, PlainSerializer, TypeAdapter, ValidationError
 from pydantic_core import CoreSchema, core_schema
 
 from sparkscale.model.fields import (
@@ -82,6 +82,14 @@ def one_of(names: type[StrEnum]) -> Check:
 
     return Check(check)
 
+
+def _as_it_is(value: Any) -> Any:
+    return value
+
+
+# Arbitrary JSON (an agent's answer, a command's arguments): read as JSON, written as whatever the
+# writer holds (a tuple as a list; what JSON has no form for as its string).
+Json = Annotated[JsonValue, PlainSerializer(_as_it_is, return_type=Any)]
 
 NAME = Check(lambda value: string(value, ""))  # a non-empty string
 TEXT = Check(text)
@@ -213,7 +221,7 @@ class Codec(Generic[T]):
         try:
             document = parse_json(data)
         except FieldError as exc:
-            raise self.error(exc.path, exc.problem, exc.source) from None
+            raise self.error(exc.path or self.label, exc.problem, exc.source) from None
         return self.load(document)
 
     def dump(self, value: T) -> Any:

@@ -16,11 +16,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import ConfigDict, JsonValue, with_config
+from pydantic import ConfigDict, with_config
 from typing_extensions import TypedDict
 
-from sparkscale.apps.submit import ExecutorShape
-from sparkscale.model.codec import Codec, one_of
+from sparkscale.model.codec import Codec, Json, one_of
 from sparkscale.model.fields import FieldError
 from sparkscale.registry import STRATEGIES
 
@@ -97,7 +96,7 @@ class StepMark(TypedDict, total=False):
     began_at: float
     at: float
     ok: bool
-    detail: JsonValue  # the agent's answer
+    detail: Json  # the agent's answer
     error: str
 
 
@@ -162,8 +161,8 @@ class JournalMarks(TypedDict, total=False):
     replayed_records: int  # admitted by the stopped run but not finished: recomputed
     captured_records: int | None  # arrived but not processed at the capture
     captured_in_flight_records: int  # of those, admitted to a batch
-    repartition: Literal["unchanged"] | dict[str, JsonValue]  # the agent's answer
-    restart: JsonValue  # the agent's answer to start_query
+    repartition: Literal["unchanged"] | dict[str, Json]  # the agent's answer
+    restart: Json  # the agent's answer to start_query
     app_restart_started_at: float
     app_restarted_at: float
     shape: dict[str, int]  # the executor shape the app was restarted with
@@ -201,11 +200,9 @@ class Journal:
     phases: dict[Annotated[str, one_of(Phase)], float] = field(default_factory=dict)
     marks: JournalMarks = field(default_factory=lambda: JournalMarks())
     detail: str = ""
-    shape: dict[str, int] | None = None  # a new executor shape (ExecutorShape fields): a whole-app restart
-
-    @property
-    def new_shape(self) -> ExecutorShape | None:
-        return ExecutorShape(**self.shape) if self.shape else None
+    # A new executor shape (apps/submit.py's ExecutorShape fields; actuators/migration/journal.py's
+    # new_shape): a whole-app restart.
+    shape: dict[str, int] | None = None
 
     @property
     def active(self) -> bool:

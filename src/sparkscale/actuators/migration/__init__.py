@@ -61,6 +61,7 @@ from sparkscale.actuators.migration.journal import (
     PhaseCallback,
     attention_line,
     check_operable,
+    new_shape,
     operator_commands,
     phase_metrics,
 )
@@ -83,6 +84,7 @@ __all__ = [
     "attention_line",
     "check_operable",
     "get_strategy",
+    "new_shape",
     "operator_commands",
     "phase_metrics",
     "phases_of",

@@ -23,6 +23,7 @@ from kazoo.exceptions import (
 )
 
 from sparkscale.actuators.migration.base import MigrationError, UnknownMigration, get_strategy
+from sparkscale.apps.submit import ExecutorShape
 from sparkscale.model.journal import Journal, JournalError
 from sparkscale.protocol.fencing import LiveLock, read_live_lock, refusal
 from sparkscale.protocol.znodes import app_path, journal_path
@@ -141,6 +142,11 @@ def transaction_refusal(results: list[Any], version: int, epoch: int) -> str | N
 
 
 PhaseCallback = Callable[[Journal, str, float], None]
+
+
+def new_shape(journal: Journal) -> ExecutorShape | None:
+    """The executor shape the migration gives the app (None: the shape stays, only the query restarts)."""
+    return ExecutorShape(**journal.shape) if journal.shape else None
 
 
 def operator_commands(journal: Journal) -> tuple[str, str]:

@@ -21,6 +21,7 @@ from sparkscale.actuators.migration.journal import (
     JournalStore,
     PhaseCallback,
     check_operable,
+    new_shape,
     operator_commands,
     phase_metrics,
 )
@@ -273,7 +274,7 @@ class MigrationRunner:
         journal.marks["repartition"] = detail
 
     def _restart(self, journal: Journal) -> None:
-        shape = journal.new_shape
+        shape = new_shape(journal)
         if shape is not None:
             self._restart_application(journal, shape)
         else:
