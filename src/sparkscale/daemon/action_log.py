@@ -78,7 +78,7 @@ class DecisionRecord:
     expected: Expectation | None = None
 
     @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
         return json_form(handler, _DecisionJSON, _DecisionJSON.record, _DecisionJSON.of)
 
     def to_dict(self) -> dict[str, Any]:
@@ -106,7 +106,7 @@ class _DecisionJSON:
     expected: Expectation | None = None
 
     @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
         return reshaped(handler, source, _no_null_observation)
 
     def record(self) -> DecisionRecord:
@@ -121,7 +121,7 @@ class _DecisionJSON:
                    expected=r.expected)
 
 
-def _no_null_observation(value: Any) -> dict[str, Any]:
+def _no_null_observation(value: object) -> dict[str, Any]:
     return without_nulls(object_at(value, ""), ("observation",))
 
 
@@ -162,7 +162,7 @@ class LoggedDecision:
         return bool(self.results) and any(r.status == "failed" for r in self.results or ())
 
     @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
         return json_form(handler, _LoggedJSON, _LoggedJSON.logged, _LoggedJSON.of_logged)
 
     def to_dict(self) -> dict[str, Any]:
@@ -177,7 +177,7 @@ class _LoggedJSON(_DecisionJSON):
     outcome: OutcomeRecord | None = None
 
     @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
         return reshaped(handler, source, _no_null_observation, lambda data: ordered(data, ("id",)))
 
     def logged(self) -> LoggedDecision:
@@ -281,7 +281,7 @@ class BlocklistEntry:
     reason: str
 
     @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
         return json_form(handler, _BlocklistEntryJSON, _BlocklistEntryJSON.entry, _BlocklistEntryJSON.of)
 
     def to_dict(self) -> dict[str, Any]:

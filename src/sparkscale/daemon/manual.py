@@ -90,7 +90,7 @@ class ManualRequest:
     migration: str | None = None  # a journaled migration's id
 
     @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
         return reshaped(handler, source, _request_in)
 
     @property
@@ -106,7 +106,7 @@ class ManualRequest:
         return replace(REQUEST_JSON.loads(data), name=name)
 
 
-def _request_in(value: Any) -> dict[str, Any]:
+def _request_in(value: object) -> dict[str, Any]:
     """A scale request names its target; a journal request its migration; `by` is read as text."""
     obj = {k: v for k, v in object_at(value, "").items() if k != "name"}
     kind = obj.setdefault("type", RequestType.SCALE_EXECUTORS)

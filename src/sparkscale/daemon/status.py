@@ -43,7 +43,7 @@ class QueryView:
     partitions: int | None  # state/shuffle partitions now
 
     @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
         # A figure an older daemon did not write is unknown.
         return reshaped(handler, source, lambda v: {**_UNKNOWN_FIGURES, **object_at(v, "")})
 
@@ -87,7 +87,7 @@ class AppStatus:
     warnings: tuple[str, ...] = ()
 
     @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
         return reshaped(handler, source, _status_in)
 
     def to_dict(self) -> dict[str, Any]:
@@ -98,7 +98,7 @@ class AppStatus:
         return APP_STATUS_JSON.load(data)
 
 
-def _status_in(value: Any) -> dict[str, Any]:
+def _status_in(value: object) -> dict[str, Any]:
     """Keys of a newer daemon are ignored; queries that are no object are left out, warnings read
     as text."""
     obj = dict(object_at(value, ""))

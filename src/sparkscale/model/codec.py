@@ -47,10 +47,10 @@ class Check:
     """Annotation metadata: the field is validated by `check(value)` (a `fields.py` check, raising
     FieldError with a path relative to the field) and written back as it is (an integer stays one)."""
 
-    def __init__(self, check: Callable[[Any], object]) -> None:
+    def __init__(self, check: Callable[[object], object]) -> None:
         self.check = check
 
-    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+    def __get_pydantic_core_schema__(self, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
         return core_schema.no_info_plain_validator_function(self.check)
 
 
@@ -65,7 +65,7 @@ def whole(low: int, high: int | None = None) -> Check:
     return Check(lambda value: integer(value, "", low, high))
 
 
-def text(value: Any, path: str = "") -> str:
+def text(value: object, path: str = "") -> str:
     """A string, possibly empty (a reason, an explanation line)."""
     if not isinstance(value, str):
         raise FieldError(path, f"expected a string (got {describe(value)})")
@@ -75,7 +75,7 @@ def text(value: Any, path: str = "") -> str:
 def one_of(names: type[StrEnum]) -> Check:
     """One of the names of a StrEnum (read as its member, written as its string)."""
 
-    def check(value: Any) -> StrEnum:
+    def check(value: object) -> StrEnum:
         if isinstance(value, str) and value in names.__members__.values():
             return names(value)
         raise FieldError("", f"expected one of {', '.join(names)} (got {describe(value)})")
@@ -99,8 +99,8 @@ FLAG = Check(lambda value: boolean(value, ""))
 # -- JSON shapes that differ from the fields ---------------------------------------------------------
 
 
-def reshaped(handler: GetCoreSchemaHandler, source: Any, load: Callable[[Any], Any] | None = None,
-             dump: Callable[[dict[str, Any]], Any] | None = None) -> CoreSchema:
+def reshaped(handler: GetCoreSchemaHandler, source: object, load: Callable[[object], object] | None = None,
+             dump: Callable[[dict[str, Any]], object] | None = None) -> CoreSchema:
     """`source`'s own schema, its input passed through `load` first and its output through `dump`
     (which gets the fields as JSON, by alias)."""
     # The class's reference (its definition where it is used again) must name the reshaped schema,
@@ -109,7 +109,7 @@ def reshaped(handler: GetCoreSchemaHandler, source: Any, load: Callable[[Any], A
     schema: Any = {k: v for k, v in plain.items() if k != "ref"}
     out: Any = schema if load is None else core_schema.no_info_before_validator_function(load, schema)
     if dump is not None:
-        def write(value: Any, fields: core_schema.SerializerFunctionWrapHandler) -> Any:
+        def write(value: object, fields: core_schema.SerializerFunctionWrapHandler) -> object:
             return dump(fields(value))
 
         out = {**out, "serialization": core_schema.wrap_serializer_function_ser_schema(write, schema=schema)}
@@ -117,8 +117,8 @@ def reshaped(handler: GetCoreSchemaHandler, source: Any, load: Callable[[Any], A
     return out if ref is None else {**out, "ref": ref}
 
 
-def json_form(handler: GetCoreSchemaHandler, form: type[F], build: Callable[[F], Any],
-              split: Callable[[Any], F]) -> CoreSchema:
+def json_form(handler: GetCoreSchemaHandler, form: object, build: Callable[[F], T],
+              split: Callable[[T], F]) -> CoreSchema:
     """A class read and written as another (`form`: its JSON's own dataclass): `build` makes the
     class from a validated form, `split` the form from the class."""
     schema = handler.generate_schema(form)
@@ -126,7 +126,7 @@ def json_form(handler: GetCoreSchemaHandler, form: type[F], build: Callable[[F],
         build, schema, serialization=core_schema.plain_serializer_function_ser_schema(split, return_schema=schema))
 
 
-def known_keys(value: Any, keys: Collection[str]) -> Mapping[str, Any]:
+def known_keys(value: object, keys: Collection[str]) -> Mapping[str, Any]:
     """`value` as an object whose keys are all among `keys` (a typo is refused, not ignored)."""
     obj = object_at(value, "")
     only_known(obj, tuple(keys), "")
@@ -224,7 +224,7 @@ class Codec(Generic[T]):
             raise self.error(exc.path or self.label, exc.problem, exc.source) from None
         return self.load(document)
 
-    def dump(self, value: T) -> Any:
+    def dump(self, value: T) -> object:
         return self.adapter.dump_python(value, mode="json", by_alias=True, fallback=str)
 
     def dump_object(self, value: T) -> dict[str, Any]:

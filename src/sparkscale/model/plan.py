@@ -61,7 +61,7 @@ register_action_type(ActionType.REPLACE_EXECUTOR, ("executor",))
 register_action_type(ActionType.WARN, ("reason",))
 
 
-def _action_type(value: Any) -> str:
+def _action_type(value: object) -> str:
     """A registered type; a built-in one as its ActionType."""
     kind = string(value, "")
     if kind not in _ACTION_FIELDS:
@@ -115,7 +115,7 @@ class Action:
                                  "executors a scale_executors scale-in removes")
 
     @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
         return reshaped(handler, source, lambda v: known_keys(v, _ACTION_KEYS), _action_out)
 
     @classmethod
@@ -203,7 +203,7 @@ class ExpectedOutcome:
         return evaluate_outcome(self.after - self.before, observed_after - self.before, fraction)
 
     @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
         return reshaped(handler, source, lambda v: known_keys(v, _EXPECTED_KEYS))
 
     def to_dict(self) -> dict[str, Any]:
@@ -245,7 +245,7 @@ class Observation:
         object.__setattr__(self, "figures", clean)
 
     @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
         return reshaped(handler, source, _observation_in, _observation_out)
 
     def figure(self, key: str) -> Figure:
@@ -267,7 +267,7 @@ class Observation:
         return OBSERVATION_JSON.load(data)
 
 
-def _observation_in(value: Any) -> Any:
+def _observation_in(value: object) -> object:
     return {} if value is None or value == {} else without_nulls(known_keys(value, _OBSERVATION_KEYS), ("figures",))
 
 
@@ -298,7 +298,7 @@ class Plan:
         object.__setattr__(self, "explanation", tuple(self.explanation))
 
     @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
         return reshaped(handler, source, lambda v: known_keys(v, _PLAN_KEYS))
 
     @property

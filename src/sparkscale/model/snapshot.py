@@ -49,7 +49,7 @@ def _frozen(mapping: Mapping[str, Any] | None) -> dict[str, Any]:
     return copy.deepcopy(dict(mapping)) if mapping else {}
 
 
-def _app_name(value: Any) -> str:
+def _app_name(value: object) -> str:
     app = string(value, "")
     problem = app_name_problem(app)
     if problem:
@@ -57,13 +57,13 @@ def _app_name(value: Any) -> str:
     return app
 
 
-def _version(value: Any) -> int:
+def _version(value: object) -> int:
     if value != SNAPSHOT_VERSION or isinstance(value, bool):
         raise FieldError("", f"expected {SNAPSHOT_VERSION} (got {describe(value)})")
     return SNAPSHOT_VERSION
 
 
-def _edge(value: Any) -> tuple[str, str]:
+def _edge(value: object) -> tuple[str, str]:
     if not isinstance(value, list | tuple) or len(value) != 2:
         raise FieldError("", f"expected a pair [upstream, downstream] of operator ids (got {describe(value)})")
     return string(value[0], "[0]"), string(value[1], "[1]")
@@ -81,7 +81,7 @@ Interval = Annotated[float, between(0, MAX_SECONDS, strict=True, smallest=SMALLE
 Extra = Mapping[str, Any]  # keys this version does not know: arbitrary JSON, written back
 
 
-def _with_extra(value: Any, known: frozenset[str]) -> dict[str, Any]:
+def _with_extra(value: object, known: frozenset[str]) -> dict[str, Any]:
     """A JSON object's known keys as fields, the others under `extra`."""
     obj = object_at(value, "")
     return {**{k: v for k, v in obj.items() if k in known}, "extra": {k: v for k, v in obj.items() if k not in known}}
@@ -106,7 +106,7 @@ class ExecutorFigures:
         object.__setattr__(self, "extra", _frozen(self.extra))
 
     @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
         return reshaped(handler, source, lambda v: _with_extra(v, _EXECUTOR_KEYS), _flat)
 
     def to_dict(self) -> dict[str, Any]:
@@ -131,7 +131,7 @@ class InstanceFigures:
         object.__setattr__(self, "extra", _frozen(self.extra))
 
     @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
         return reshaped(handler, source, lambda v: _with_extra(v, _INSTANCE_KEYS), _flat)
 
     def to_dict(self) -> dict[str, Any]:
@@ -160,14 +160,14 @@ class OperatorFigures:
         object.__setattr__(self, "extra", _frozen(self.extra))
 
     @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
         return reshaped(handler, source, _operator_in, _operator_out)
 
     def to_dict(self) -> dict[str, Any]:
         return OPERATOR_JSON.dump_object(self)
 
 
-def _operator_in(value: Any) -> dict[str, Any]:
+def _operator_in(value: object) -> dict[str, Any]:
     """A source's arrival rate is required and its backlog 0 unless given, or unknown (None) with
     `"backlog_known": false`; `backlog_known` is no field of its own. `instances` may be empty, not
     left out."""
@@ -232,7 +232,7 @@ class Snapshot:
         object.__setattr__(self, "_topological", order)
 
     @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
         return reshaped(handler, source, _snapshot_in, _snapshot_out)
 
     # -- queries ------------------------------------------------------------------------------
@@ -281,7 +281,7 @@ _OPERATOR_KEYS = frozenset({"id", "source", "parallelism", "arrival_rate", "back
 _INSTANCE_KEYS = frozenset({"records_in", "records_out", "useful_time_s", "executor"})
 
 
-def _snapshot_in(value: Any) -> dict[str, Any]:
+def _snapshot_in(value: object) -> dict[str, Any]:
     """The version first: a snapshot of another version is not read any further."""
     version = get(object_at(value, ""), "version", "")
     try:

@@ -58,7 +58,7 @@ class PastDecision:
         return self.plan.observation
 
     @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
         return json_form(handler, _DecisionJSON,
                          lambda j: cls(j.decided_at, replace(j.plan, observation=j.observation)),
                          lambda d: _DecisionJSON(d.decided_at, d.plan, d.observation))
@@ -80,7 +80,7 @@ class _DecisionJSON:
     observation: Observation = field(default_factory=Observation)
 
     @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
         return reshaped(handler, source, lambda v: known_keys(v, ("decided_at", "plan", "observation")))
 
 
@@ -111,7 +111,7 @@ class ScalingObservation:
         return (self.observed_rps - self.before_rps) / expected_gain
 
     @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
         return reshaped(handler, source, lambda v: {"query": None, **known_keys(v, _SCALING_KEYS)})
 
     def to_dict(self) -> dict[str, Any]:
@@ -168,7 +168,7 @@ class DecisionHistory:
         object.__setattr__(self, "scalability", tuple(self.scalability))
 
     @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
         return reshaped(handler, source, _history_in, lambda data: {"version": HISTORY_VERSION, **data})
 
     def with_scaling(self, observation: ScalingObservation, keep: int = 20) -> DecisionHistory:
@@ -243,7 +243,7 @@ _HISTORY_KEYS = ("version", "decisions", "blocklist", "last_action_at", "migrati
                  "cores_claimed_elsewhere")
 
 
-def _history_in(value: Any) -> dict[str, Any]:
+def _history_in(value: object) -> dict[str, Any]:
     """Every key known, the version this one; a null `partitions` or `scalability` is absent."""
     obj = without_nulls(known_keys(value, _HISTORY_KEYS), ("partitions", "scalability"))
     version = obj.pop("version", HISTORY_VERSION)

@@ -64,7 +64,7 @@ class BlockedAction:
     policy: Annotated[str, NAME] | None = None
 
     @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
         return reshaped(handler, source, lambda v: known_keys(v, ("app", "diagnosis", "action_type", "until",
                                                                   "policy")))
 
@@ -88,7 +88,7 @@ class Blocklist:
         object.__setattr__(self, "entries", tuple(self.entries))
 
     @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
         return json_form(handler, tuple[BlockedAction, ...], cls, lambda blocklist: blocklist.entries)
 
     def find(self, app: str, diagnosis: str, action_type: str, now: float, policy: str | None = None,

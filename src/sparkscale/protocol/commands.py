@@ -72,9 +72,9 @@ class CommandName(StrEnum):
     REPORT = "report"
 
 
-def _issued_at(value: Any) -> float:
+def _issued_at(value: object) -> float:
     """A sender's clock reading; one that is no number reads as 0.0 (unknown), not as an error."""
-    return value if is_number(value) else 0.0
+    return value if isinstance(value, int | float) and is_number(value) else 0.0
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ class Command:
     expires_at: Annotated[float, between()] | None = None  # issued_at + the sender's ack timeout
 
     @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
         return reshaped(handler, source, _command_in, _command_out)
 
     @property
@@ -124,7 +124,7 @@ class Command:
             raise CommandFormatError(f"command {exc.path}: {exc.problem}" if exc.path else f"command: {exc}") from None
 
 
-def _command_in(value: Any) -> dict[str, Any]:
+def _command_in(value: object) -> dict[str, Any]:
     """`epoch` is required (a sender without one is a bug, not epoch 0); null `args` are none."""
     obj = without_nulls(object_at(value, ""), ("args",))
     get(obj, "type", "")
@@ -146,7 +146,7 @@ class Ack:
     done_at: float = 0.0
 
     @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
         return reshaped(handler, source, lambda v: {"detail": None, **object_at(v, "")})
 
     def to_json(self) -> bytes:

@@ -112,7 +112,7 @@ class SourceReport:
     position_unit: str = "records"
 
     @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
         # Keys of a newer agent are ignored; an older one's report may lack the description and kind.
         return reshaped(handler, source, lambda v: {"description": "", "kind": "other", **object_at(v, "")})
 
@@ -211,7 +211,7 @@ class QueryInfo:
         return self.why_not_restartable(allow_lossy_restart)
 
     @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
         return reshaped(handler, source, lambda v: without_nulls(object_at(v, ""), ("sources", "source_descriptions")))
 
     def to_json(self) -> str:
