@@ -32,7 +32,7 @@ from pydantic_core import CoreSchema
 from sparkscale.actuators.base import ActionResult, ActuationContext, dispatch
 from sparkscale.actuators.migration import JournalStore, MigrationError, check_operable
 from sparkscale.config import Config
-from sparkscale.daemon.action_log import ActionLog, DecisionRecord, snapshot_id
+from sparkscale.daemon.action_log import ActionLog, DecisionMode, DecisionRecord, snapshot_id
 from sparkscale.apps.submit import ExecutorShape, restart
 from sparkscale.model.codec import Codec, one_of, reshaped
 from sparkscale.model.fields import FieldError, get, object_at
@@ -214,7 +214,7 @@ def carry_out(action_log: ActionLog, ctx: ActuationContext, to: int, by: str, cu
     plan = Plan(MANUAL_POLICY, app.name, actions=(action,),
                 explanation=(f"{reason} ({ctx.identity}, epoch {ctx.epoch})",))
     record = DecisionRecord(app.name, at, snapshot_id, ctx.identity, ctx.epoch, MANUAL_POLICY, "manual", plan,
-                            "manual")
+                            DecisionMode.MANUAL)
     decision_id, results = dispatch(action_log, record, plan.actions, ctx)
     return decision_id, results[0]
 
@@ -239,7 +239,7 @@ def run_migration(action_log: ActionLog, ctx: ActuationContext, query: str, to_p
     plan = Plan(MANUAL_POLICY, ctx.app.name, {query: to_partitions}, (action,),
                 (f"{reason} ({how}, by {ctx.identity}, epoch {ctx.epoch})",))
     record = DecisionRecord(ctx.app.name, time.time(), "", ctx.identity, ctx.epoch, MANUAL_POLICY, "partition_bound",
-                            plan, "manual")
+                            plan, DecisionMode.MANUAL)
     decision_id, results = dispatch(action_log, record, actions, ctx, stop_after_failure=True)
     return decision_id, results[0]
 

@@ -28,6 +28,7 @@ from sparkscale.model.fields import (
     boolean,
     describe,
     integer,
+    join,
     number,
     object_at,
     only_known,
@@ -83,7 +84,7 @@ def one_of(names: type[StrEnum]) -> Check:
     return Check(check)
 
 
-def _as_it_is(value: Any) -> Any:
+def _as_it_is(value: object) -> object:
     return value
 
 
@@ -146,21 +147,6 @@ def ordered(data: Mapping[str, Any], keys: Collection[str]) -> dict[str, Any]:
 # -- errors ----------------------------------------------------------------------------------------
 
 
-def _at(path: str, key: str | int) -> str:
-    if isinstance(key, int):
-        return f"{path}[{key}]"
-    return f"{path}.{key}" if path else key
-
-
-def under(path: str, inner: str) -> str:
-    """The path `inner` (relative, "" for the value itself) inside the value at `path`."""
-    if not inner:
-        return path
-    if not path or inner.startswith("["):
-        return path + inner
-    return f"{path}.{inner}"
-
-
 _OBJECT_TYPES = {"dataclass_type", "dict_type", "model_type", "typed_dict_type", "model_attributes_type",
                  "mapping_type", "dataclass_exact_type"}
 _LIST_TYPES = {"list_type", "tuple_type", "iterable_type", "set_type", "frozen_set_type"}
@@ -172,11 +158,11 @@ def field_error(exc: ValidationError, error: type[E], label: str = "") -> E:
     first = exc.errors(include_url=False)[0]
     path = ""
     for key in first["loc"]:
-        path = _at(path, key)
+        path = join(path, key)
     kind, value = first["type"], first.get("input")
     cause = (first.get("ctx") or {}).get("error")
-    if isinstance(cause, FieldError):
-        path, problem = under(path, cause.path), cause.problem
+    if isinstance(cause, FieldError):  # a check's, its path relative to the value checked
+        path, problem = cause.under(path).path, cause.problem
     elif kind == "value_error" and cause is not None:
         problem = str(cause)
     elif kind == "missing":
@@ -200,7 +186,7 @@ class Codec(Generic[T]):
     data, `dumps` its text. The pydantic adapter is built on first use (the classes it reads may
     be defined after the codec)."""
 
-    def __init__(self, model: Any, error: type[FieldError] = FieldError, label: str = "") -> None:
+    def __init__(self, model: type[T], error: type[FieldError] = FieldError, label: str = "") -> None:
         self.model = model
         self.error = error
         self.label = label
@@ -209,13 +195,11 @@ class Codec(Generic[T]):
     def adapter(self) -> TypeAdapter[T]:
         return TypeAdapter(self.model)
 
-    def load(self, data: Any) -> T:
+    def load(self, data: object) -> T:
         try:
             return self.adapter.validate_python(data)
         except ValidationError as exc:
             raise field_error(exc, self.error, self.label) from None
-        except FieldError as exc:  # a check outside pydantic's reach (a default's)
-            raise self.error(exc.path or self.label, exc.problem, exc.source) from None
 
     def loads(self, data: str | bytes) -> T:
         try:
