@@ -225,8 +225,9 @@ class Recovery:
         return detail
 
     def _restart_application(self, journal: Journal) -> str:
-        assert new_shape(journal) is not None
-        self.runner._restart_application(journal, new_shape(journal))
+        shape = new_shape(journal)
+        assert shape is not None
+        self.runner._restart_application(journal, shape)
         return "application restarted with its new shape"
 
     def _resume(self) -> Any:
