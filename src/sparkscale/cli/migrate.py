@@ -286,8 +286,8 @@ def _through_leader(zk: KazooClient, cfg: Config, app_name: str, progress: Progr
     (`mine(journal, since)`: the journal is this request's), and exit with its answer."""
     import time
 
-    from sparkscale.model.journal import Journal
     from sparkscale.daemon import manual
+    from sparkscale.model.journal import Journal
     from sparkscale.protocol.znodes import journal_path
 
     started = time.time()
