@@ -15,9 +15,9 @@ from collections.abc import Callable
 from typing import Any
 
 from sparkscale.config import AppConfig, PolicyConfig
+from sparkscale.model.snapshot import Snapshot
 from sparkscale.policies.base import DecisionHistory
 from sparkscale.policies.ds2 import Ds2Policy
-from sparkscale.snapshot import Snapshot
 
 
 def synthetic_snapshot(operators: int, instances: int, layers: int, seed: int = 1) -> dict[str, Any]:

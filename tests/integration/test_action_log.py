@@ -20,7 +20,7 @@ from sparkscale.daemon.action_log import (
     OutcomeRecord,
 )
 from sparkscale.daemon.downtime_tracker import KEEP, DowntimeStore, DowntimeTracker
-from sparkscale.plan import Action, Plan
+from sparkscale.model.plan import Action, Plan
 from sparkscale.policies.outcomes import BlockedAction, Expectation
 from sparkscale.policies.placement.downtime import DowntimeModel
 from sparkscale.protocol.keys import downtime_samples_key

@@ -29,7 +29,7 @@ from sparkscale.monitors.spark_master import get_json
 from sparkscale.monitors.spark_rest import SparkRestError, driver_rest, host_of
 from sparkscale_lab.pipelines.loadgen import run_loadgen
 from sparkscale.apps.submit import submit
-from sparkscale.snapshot import Snapshot
+from sparkscale.model.snapshot import Snapshot
 from tests.conftest import wait_until
 from tests.integration.two_hosts import WORKER_HOSTS, two_host_environment
 

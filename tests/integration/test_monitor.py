@@ -20,7 +20,7 @@ from sparkscale.apps.submit import stop, submit
 from sparkscale.policies.base import get_policy
 from sparkscale.policies.history import DecisionHistory
 from sparkscale.redisconn import connect
-from sparkscale.snapshot import Snapshot
+from sparkscale.model.snapshot import Snapshot
 from tests.conftest import wait_until
 
 pytestmark = pytest.mark.integration

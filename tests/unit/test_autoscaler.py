@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from sparkscale.actuators.base import ActionResult
-from sparkscale.actuators.migration import Journal
+from sparkscale.model.journal import Journal
 from sparkscale.config import AppConfig, Config
 from sparkscale.control.act import InFlight, TakenIn
 from sparkscale.control.autoscaler import Autoscaler
@@ -35,10 +35,10 @@ from sparkscale.daemon import background
 from sparkscale.daemon.background import BackgroundExecutor
 from sparkscale.monitors.collector import NoQueriesYet
 from sparkscale.monitors.spark_rest import SparkRestError
-from sparkscale.plan import Action, Plan
+from sparkscale.model.plan import Action, Plan
 from sparkscale.policies.history import DecisionHistory
 from sparkscale.policies.outcomes import CAPACITY, Blocklist, Expectation
-from sparkscale.snapshot import Snapshot
+from sparkscale.model.snapshot import Snapshot
 
 APP = "app"
 TAKEN_AT = 1_000_000.0

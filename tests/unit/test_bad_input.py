@@ -13,11 +13,11 @@ from click.testing import CliRunner, Result
 
 from sparkscale.cli import main
 from sparkscale.config import AppConfig, ConfigError, load_config
+from sparkscale.model.plan import Action, Plan
+from sparkscale.model.snapshot import SnapshotError, load_snapshot, load_snapshots
 from sparkscale.partitions import many_divisor_count
-from sparkscale.plan import Action, Plan
 from sparkscale.policies.history import DecisionHistory, HistoryError, load_history
 from sparkscale.policies.two_tier import band_migrations
-from sparkscale.snapshot import SnapshotError, load_snapshot, load_snapshots
 
 FIXTURE = Path(__file__).parent / "fixtures" / "design_snapshot.json"
 POLICIES = ("ds2", "dhalion", "threshold")

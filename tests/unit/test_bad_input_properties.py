@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from sparkscale.cli import main
 from sparkscale.config import ConfigError, load_config
+from sparkscale.model.snapshot import SnapshotError, load_snapshots
 from sparkscale.policies.history import HistoryError, load_history
-from sparkscale.snapshot import SnapshotError, load_snapshots
 
 ROOT = Path(__file__).resolve().parents[2]
 SNAPSHOT = ROOT / "tests" / "unit" / "fixtures" / "design_snapshot.json"

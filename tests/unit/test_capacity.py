@@ -7,11 +7,11 @@ from dataclasses import replace
 from typing import Any
 
 from sparkscale.config import AppConfig
-from sparkscale.plan import Action, Plan
+from sparkscale.model.plan import Action, Plan
+from sparkscale.model.snapshot import Snapshot
 from sparkscale.policies.capacity import apply_capacity, room_for, short_warnings, shortfall
 from sparkscale.policies.guards import GuardInput
 from sparkscale.policies.history import DecisionHistory
-from sparkscale.snapshot import Snapshot
 
 APP = AppConfig(name="app", min_executors=1, max_executors=8, executor_cores=2, executor_memory_mb=1024)
 

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from sparkscale.config import Config
-from sparkscale.fields import FieldError
+from sparkscale.model.fields import FieldError
+from sparkscale.model.placement import Placement, WorkerSlots, placement_of
 from sparkscale.monitors import cluster_view
 from sparkscale.monitors.cluster_view import (
     build_view,
@@ -23,7 +24,6 @@ from sparkscale.monitors.cluster_view import (
     parse_workers,
 )
 from sparkscale.monitors.spark_master import SparkUnreachable
-from sparkscale.placement import Placement, WorkerSlots, placement_of
 
 CLUSTER = Path(__file__).parent / "fixtures" / "rest" / "cluster"
 APP = "app-20261122050000-0000"

@@ -16,6 +16,7 @@ from sparkscale.cli import offline
 from sparkscale.config import AppConfig, Config
 from sparkscale.daemon.operator_view import AppLine, status_table
 from sparkscale.daemon.status import AppStatus, QueryView, query_view
+from sparkscale.model.snapshot import Snapshot
 from sparkscale.monitors import collector
 from sparkscale.monitors.host import HostFigures
 from sparkscale.monitors.progress_reports import ProgressReport
@@ -29,7 +30,6 @@ from sparkscale.monitors.spark_rest import (
 )
 from sparkscale.protocol.keys import progress_history_key
 from sparkscale.protocol.queries import QueryInfo, queries_key
-from sparkscale.snapshot import Snapshot
 
 HANDMADE = Path(__file__).parent / "fixtures" / "rest" / "handmade"
 T0 = parse_time_s("2026-11-22T05:00:00.000GMT")

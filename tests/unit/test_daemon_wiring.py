@@ -12,9 +12,9 @@ from sparkscale.control.decision import Decision
 from sparkscale.control.judge import PendingOutcome
 from sparkscale.daemon.action_log import DecisionRecord, LoggedDecision, OutcomeRecord
 from sparkscale.daemon.wiring import ActionLogDecisions, ActuationContexts
-from sparkscale.plan import Action, Plan
+from sparkscale.model.plan import Action, Plan
 from sparkscale.policies.outcomes import CAPACITY, Expectation
-from sparkscale.snapshot import Snapshot
+from sparkscale.model.snapshot import Snapshot
 
 APP = AppConfig(name="app", min_executors=1, max_executors=8)
 UP = Action.scale_executors(1, 3, "scale up")

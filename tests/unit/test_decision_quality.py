@@ -13,8 +13,8 @@ from sparkscale.control.sink import FanOut
 from sparkscale.daemon.evaluator import OutcomeEvaluator, PendingOutcome, blocks_unmet
 from sparkscale.daemon.feeds import MetricsFeed, OutcomeFeed
 from sparkscale.daemon.metrics import DaemonMetrics
+from sparkscale.model.plan import Action, Plan
 from sparkscale.partitions import divisor_count, in_band, many_divisor_count
-from sparkscale.plan import Action, Plan
 from sparkscale.policies.ds2 import Ds2Config, Ds2Policy
 from sparkscale.policies.ds2_model import estimate
 from sparkscale.policies.history import DecisionHistory, ScalingObservation

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from sparkscale.config import AppConfig, PolicyConfig
-from sparkscale.plan import ExpectedOutcome, Plan, evaluate_outcome
+from sparkscale.model.plan import ExpectedOutcome, Plan, evaluate_outcome
+from sparkscale.model.snapshot import Snapshot
 from sparkscale.policies.base import get_policy
 from sparkscale.policies.dhalion import (
     DhalionConfig,
@@ -23,7 +24,6 @@ from sparkscale.policies.dhalion import (
 from sparkscale.policies.figures import load_figures
 from sparkscale.policies.history import DecisionHistory
 from sparkscale.policies.outcomes import BlockedAction, Blocklist
-from sparkscale.snapshot import Snapshot
 
 NOW = 10_000.0
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from sparkscale.config import AppConfig, Config
 from sparkscale.daemon.cluster_planner import ClusterPlanner
 from sparkscale.daemon.downtime_tracker import DowntimeTracker, measured_kind
-from sparkscale.plan import Action
+from sparkscale.model.plan import Action
+from sparkscale.model.snapshot import Snapshot
 from sparkscale.policies.placement.downtime import DowntimeModel
-from sparkscale.snapshot import Snapshot
 
 
 def snap(at: float, median_s: float, longest_s: float, state_bytes: int = 0, app: str = "a",

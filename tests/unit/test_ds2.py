@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 
 from sparkscale.config import AppConfig, PolicyConfig
-from sparkscale.plan import Action, Plan
+from sparkscale.model.plan import Action, Plan
+from sparkscale.model.snapshot import Snapshot
 from sparkscale.policies.base import Policy, get_policy, register_policy, registered_policies
 from sparkscale.policies.ds2 import Ds2Config, Ds2Policy
 from sparkscale.policies.ds2_model import AdjacencyMatrix, estimate
 from sparkscale.policies.history import DecisionHistory
-from sparkscale.snapshot import Snapshot
 
 
 def inst(records_in: float, records_out: float, useful_time_s: float, executor: str = "1") -> dict[str, Any]:
@@ -351,9 +351,9 @@ def test_stages_share_cores_in_time_so_fractional_needs_add_before_rounding():
 def test_no_finished_stage_in_the_window_leaves_executors_alone():
     """A query whose batches outlast the window shows only its source: no true rate, no scale-down."""
     from sparkscale.config import AppConfig, PolicyConfig
+    from sparkscale.model.snapshot import ExecutorFigures, InstanceFigures, OperatorFigures, Snapshot
     from sparkscale.policies.ds2 import Ds2Policy
     from sparkscale.policies.history import DecisionHistory
-    from sparkscale.snapshot import ExecutorFigures, InstanceFigures, OperatorFigures, Snapshot
 
     source = OperatorFigures("source", 4, (InstanceFigures(0, 0, 0.0),) * 4, source=True, arrival_rate=3000,
                              backlog=1_650_000)

@@ -18,7 +18,7 @@ from sparkscale.monitors.snapshot_builder import SnapshotInputs, build_snapshot,
 from sparkscale.monitors.spark_rest import host_of, parse_executors, parse_jobs, parse_stage_attempts, parse_time_s
 from sparkscale.apps.submit import spark_conf
 from sparkscale.policies.threshold import metrics_of
-from sparkscale.snapshot import Snapshot
+from sparkscale.model.snapshot import Snapshot
 
 REST = Path(__file__).parent / "fixtures" / "rest"
 T0 = parse_time_s("2026-11-22T05:00:00.000GMT")

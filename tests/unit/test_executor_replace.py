@@ -8,7 +8,7 @@ from typing import Any
 from sparkscale.actuators.executors import ExecutorChange, _Failed
 from sparkscale.config import ActuatorConfig, Config
 from sparkscale.apps.submit import spark_conf
-from sparkscale.plan import Action
+from sparkscale.model.plan import Action
 
 
 class FakeCluster(ExecutorChange):

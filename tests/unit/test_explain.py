@@ -15,10 +15,10 @@ from sparkscale.cli import main
 from sparkscale.config import ActionLogConfig
 from sparkscale.daemon.action_log import ActionLog, DecisionRecord, LoggedDecision, OutcomeRecord
 from sparkscale.daemon.explain import explain_dict, explain_text, parse_decision_id, query_figures
-from sparkscale.plan import Action, ExpectedOutcome, Observation, Plan
+from sparkscale.model.plan import Action, ExpectedOutcome, Observation, Plan
+from sparkscale.model.snapshot import Snapshot
+from sparkscale.model.snapshot_merge import merge_snapshots
 from sparkscale.policies.outcomes import Expectation
-from sparkscale.snapshot import Snapshot
-from sparkscale.snapshot_merge import merge_snapshots
 
 T = 1_795_348_805.0  # 2026-11-22T12:00:05Z
 SCALE = Action.scale_executors(2, 4, "scale up: 4 cores needed at utilisation 0.7, 4 executor(s) of 1 core(s)")

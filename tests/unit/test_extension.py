@@ -16,17 +16,17 @@ import pytest
 from click.testing import CliRunner
 from pydantic import Field
 
-from sparkscale import plan as plan_module
 from sparkscale import registry as registry_module
 from sparkscale.actuators.base import ActionResult, ActuationContext, dispatch, register_actuator
 from sparkscale.cli.offline import plan_command
 from sparkscale.config import AppConfig, Config, ConfigError, ConfigSection, load_config
-from sparkscale.plan import Action, Observation, Plan, register_action_type
+from sparkscale.model import plan as plan_module
+from sparkscale.model.plan import Action, Observation, Plan, register_action_type
+from sparkscale.model.snapshot import Snapshot, load_snapshot
 from sparkscale.policies.base import register_policy, registered_policies
 from sparkscale.policies.history import DecisionHistory, PastDecision
 from sparkscale.policies.planner import decide
 from sparkscale.registry import ACTUATORS, POLICIES
-from sparkscale.snapshot import Snapshot, load_snapshot
 
 FIXTURE = Path(__file__).parent / "fixtures" / "design_snapshot.json"
 

@@ -8,13 +8,13 @@ from typing import Any
 import pytest
 
 from sparkscale.config import AppConfig, GuardsConfig, LoopConfig
-from sparkscale.plan import Action, Observation, Plan
+from sparkscale.model.plan import Action, Observation, Plan
+from sparkscale.model.snapshot import Snapshot
 from sparkscale.policies.guards import (
     GuardInput,
     apply_guards,
 )
 from sparkscale.policies.history import DecisionHistory
-from sparkscale.snapshot import Snapshot
 
 NOW = 5000.0
 # Only the guard under test acts: no delay, no factor cap, no cooldown, no stabilisation.
@@ -243,7 +243,7 @@ def test_observations_round_trip_and_merge():
     merged = plan.with_actions((), (), figures={"backlog": 5, "x": None})
     assert merged.explanation == ("why",) and len(merged.observation.figures) == 2
     assert merged.observation.to_dict() == {"query": "q", "figures": {"backlog": 5, "x": None}}
-    with pytest.raises(ValueError, match="JSON object"):
+    with pytest.raises(ValueError, match="^observation: expected an object"):
         Observation.from_dict(["not", "an", "object"])  # type: ignore[arg-type]
     assert Plan("p", "a").observation == Observation() and Observation.from_dict(None) == Observation()
 

@@ -17,12 +17,12 @@ from structlog.testing import capture_logs
 import sparkscale.redisconn
 import sparkscale.zkconn
 from sparkscale.actuators.base import ActionResult, ActuationContext
-from sparkscale.actuators.migration import Journal
 from sparkscale.config import ActionLogConfig, Config
 from sparkscale.daemon import followup
 from sparkscale.daemon.action_log import ActionLog, DecisionRecord
+from sparkscale.model.journal import Journal
+from sparkscale.model.plan import Action, Plan
 from sparkscale.monitors.migration_followup import MEASURED, PENDING
-from sparkscale.plan import Action, Plan
 from tests.unit.fakezk import FakeZk, hold_lock
 from tests.unit.test_explain import StreamRedis
 from tests.unit.test_migration_metrics import FakeRedis, history_entry

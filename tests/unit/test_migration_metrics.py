@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from sparkscale.actuators.migration import Journal
 from sparkscale.config import Config
+from sparkscale.model.journal import Journal
 from sparkscale.monitors.batch_points import BatchPoint, record_total
 from sparkscale.monitors.migration_metrics import (
     HistoryReader,

@@ -17,13 +17,13 @@ from structlog.testing import capture_logs
 
 from sparkscale_lab.bench.migration_faults import FAULT_FAIL_ENV, install
 from sparkscale.actuators.migration import (
-    Journal,
     JournalFenced,
     MigrationError,
     MigrationRunner,
     UnknownMigration,
 )
 from sparkscale.config import Config
+from sparkscale.model.journal import Journal
 from sparkscale.protocol.commands import AckTimeout
 from tests.unit.fakezk import FakeZk, hold_lock
 
@@ -442,7 +442,7 @@ def test_migrate_resume_or_abort_of_a_bad_id_or_with_other_arguments_is_exit_2(c
 def test_the_actuator_reports_done_degraded_as_done_and_an_abort_with_its_count(monkeypatch):
     from sparkscale.actuators import parallelism
     from sparkscale.actuators.base import ActuationContext
-    from sparkscale.plan import Action
+    from sparkscale.model.plan import Action
 
     runner, agent, zk, _leading, journal = make("ccr")
     agent.fail("start_query", 8, times=1)

@@ -10,7 +10,6 @@ import pytest
 
 from sparkscale import registry as registry_module
 from sparkscale.actuators.migration import (
-    Journal,
     MigrationError,
     MigrationRunner,
     MigrationStrategy,
@@ -21,6 +20,7 @@ from sparkscale.actuators.migration import (
     registered_strategies,
 )
 from sparkscale.config import Config
+from sparkscale.model.journal import Journal
 from sparkscale.monitors.batch_points import BatchPoint
 from sparkscale.registry import STRATEGIES
 from tests.unit.fakezk import FakeZk, hold_lock

@@ -8,9 +8,9 @@ import pytest
 
 from sparkscale.config import AppConfig
 from sparkscale.daemon.operator_view import parse_since
-from sparkscale.plan import Action, Observation, Plan
+from sparkscale.model.plan import Action, Observation, Plan
+from sparkscale.model.snapshot import Snapshot
 from sparkscale.policies.outcomes import KEEPS_UP, Blocklist, diagnosis_of, drop_blocked, expectation_for, judge
-from sparkscale.snapshot import Snapshot
 
 APP = AppConfig(name="app", max_executors=16)
 
@@ -131,7 +131,7 @@ def test_parse_since():
 
 
 def test_a_plans_stage_wishes_become_one_migration_of_the_query():
-    from sparkscale.plan import Action
+    from sparkscale.model.plan import Action
     from sparkscale.policies.planner import map_to_spark
 
     actions = (Action.scale_executors(2, 4, "more"), Action.set_parallelism("stage0", 2, 26, "source stage"),

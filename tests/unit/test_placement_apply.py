@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from sparkscale.config import AppConfig, Config
 from sparkscale.daemon.cluster_planner import ClusterPlanner
-from sparkscale.plan import Action, Plan
+from sparkscale.model.plan import Action, Plan
 from sparkscale.policies.guards import GuardInput
 from sparkscale.policies.history import DecisionHistory
 from sparkscale.policies.placement.apply import PLACEMENT_DIAGNOSIS, placement_actions

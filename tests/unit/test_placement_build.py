@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from sparkscale.config import AppConfig
+from sparkscale.model.snapshot import Snapshot
 from sparkscale.policies.placement.build import cluster_model
 from sparkscale.policies.placement.landing import landing_worker
 from sparkscale.policies.placement.model import ExecutorKey, Worker
-from sparkscale.snapshot import Snapshot
 
 
 def worker(wid: str, free: int, memory_free: int = 8192) -> Worker:

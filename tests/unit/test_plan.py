@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from sparkscale.plan import Action, Plan
+from sparkscale.model.plan import Action, Plan
 from sparkscale.policies.history import DecisionHistory
 
 EXPECTED_PLAN = json.loads("""

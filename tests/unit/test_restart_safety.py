@@ -181,8 +181,8 @@ def test_the_lossy_override_is_logged_on_every_use():
 
 
 def test_a_restarted_query_idle_for_long_enough_is_restored_with_the_restore_not_measured():
-    from sparkscale.actuators.migration import Journal
     from sparkscale.actuators.migration.base import IDLE_RESTORED_S, idle_after_restart
+    from sparkscale.model.journal import Journal
 
     journal = Journal(id="m", app="a", query="q", strategy="dsm", from_partitions=4, to_partitions=6,
                       requested_at=100.0, by="t", epoch=1)

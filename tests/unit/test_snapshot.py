@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from sparkscale.snapshot import (
+from sparkscale.model.snapshot import (
     ExecutorFigures,
     InstanceFigures,
     OperatorFigures,

@@ -21,6 +21,7 @@ from click.testing import CliRunner
 from sparkscale.cli.offline import snapshot_command
 from sparkscale.config import AppConfig, PolicyConfig
 from sparkscale.localenv.ports import free_port
+from sparkscale.model.snapshot import Snapshot
 from sparkscale.monitors.progress_reports import ProgressReport
 from sparkscale.monitors.snapshot_builder import SnapshotInputs, build_snapshot, finished_batches, window_batches
 from sparkscale.monitors.source_figures import partition_rows
@@ -36,7 +37,6 @@ from sparkscale.monitors.spark_rest import (
 )
 from sparkscale.policies.base import get_policy
 from sparkscale.policies.history import DecisionHistory
-from sparkscale.snapshot import Snapshot
 
 FIXTURES = Path(__file__).parent / "fixtures" / "rest"
 HANDMADE = FIXTURES / "handmade"

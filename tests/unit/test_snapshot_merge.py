@@ -10,12 +10,12 @@ from click.testing import CliRunner
 
 from sparkscale.cli.offline import plan_command
 from sparkscale.config import AppConfig, Config
-from sparkscale.plan import Action, Plan
+from sparkscale.model.plan import Action, Plan
+from sparkscale.model.snapshot import Snapshot
+from sparkscale.model.snapshot_merge import merge_snapshots, query_names, split_operator
 from sparkscale.policies.ds2_model import estimate
 from sparkscale.policies.history import DecisionHistory
 from sparkscale.policies.planner import decide, decide_app, map_to_spark
-from sparkscale.snapshot import Snapshot
-from sparkscale.snapshot_merge import merge_snapshots, query_names, split_operator
 
 T = 1000.0
 

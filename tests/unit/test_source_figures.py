@@ -25,7 +25,7 @@ from sparkscale.policies.history import DecisionHistory
 from sparkscale.policies.outcomes import keeps_up
 from sparkscale.policies.threshold import metrics_of
 from sparkscale.protocol.queries import SourceReport
-from sparkscale.snapshot import OperatorFigures, Snapshot
+from sparkscale.model.snapshot import OperatorFigures, Snapshot
 
 TAKEN_AT = 120.0
 WINDOW_S = 30.0

@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 
 from sparkscale.config import AppConfig, Config, GuardsConfig
-from sparkscale.plan import Action, Plan
+from sparkscale.model.plan import Action, Plan
+from sparkscale.model.snapshot import Snapshot
 from sparkscale.policies.guards import GuardInput
 from sparkscale.policies.history import DecisionHistory
 from sparkscale.policies.planner import decide, decide_app
 from sparkscale.policies.spread import SPREAD_DIAGNOSIS, last_move, spread_moves, stateful_queries
-from sparkscale.snapshot import Snapshot
 from tests.unit.test_snapshot_merge import query_snapshot
 
 NOW = 5000.0

@@ -7,11 +7,11 @@ from typing import Any
 import pytest
 
 from sparkscale.config import AppConfig, PolicyConfig
-from sparkscale.plan import Plan
+from sparkscale.model.plan import Plan
+from sparkscale.model.snapshot import Snapshot
 from sparkscale.policies.base import get_policy
 from sparkscale.policies.history import DecisionHistory
 from sparkscale.policies.threshold import ThresholdConfig, ThresholdPolicy, ThresholdRule, metrics_of
-from sparkscale.snapshot import Snapshot
 
 APP = AppConfig(name="app", max_executors=8)
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar, run
 
 import structlog
 
-from sparkscale.plan import Action
+from sparkscale.model.plan import Action
 from sparkscale.registry import ACTUATORS
 
 if TYPE_CHECKING:

@@ -24,8 +24,8 @@ from kazoo.client import KazooClient
 
 from sparkscale.actuators.base import ActionResult, ActuationContext, register_actuator
 from sparkscale.config import ActuatorConfig
+from sparkscale.model.plan import Action
 from sparkscale.monitors.spark_rest import SparkRestClient, SparkRestError
-from sparkscale.plan import Action
 from sparkscale.protocol.commands import AckTimeout, send_command, wait_ack
 
 log = structlog.get_logger(__name__)

@@ -14,9 +14,10 @@ import redis
 import structlog
 
 from sparkscale.actuators.base import ActionResult, ActuationContext, register_actuator
-from sparkscale.actuators.migration import Journal, JournalStore, MigrationError, MigrationRunner
+from sparkscale.actuators.migration import JournalStore, MigrationError, MigrationRunner, new_shape
+from sparkscale.model.journal import Journal
+from sparkscale.model.plan import Action
 from sparkscale.monitors.migration_followup import FOLLOW_UP, look, mark
-from sparkscale.plan import Action
 
 log = structlog.get_logger(__name__)
 
@@ -65,8 +66,8 @@ class MigrationActuator:
             figures.update(follow_up_once(ctx, runner.store, journal))
         detail = (f"{journal.query}: {journal.from_partitions} -> {journal.to_partitions} partitions "
                   f"({journal.strategy})")
-        if journal.new_shape is not None:
-            detail += f", executors restarted as {journal.new_shape.describe()}"
+        if new_shape(journal) is not None:
+            detail += f", executors restarted as {new_shape(journal).describe()}"
         if journal.status == "done_degraded":
             detail += (f"; done_degraded: {journal.detail} (recovered forward: the query runs on the new "
                        "partitions, sources resumed)")

@@ -16,8 +16,8 @@ from sparkscale.config import Config
 from sparkscale.monitors.migration_followup import FIGURES, FOLLOW_UP, PENDING
 
 if TYPE_CHECKING:
-    from sparkscale.actuators.migration import Journal
     from sparkscale.client import MigrationOutcome
+    from sparkscale.model.journal import Journal
 
 @click.command("migrate")
 @config_options

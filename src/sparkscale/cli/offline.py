@@ -14,12 +14,12 @@ import redis
 from sparkscale.cli.common import exit_invalid, load_or_exit
 from sparkscale.config import AppConfig
 from sparkscale.logsetup import configure_logging
+from sparkscale.model.snapshot import SnapshotError, load_snapshots
 from sparkscale.monitors.collector import AppNotRunningError, CollectOptions, NoQueriesYet, collect_snapshots
 from sparkscale.monitors.spark_rest import SparkRestError
 from sparkscale.policies.base import registered_policies
 from sparkscale.policies.history import DecisionHistory, HistoryError, load_history
 from sparkscale.policies.planner import decide_app
-from sparkscale.snapshot import SnapshotError, load_snapshots
 
 EXIT_INVALID = 2  # a bad config, snapshot, app or argument (as common.EXIT_CONFIG)
 EXIT_FAILED = 1

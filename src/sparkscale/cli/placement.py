@@ -15,12 +15,12 @@ import redis
 from sparkscale.cli.common import exit_invalid, load_or_exit
 from sparkscale.config import Config
 from sparkscale.logsetup import configure_logging
+from sparkscale.model.snapshot import Snapshot, SnapshotError, load_snapshots
 from sparkscale.monitors.collector import AppNotRunningError, CollectOptions, NoQueriesYet, collect_snapshots
 from sparkscale.monitors.spark_rest import SparkRestError
 from sparkscale.policies.placement.base import get_placement, registered_placements
 from sparkscale.policies.placement.build import cluster_model
 from sparkscale.policies.placement.model import ClusterModel
-from sparkscale.snapshot import Snapshot, SnapshotError, load_snapshots
 
 
 def _registered(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:

@@ -19,9 +19,9 @@ if TYPE_CHECKING:
     from kazoo.client import KazooClient
 
     from sparkscale.actuators.base import ActionResult, ActuationContext
-    from sparkscale.actuators.migration import Journal
     from sparkscale.client.connection import Connection
     from sparkscale.config import Config
+    from sparkscale.model.journal import Journal
 
 OnJournal = Callable[["Journal"], None]
 
@@ -169,8 +169,8 @@ def _through_leader(client: Connection, zk: KazooClient, app_name: str, on_journ
     since)`: the journal is this request's), and return its answer."""
     import json
 
-    from sparkscale.actuators.migration import Journal
     from sparkscale.daemon import manual
+    from sparkscale.model.journal import Journal
     from sparkscale.protocol.znodes import journal_path
 
     root = client.cfg.zookeeper.root

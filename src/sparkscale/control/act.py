@@ -13,14 +13,14 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from sparkscale.actuators.base import ActionResult
-from sparkscale.actuators.migration import Journal
 from sparkscale.config import AppConfig, Config
 from sparkscale.control.decision import Decision
 from sparkscale.control.judge import PendingOutcome
 from sparkscale.control.leadership import Leadership
-from sparkscale.plan import Action
+from sparkscale.model.journal import Journal
+from sparkscale.model.plan import Action
+from sparkscale.model.snapshot import Snapshot
 from sparkscale.policies.outcomes import Expectation
-from sparkscale.snapshot import Snapshot
 
 
 @dataclass

@@ -29,7 +29,6 @@ from dataclasses import dataclass, replace
 
 import redis
 
-from sparkscale.actuators.migration import Journal
 from sparkscale.config import AppConfig, Config
 from sparkscale.control.act import ActionExecutor, RequestDesk
 from sparkscale.control.clock import Clock
@@ -49,14 +48,15 @@ from sparkscale.control.leadership import Leadership
 from sparkscale.control.sink import EventSink
 from sparkscale.control.state import AppState
 from sparkscale.control.stores import Stores
+from sparkscale.model.journal import Journal
+from sparkscale.model.plan import Plan
+from sparkscale.model.snapshot import Snapshot
+from sparkscale.model.snapshot_merge import merge_snapshots
 from sparkscale.monitors.collector import AppNotRunningError, NoQueriesYet
 from sparkscale.monitors.spark_rest import SparkRestError
-from sparkscale.plan import Plan
 from sparkscale.policies.capacity import short_warnings
 from sparkscale.policies.history import DecisionHistory
 from sparkscale.policies.outcomes import expectation_for
-from sparkscale.snapshot import Snapshot
-from sparkscale.snapshot_merge import merge_snapshots
 
 MAX_BACKOFF_CYCLES = 6  # while a service is unreachable, skip up to 2^6 - 1 intervals between tries
 HISTORY_S = 3600.0  # decisions kept in memory (and recalled from the action log on election)

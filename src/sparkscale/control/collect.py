@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from sparkscale.config import Config
-from sparkscale.snapshot import Snapshot
+from sparkscale.model.snapshot import Snapshot
 
 
 class SnapshotCollector(Protocol):

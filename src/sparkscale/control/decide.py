@@ -8,10 +8,10 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from sparkscale.config import AppConfig, Config
-from sparkscale.plan import Action, Plan
+from sparkscale.model.plan import Action, Plan
+from sparkscale.model.snapshot import Snapshot
 from sparkscale.policies.history import DecisionHistory
 from sparkscale.policies.placement.model import PlacementPlan
-from sparkscale.snapshot import Snapshot
 
 
 class Planner(Protocol):

@@ -8,9 +8,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from sparkscale.plan import Plan
+from sparkscale.model.plan import Plan
+from sparkscale.model.snapshot import Snapshot
 from sparkscale.policies.outcomes import Expectation
-from sparkscale.snapshot import Snapshot
 
 Role = Literal["leader", "standby"]
 # no_change: nothing to do; dry_run: would act (loop.dry_run); acted: carried out (the leader);

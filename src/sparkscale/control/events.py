@@ -17,7 +17,7 @@ from typing import ClassVar, Literal
 from sparkscale.actuators.base import ActionResult
 from sparkscale.control.decision import Decision, Role
 from sparkscale.control.state import Recent
-from sparkscale.plan import Action
+from sparkscale.model.plan import Action
 from sparkscale.policies.outcomes import Expectation
 
 # absent: the driver did not answer; no_queries: its agent lists no live query; unreachable: a

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from sparkscale.config import AppConfig, OutcomesConfig
-from sparkscale.plan import Action
+from sparkscale.model.plan import Action
+from sparkscale.model.snapshot import Snapshot
 from sparkscale.policies.history import ScalingObservation
 from sparkscale.policies.outcomes import Expectation
-from sparkscale.snapshot import Snapshot
 
 
 @dataclass

@@ -10,7 +10,7 @@ from sparkscale.control.act import InFlight, TakenIn
 from sparkscale.control.decision import Mode
 from sparkscale.control.judge import PendingOutcome
 from sparkscale.control.stores import Recalled
-from sparkscale.plan import Plan
+from sparkscale.model.plan import Plan
 from sparkscale.policies.history import DecisionHistory
 
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from sparkscale.actuators.migration import Journal
 from sparkscale.config import AppConfig, Config
 from sparkscale.control.decision import Decision
 from sparkscale.control.judge import PendingOutcome
+from sparkscale.model.journal import Journal
 from sparkscale.policies.history import DecisionHistory
 from sparkscale.policies.outcomes import Blocklist
 

@@ -23,24 +23,37 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Annotated, Any, Literal
 
 import redis
+from pydantic import GetCoreSchemaHandler
+from pydantic_core import CoreSchema
 
 from sparkscale.actuators.base import ActionResult
 from sparkscale.config import ActionLogConfig
-from sparkscale.plan import Observation, Plan
+from sparkscale.model.codec import Codec, json_form, one_of, ordered, reshaped, without_nulls
+from sparkscale.model.fields import object_at
+from sparkscale.model.plan import Observation, Plan
+from sparkscale.model.snapshot import Snapshot
 from sparkscale.policies.history import PastDecision
 from sparkscale.policies.outcomes import BlockedAction, Blocklist, Expectation
 from sparkscale.protocol.keys import actions_key, blocklist_key, snapshots_key
-from sparkscale.snapshot import Snapshot
 
-Mode = Literal["acted", "dry_run", "no_change", "manual"]
+
+class DecisionMode(StrEnum):
+    """What became of a logged decision: carried out, only logged (`loop.dry_run`), nothing to do,
+    or an operator's (`daemon/manual.py`)."""
+
+    ACTED = "acted"
+    DRY_RUN = "dry_run"
+    NO_CHANGE = "no_change"
+    MANUAL = "manual"
+
+
+Mode = Annotated[DecisionMode, one_of(DecisionMode)]  # read as the enum, written as the string it is
 Kind = Literal["decision", "result", "outcome"]
-
-
-
 
 
 def snapshot_id(snapshot: Snapshot) -> str:
@@ -50,6 +63,9 @@ def snapshot_id(snapshot: Snapshot) -> str:
 
 @dataclass(frozen=True)
 class DecisionRecord:
+    """One logged decision. Written with the plan's observation beside the plan
+    (`_DecisionJSON`)."""
+
     app: str
     decided_at: float
     snapshot_id: str
@@ -61,23 +77,52 @@ class DecisionRecord:
     mode: Mode
     expected: Expectation | None = None
 
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
+        return json_form(handler, _DecisionJSON, _DecisionJSON.record, _DecisionJSON.of)
+
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "app": self.app, "decided_at": self.decided_at, "snapshot_id": self.snapshot_id, "daemon": self.daemon,
-            "epoch": self.epoch, "policy": self.policy, "diagnosis": self.diagnosis, "plan": self.plan.to_dict(),
-            "observation": self.plan.observation.to_dict(),
-            "mode": self.mode, "expected": self.expected.to_dict() if self.expected else None,
-        }
+        return DECISION_JSON.dump_object(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DecisionRecord:
-        return cls(
-            app=data["app"], decided_at=float(data["decided_at"]), snapshot_id=data.get("snapshot_id", ""),
-            daemon=data.get("daemon", ""), epoch=data.get("epoch"), policy=data["policy"],
-            diagnosis=data.get("diagnosis"),
-            plan=Plan.from_dict(data["plan"], Observation.from_dict(data.get("observation"))), mode=data["mode"],
-            expected=Expectation.from_dict(data["expected"]) if data.get("expected") else None,
-        )
+        return DECISION_JSON.load(data)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _DecisionJSON:
+    """A DecisionRecord as it is written; what a record from an older daemon may lack defaults."""
+
+    app: str
+    decided_at: float
+    snapshot_id: str = ""
+    daemon: str = ""
+    epoch: int | None = None
+    policy: str
+    diagnosis: str | None = None
+    plan: Plan
+    observation: Observation = field(default_factory=Observation)
+    mode: Mode
+    expected: Expectation | None = None
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
+        return reshaped(handler, source, _no_null_observation)
+
+    def record(self) -> DecisionRecord:
+        return DecisionRecord(self.app, self.decided_at, self.snapshot_id, self.daemon, self.epoch, self.policy,
+                              self.diagnosis, replace(self.plan, observation=self.observation), self.mode,
+                              self.expected)
+
+    @classmethod
+    def of(cls, r: DecisionRecord) -> _DecisionJSON:
+        return cls(app=r.app, decided_at=r.decided_at, snapshot_id=r.snapshot_id, daemon=r.daemon, epoch=r.epoch,
+                   policy=r.policy, diagnosis=r.diagnosis, plan=r.plan, observation=r.plan.observation, mode=r.mode,
+                   expected=r.expected)
+
+
+def _no_null_observation(value: object) -> dict[str, Any]:
+    return without_nulls(object_at(value, ""), ("observation",))
 
 
 @dataclass(frozen=True)
@@ -94,16 +139,17 @@ class OutcomeRecord:
     blocked_until: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return OUTCOME_JSON.dump_object(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> OutcomeRecord:
-        return cls(**{k: data.get(k) for k in cls.__dataclass_fields__})
+        return OUTCOME_JSON.load(data)
 
 
 @dataclass(frozen=True)
 class LoggedDecision:
-    """A decision with what became of it (results and outcome are None until written)."""
+    """A decision with what became of it (results and outcome are None until written). Written as
+    the decision's JSON with `id` first and `results`, `done_at` and `outcome` after."""
 
     id: str
     decision: DecisionRecord
@@ -115,11 +161,39 @@ class LoggedDecision:
     def failed(self) -> bool:
         return bool(self.results) and any(r.status == "failed" for r in self.results or ())
 
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
+        return json_form(handler, _LoggedJSON, _LoggedJSON.logged, _LoggedJSON.of_logged)
+
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, **self.decision.to_dict(),
-                "results": [r.to_dict() for r in self.results] if self.results is not None else None,
-                "done_at": self.done_at,
-                "outcome": self.outcome.to_dict() if self.outcome else None}
+        return LOGGED_JSON.dump_object(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _LoggedJSON(_DecisionJSON):
+    id: str
+    results: tuple[ActionResult, ...] | None = None
+    done_at: float | None = None
+    outcome: OutcomeRecord | None = None
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
+        return reshaped(handler, source, _no_null_observation, lambda data: ordered(data, ("id",)))
+
+    def logged(self) -> LoggedDecision:
+        return LoggedDecision(self.id, self.record(), self.results, self.outcome, self.done_at)
+
+    @classmethod
+    def of_logged(cls, d: LoggedDecision) -> _LoggedJSON:
+        r = d.decision
+        return cls(app=r.app, decided_at=r.decided_at, snapshot_id=r.snapshot_id, daemon=r.daemon, epoch=r.epoch,
+                   policy=r.policy, diagnosis=r.diagnosis, plan=r.plan, observation=r.plan.observation, mode=r.mode,
+                   expected=r.expected, id=d.id, results=d.results, done_at=d.done_at, outcome=d.outcome)
+
+
+DECISION_JSON: Codec[DecisionRecord] = Codec(DecisionRecord, label="decision")
+OUTCOME_JSON: Codec[OutcomeRecord] = Codec(OutcomeRecord, label="outcome")
+LOGGED_JSON: Codec[LoggedDecision] = Codec(LoggedDecision, label="logged decision")
 
 
 def executed(logged: Iterable[LoggedDecision]) -> list[LoggedDecision]:
@@ -198,16 +272,49 @@ class ActionLog:
 
 @dataclass(frozen=True)
 class BlocklistEntry:
+    """One blocked pair, why and since when. Written flat: the BlockedAction's keys, then
+    `blocked_at`, `decision_id`, `reason`."""
+
     blocked: BlockedAction
     blocked_at: float
     decision_id: str
     reason: str
 
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
+        return json_form(handler, _BlocklistEntryJSON, _BlocklistEntryJSON.entry, _BlocklistEntryJSON.of)
+
     def to_dict(self) -> dict[str, Any]:
-        return {"app": self.blocked.app, "diagnosis": self.blocked.diagnosis, "action_type": self.blocked.action_type,
-                "until": self.blocked.until, "policy": self.blocked.policy, "blocked_at": self.blocked_at,
-                "decision_id": self.decision_id,
-                "reason": self.reason}
+        return BLOCKLIST_ENTRY_JSON.dump_object(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BlocklistEntry:
+        return BLOCKLIST_ENTRY_JSON.load(data)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _BlocklistEntryJSON:
+    app: str
+    diagnosis: str
+    action_type: str
+    until: float
+    policy: str | None = None
+    blocked_at: float
+    decision_id: str = ""
+    reason: str = ""
+
+    def entry(self) -> BlocklistEntry:
+        return BlocklistEntry(BlockedAction(self.app, self.diagnosis, self.action_type, self.until, self.policy),
+                              self.blocked_at, self.decision_id, self.reason)
+
+    @classmethod
+    def of(cls, e: BlocklistEntry) -> _BlocklistEntryJSON:
+        b = e.blocked
+        return cls(app=b.app, diagnosis=b.diagnosis, action_type=b.action_type, until=b.until, policy=b.policy,
+                   blocked_at=e.blocked_at, decision_id=e.decision_id, reason=e.reason)
+
+
+BLOCKLIST_ENTRY_JSON: Codec[BlocklistEntry] = Codec(BlocklistEntry, label="blocklist entry")
 
 
 @dataclass
@@ -228,10 +335,7 @@ class BlocklistStore:
         out: list[BlocklistEntry] = []
         expired: list[str] = []
         for raw_field, raw_value in self.client.hgetall(self.key).items():
-            data = json.loads(_text(raw_value))
-            entry = BlocklistEntry(BlockedAction(data["app"], data["diagnosis"], data["action_type"],
-                                                 float(data["until"]), data.get("policy")),
-                                   float(data["blocked_at"]), data.get("decision_id", ""), data.get("reason", ""))
+            entry = BLOCKLIST_ENTRY_JSON.loads(_text(raw_value))
             if entry.blocked.until <= now:
                 expired.append(_text(raw_field))
             elif app is None or entry.blocked.app == app:

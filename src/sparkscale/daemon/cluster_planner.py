@@ -22,13 +22,13 @@ import structlog
 
 from sparkscale.config import AppConfig, Config
 from sparkscale.daemon.downtime_tracker import DowntimeStore, DowntimeTracker
-from sparkscale.plan import Action
+from sparkscale.model.plan import Action
+from sparkscale.model.snapshot import Snapshot
 from sparkscale.policies.placement.base import get_placement
 from sparkscale.policies.placement.build import cluster_model
 from sparkscale.policies.placement.downtime import DowntimeModel
 from sparkscale.policies.placement.model import PlacementPlan
 from sparkscale.policies.placement.spark_default import SPARK_DEFAULT
-from sparkscale.snapshot import Snapshot
 
 log = structlog.get_logger(__name__)
 

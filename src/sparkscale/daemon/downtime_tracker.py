@@ -24,11 +24,11 @@ from dataclasses import dataclass
 import redis
 import structlog
 
-from sparkscale.plan import Action
+from sparkscale.model.plan import Action
+from sparkscale.model.snapshot import Snapshot
+from sparkscale.model.snapshot_merge import query_extensions
 from sparkscale.policies.placement.downtime import MEASURED_KINDS, DowntimeModel, from_measured
 from sparkscale.protocol.keys import downtime_samples_key
-from sparkscale.snapshot import Snapshot
-from sparkscale.snapshot_merge import query_extensions
 
 log = structlog.get_logger(__name__)
 

@@ -26,11 +26,11 @@ from sparkscale.control.events import OutcomeJudged
 from sparkscale.control.judge import PendingOutcome
 from sparkscale.control.sink import EventSink
 from sparkscale.daemon.action_log import BlocklistEntry, LoggedDecision
-from sparkscale.plan import Action
+from sparkscale.model.plan import Action
+from sparkscale.model.snapshot import Snapshot
 from sparkscale.policies.base import policy_class
 from sparkscale.policies.history import ScalingObservation
 from sparkscale.policies.outcomes import CAPACITY, INEFFECTIVE_SCALE_UP, BlockedAction, Expectation, judge
-from sparkscale.snapshot import Snapshot
 
 # A judged scale-up teaches the scalability coefficient only when the window carried at least this
 # share of the capacity measured: on a lightly loaded window, tasks carry few records and their

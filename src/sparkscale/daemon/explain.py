@@ -17,9 +17,9 @@ from typing import Any
 
 from sparkscale.daemon.action_log import ActionLog, LoggedDecision
 from sparkscale.daemon.operator_view import follow_up_lines
-from sparkscale.plan import table_lines
-from sparkscale.snapshot import Snapshot, SnapshotError
-from sparkscale.snapshot_merge import QUERY_SEPARATOR, query_names, split_operator
+from sparkscale.model.plan import table_lines
+from sparkscale.model.snapshot import Snapshot, SnapshotError
+from sparkscale.model.snapshot_merge import QUERY_SEPARATOR, query_names, split_operator
 
 _ID = re.compile(r"^(\d+)-(\d+)$")
 

@@ -18,8 +18,9 @@ import structlog
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 
-from sparkscale.actuators.migration import Journal, JournalStore, MigrationError
+from sparkscale.actuators.migration import JournalStore, MigrationError
 from sparkscale.config import Config
+from sparkscale.model.journal import Journal
 from sparkscale.monitors.migration_followup import FOLLOW_UP, PENDING, look, mark, pending, shown
 
 log = structlog.get_logger(__name__)

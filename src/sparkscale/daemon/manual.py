@@ -21,28 +21,53 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from enum import StrEnum
+from typing import Annotated, Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
+from pydantic import AfterValidator, Field, GetCoreSchemaHandler
+from pydantic_core import CoreSchema
 
 from sparkscale.actuators.base import ActionResult, ActuationContext, dispatch
-from sparkscale.actuators.migration import Journal, JournalStore, MigrationError, check_operable
-from sparkscale.config import Config
-from sparkscale.daemon.action_log import ActionLog, DecisionRecord, snapshot_id
+from sparkscale.actuators.migration import JournalStore, MigrationError, check_operable
 from sparkscale.apps.submit import ExecutorShape, restart
-from sparkscale.plan import Action, Plan
+from sparkscale.config import Config
+from sparkscale.daemon.action_log import ActionLog, DecisionMode, DecisionRecord, snapshot_id
+from sparkscale.model.codec import Codec, one_of, reshaped
+from sparkscale.model.fields import FieldError, get, object_at
+from sparkscale.model.journal import Journal
+from sparkscale.model.plan import Action, Plan
+from sparkscale.model.snapshot import Snapshot
+from sparkscale.model.snapshot_merge import query_names
 from sparkscale.protocol.commands import wait_for_znode
 from sparkscale.protocol.streams import query_partitions
 from sparkscale.protocol.znodes import requests_path, results_path
-from sparkscale.snapshot import Snapshot
-from sparkscale.snapshot_merge import query_names
 
 MANUAL_POLICY = "manual"
 
 REQUEST_PREFIX = "req-"
-JOURNAL_REQUESTS = ("resume_migration", "abort_migration")  # on a journaled migration, by its id
-REQUEST_TYPES = ("scale_executors", "migrate", *JOURNAL_REQUESTS)
+
+
+class RequestType(StrEnum):
+    """What an operator asks the leader for."""
+
+    SCALE_EXECUTORS = "scale_executors"
+    MIGRATE = "migrate"
+    RESUME_MIGRATION = "resume_migration"  # of a journaled migration, by its id
+    ABORT_MIGRATION = "abort_migration"
+
+
+JOURNAL_REQUESTS = (RequestType.RESUME_MIGRATION, RequestType.ABORT_MIGRATION)  # on a journaled migration
+REQUEST_TYPES = tuple(RequestType)
+_SHAPE_KEYS = ("executor_cores", "executor_memory_mb")
+
+
+def _shape(shape: dict[str, int]) -> dict[str, int]:
+    """ExecutorShape's fields, all of them (a malformed shape is an invalid request)."""
+    if sorted(shape) != sorted(_SHAPE_KEYS):
+        raise FieldError("", f"expected the keys {', '.join(_SHAPE_KEYS)} (got {', '.join(map(str, shape)) or 'none'})")
+    return shape
 
 
 @dataclass(frozen=True)
@@ -50,44 +75,48 @@ class ManualRequest:
     """`scale_executors` to `to` executors, or `migrate` `query` to `to` partitions (None: as they
     are) with `strategy`, optionally restarting the app with a new executor shape (`shape`), then
     optionally to `executors` executors; or `resume_migration` / `abort_migration` of the journaled
-    migration `migration` (its id)."""
+    migration `migration` (its id). Written without `name` (the znode's)."""
 
     to: int | None
     by: str
     requested_at: float
     expires_at: float
-    name: str = ""
-    type: str = "scale_executors"
+    name: Annotated[str, Field(exclude=True)] = ""
+    type: Annotated[RequestType, one_of(RequestType)] = RequestType.SCALE_EXECUTORS
     query: str | None = None
     strategy: str | None = None
     executors: int | None = None
-    shape: dict[str, int] | None = None  # ExecutorShape fields
+    shape: Annotated[dict[str, int], AfterValidator(_shape)] | None = None  # ExecutorShape fields
     migration: str | None = None  # a journaled migration's id
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
+        return reshaped(handler, source, _request_in)
 
     @property
     def executor_shape(self) -> ExecutorShape | None:
         return ExecutorShape(**self.shape) if self.shape else None
 
     def to_json(self) -> bytes:
-        body = asdict(self)
-        body.pop("name")
-        return json.dumps(body).encode()
+        return REQUEST_JSON.dumps(self).encode()
 
     @classmethod
     def from_znode(cls, name: str, data: bytes) -> ManualRequest:
-        body = json.loads(data.decode())
-        kind = body.get("type", "scale_executors")
-        if kind not in REQUEST_TYPES:
-            raise ValueError(f"unknown request type {kind!r}")
-        shape = body.get("shape")
-        if shape is not None:
-            ExecutorShape(**shape)  # a malformed shape is an invalid request
-        to = body["to"] if kind == "scale_executors" else body.get("to")
-        if kind in JOURNAL_REQUESTS and not isinstance(body.get("migration"), str):
-            raise ValueError(f"a {kind} request names no migration")
-        return cls(None if to is None and kind != "scale_executors" else int(to), str(body.get("by", "")),
-                   float(body["requested_at"]), float(body["expires_at"]), name, kind, body.get("query"),
-                   body.get("strategy"), body.get("executors"), shape, body.get("migration"))
+        """Raises a FieldError (a ValueError) naming the field of an invalid request."""
+        return replace(REQUEST_JSON.loads(data), name=name)
+
+
+def _request_in(value: object) -> dict[str, Any]:
+    """A scale request names its target; a journal request its migration; `by` is read as text."""
+    obj = {k: v for k, v in object_at(value, "").items() if k != "name"}
+    kind = obj.setdefault("type", RequestType.SCALE_EXECUTORS)
+    if kind == RequestType.SCALE_EXECUTORS:
+        get(obj, "to", "")
+    obj.setdefault("to", None)  # a migration's: the partitions as they are
+    if kind in JOURNAL_REQUESTS and not isinstance(obj.get("migration"), str):
+        raise FieldError("migration", f"a {kind} request names no migration")
+    obj["by"] = str(obj.get("by", ""))
+    return obj
 
 
 @dataclass(frozen=True)
@@ -98,11 +127,15 @@ class ManualResult:
     leader: str | None = None
 
     def to_json(self) -> bytes:
-        return json.dumps(asdict(self)).encode()
+        return RESULT_JSON.dumps(self).encode()
 
     @classmethod
     def from_json(cls, data: bytes) -> ManualResult:
-        return cls(**json.loads(data.decode()))
+        return RESULT_JSON.loads(data)
+
+
+REQUEST_JSON: Codec[ManualRequest] = Codec(ManualRequest, label="request")
+RESULT_JSON: Codec[ManualResult] = Codec(ManualResult, label="request result")
 
 
 def submit_request(zk: KazooClient, root: str, app: str, to: int | None, by: str, timeout_s: float,
@@ -181,7 +214,7 @@ def carry_out(action_log: ActionLog, ctx: ActuationContext, to: int, by: str, cu
     plan = Plan(MANUAL_POLICY, app.name, actions=(action,),
                 explanation=(f"{reason} ({ctx.identity}, epoch {ctx.epoch})",))
     record = DecisionRecord(app.name, at, snapshot_id, ctx.identity, ctx.epoch, MANUAL_POLICY, "manual", plan,
-                            "manual")
+                            DecisionMode.MANUAL)
     decision_id, results = dispatch(action_log, record, plan.actions, ctx)
     return decision_id, results[0]
 
@@ -206,7 +239,7 @@ def run_migration(action_log: ActionLog, ctx: ActuationContext, query: str, to_p
     plan = Plan(MANUAL_POLICY, ctx.app.name, {query: to_partitions}, (action,),
                 (f"{reason} ({how}, by {ctx.identity}, epoch {ctx.epoch})",))
     record = DecisionRecord(ctx.app.name, time.time(), "", ctx.identity, ctx.epoch, MANUAL_POLICY, "partition_bound",
-                            plan, "manual")
+                            plan, DecisionMode.MANUAL)
     decision_id, results = dispatch(action_log, record, actions, ctx, stop_after_failure=True)
     return decision_id, results[0]
 

@@ -11,11 +11,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sparkscale.actuators.migration import Journal, operator_commands
+from sparkscale.actuators.migration import operator_commands
 from sparkscale.daemon.action_log import BlocklistEntry, LoggedDecision
 from sparkscale.daemon.status import AppStatus, age
+from sparkscale.model.journal import Journal
+from sparkscale.model.plan import table_lines
 from sparkscale.monitors.migration_followup import FIGURES, MEASURED, PENDING
-from sparkscale.plan import table_lines
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d)$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}

@@ -236,4 +236,3 @@ class Daemon:
 
 def _now() -> datetime:
     return datetime.now(timezone.utc)
-

@@ -10,13 +10,25 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Annotated, Any
 
 import redis
+from pydantic import GetCoreSchemaHandler
+from pydantic_core import CoreSchema
 
+from sparkscale.model.codec import Codec, one_of, reshaped
+from sparkscale.model.fields import object_at
+from sparkscale.model.snapshot import Snapshot
 from sparkscale.protocol.keys import status_key
-from sparkscale.snapshot import Snapshot
+
+
+class Role(StrEnum):
+    """A daemon's part for an app: it holds the app's leader lock and acts, or it only watches."""
+
+    LEADER = "leader"
+    STANDBY = "standby"
 
 
 @dataclass(frozen=True)
@@ -30,12 +42,17 @@ class QueryView:
     backlog_estimate: str
     partitions: int | None  # state/shuffle partitions now
 
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
+        # A figure an older daemon did not write is unknown.
+        return reshaped(handler, source, lambda v: {**_UNKNOWN_FIGURES, **object_at(v, "")})
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return QUERY_VIEW_JSON.dump_object(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> QueryView:
-        return cls(**{k: data.get(k) for k in cls.__dataclass_fields__})
+        return QUERY_VIEW_JSON.load(data)
 
     def summary(self) -> str:
         """One line: `counts: 2000 rec/s (position), backlog 12 (source_metrics), 4 partitions`."""
@@ -46,10 +63,14 @@ class QueryView:
         return f"{self.query}: {rate} ({self.arrival_estimate}), {backlog}{parts}"
 
 
+_UNKNOWN_FIGURES = {"arrival_rate": None, "arrival_estimate": "unknown", "backlog_records": None,
+                    "backlog_estimate": "unknown", "partitions": None}
+
+
 @dataclass(frozen=True)
 class AppStatus:
     daemon: str
-    role: str  # leader | standby
+    role: Annotated[Role, one_of(Role)]
     epoch: int | None
     cycle_at: float
     result: str  # ok | absent | unreachable | error
@@ -65,17 +86,29 @@ class AppStatus:
     # placement policy's warning for the whole cluster (`policies/capacity.py`, `cluster_planner`)
     warnings: tuple[str, ...] = ()
 
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
+        return reshaped(handler, source, _status_in)
+
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["queries"] = [q.to_dict() for q in self.queries]
-        return out
+        return APP_STATUS_JSON.dump_object(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AppStatus:
-        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
-        known["queries"] = tuple(QueryView.from_dict(q) for q in data.get("queries") or () if isinstance(q, dict))
-        known["warnings"] = tuple(str(w) for w in data.get("warnings") or ())
-        return cls(**known)
+        return APP_STATUS_JSON.load(data)
+
+
+def _status_in(value: object) -> dict[str, Any]:
+    """Keys of a newer daemon are ignored; queries that are no object are left out, warnings read
+    as text."""
+    obj = dict(object_at(value, ""))
+    obj["queries"] = [q for q in obj.get("queries") or () if isinstance(q, dict)]
+    obj["warnings"] = [str(w) for w in obj.get("warnings") or ()]
+    return obj
+
+
+QUERY_VIEW_JSON: Codec[QueryView] = Codec(QueryView, label="query view")
+APP_STATUS_JSON: Codec[AppStatus] = Codec(AppStatus, label="status")
 
 
 def query_view(snapshot: Snapshot, partitions: int | None) -> QueryView:

@@ -14,7 +14,7 @@ import redis
 from kazoo.client import KazooClient
 
 from sparkscale.actuators.base import ActionResult, ActuationContext
-from sparkscale.actuators.migration import Journal, JournalStore
+from sparkscale.actuators.migration import JournalStore
 from sparkscale.apps.submit import ExecutorShape, with_stored_shape
 from sparkscale.config import AppConfig, Config
 from sparkscale.control.decision import Decision, Mode
@@ -25,9 +25,10 @@ from sparkscale.daemon import followup, manual
 from sparkscale.daemon.action_log import ActionLog, DecisionRecord, executed, past_decisions, snapshot_id
 from sparkscale.daemon.action_log import Mode as LoggedMode
 from sparkscale.daemon.evaluator import observations_from_log
+from sparkscale.model.journal import Journal
+from sparkscale.model.snapshot import Snapshot
 from sparkscale.policies.history import DecisionHistory
 from sparkscale.protocol.streams import query_partitions
-from sparkscale.snapshot import Snapshot
 
 # A leader's modes as the action log has them (a leader's decision is never "standby").
 _LOGGED_MODES: dict[Mode, LoggedMode] = {"no_change": "no_change", "dry_run": "dry_run", "acted": "acted"}

@@ -25,8 +25,8 @@ from typing import Any
 import structlog
 
 from sparkscale.config import Config
+from sparkscale.model.placement import FreeRoom, Placement, WorkerSlots, executor_order
 from sparkscale.monitors.spark_master import SparkUnreachable, get_json
-from sparkscale.placement import FreeRoom, Placement, WorkerSlots, executor_order
 
 log = structlog.get_logger(__name__)
 
@@ -92,7 +92,7 @@ class ClusterView:
         return self.applications.get(app_id, {})
 
     def placement(self, app_id: str) -> Placement:
-        """The app's share of the view, as the snapshot carries it (`sparkscale.placement`)."""
+        """The app's share of the view, as the snapshot carries it (`sparkscale.model.placement`)."""
         slots = []
         memory = 0
         for worker in self.alive:
@@ -206,7 +206,7 @@ RECENT = RecentView()
 
 
 def cluster_extension(cfg: Config, app_id: str) -> dict[str, Any] | None:
-    """A snapshot's `extensions["cluster"]` for the app (`sparkscale.placement`), with what it cost
+    """A snapshot's `extensions["cluster"]` for the app (`sparkscale.model.placement`), with what it cost
     (`requests`: 0 when the view was one read less than `loop.cluster_view_max_age_s` ago); None
     when `loop.cluster_view` is off. A master that does not answer gives an `error`, not a failed
     cycle: the view serves the spread rule, placement and the capacity guard, which then hold."""

@@ -24,6 +24,8 @@ import redis
 import structlog
 
 from sparkscale.config import Config
+from sparkscale.model.snapshot import Snapshot
+from sparkscale.model.snapshot_merge import merge_snapshots
 from sparkscale.monitors.cluster_view import cluster_extension
 from sparkscale.monitors.executor_figures import app_extension, window_work
 from sparkscale.monitors.host import sample_host
@@ -40,8 +42,6 @@ from sparkscale.monitors.stage_cache import STAGES
 from sparkscale.protocol.keys import executor_target_key, progress_history_key
 from sparkscale.protocol.queries import QueryInfo, read_queries
 from sparkscale.redisconn import connect
-from sparkscale.snapshot import Snapshot
-from sparkscale.snapshot_merge import merge_snapshots
 
 log = structlog.get_logger(__name__)
 

@@ -26,8 +26,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sparkscale.model.snapshot import ExecutorFigures
 from sparkscale.monitors.spark_rest import RestExecutor, RestStage, RestTask
-from sparkscale.snapshot import ExecutorFigures
 
 FINISHED = ("SUCCESS", "FAILED", "KILLED")  # a running task's metrics are not final
 

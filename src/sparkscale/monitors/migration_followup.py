@@ -20,7 +20,7 @@ from sparkscale.config import Config
 from sparkscale.monitors.migration_metrics import follow_up, followup_figures, history_reader, timeline_of
 
 if TYPE_CHECKING:
-    from sparkscale.actuators.migration.journal import Journal
+    from sparkscale.model.journal import Journal
 
 FOLLOW_UP = "follow_up"  # the journal's mark: {"status": PENDING} or {"status": MEASURED, "measured_at", figures}
 PENDING, MEASURED = "pending", "measured"

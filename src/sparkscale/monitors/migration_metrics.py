@@ -31,7 +31,7 @@ from sparkscale.monitors.progress_reports import ProgressReport
 from sparkscale.protocol.keys import progress_history_key
 
 if TYPE_CHECKING:
-    from sparkscale.actuators.migration.journal import Journal
+    from sparkscale.model.journal import Journal
 
 log = structlog.get_logger(__name__)
 

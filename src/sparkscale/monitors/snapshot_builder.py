@@ -32,11 +32,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sparkscale.model.snapshot import InstanceFigures, OperatorFigures, Snapshot
 from sparkscale.monitors.executor_figures import ExecutorWork, app_extension, executor_figures, window_work
 from sparkscale.monitors.progress_reports import ProgressReport
 from sparkscale.monitors.source_figures import SourceEstimate, WindowBatch, estimate_sources
 from sparkscale.monitors.spark_rest import RestExecutor, RestJob, RestStage, RestTask
-from sparkscale.snapshot import InstanceFigures, OperatorFigures, Snapshot
 
 __all__ = ["SOURCE_OPERATOR", "Batch", "ProgressReport", "SnapshotInputs", "build_snapshot", "completed_stages",
            "finished_batches", "window_batches"]

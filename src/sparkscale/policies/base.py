@@ -17,10 +17,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
-from sparkscale.plan import Plan
+from sparkscale.model.plan import Plan
+from sparkscale.model.snapshot import Snapshot
 from sparkscale.policies.history import DecisionHistory
 from sparkscale.registry import POLICIES
-from sparkscale.snapshot import Snapshot
 
 if TYPE_CHECKING:
     from sparkscale.config import AppConfig, PolicyConfig

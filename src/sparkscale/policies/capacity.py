@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import math
 
-from sparkscale.placement import placement_of
-from sparkscale.plan import Action, Plan
+from sparkscale.model.placement import placement_of
+from sparkscale.model.plan import Action, Plan
 from sparkscale.policies.guards import GuardInput, _replace_scale, _scale, _target
 
 SHORT_FIGURE = "cluster_short_executors"  # the observation figure: executors cut from the scale-up

@@ -49,11 +49,11 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from sparkscale.config import AppConfig, ConfigSection, PolicyConfig
-from sparkscale.plan import Action, ActionType, ExpectedOutcome, Observation, Plan
+from sparkscale.model.plan import Action, ActionType, ExpectedOutcome, Observation, Plan
+from sparkscale.model.snapshot import Snapshot
 from sparkscale.policies.base import register_policy
 from sparkscale.policies.figures import LoadFigures, load_figures
 from sparkscale.policies.history import DecisionHistory
-from sparkscale.snapshot import Snapshot
 
 
 class DhalionConfig(ConfigSection):

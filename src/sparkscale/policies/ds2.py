@@ -11,15 +11,15 @@ from typing import ClassVar
 from pydantic import Field, model_validator
 
 from sparkscale.config import AppConfig, ConfigSection, PolicyConfig
+from sparkscale.model.plan import Action, ExpectedOutcome, Observation, Plan
+from sparkscale.model.snapshot import Snapshot
+from sparkscale.model.snapshot_merge import query_names, split_operator
 from sparkscale.partitions import many_divisor_count
-from sparkscale.plan import Action, ExpectedOutcome, Observation, Plan
 from sparkscale.policies.base import register_policy
 from sparkscale.policies.ds2_model import Ds2Estimate, OperatorEstimate, ceiling, estimate, num
 from sparkscale.policies.history import DecisionHistory
 from sparkscale.policies.outcomes import CAPACITY
 from sparkscale.policies.scalability import coefficient, scaled_cores
-from sparkscale.snapshot import Snapshot
-from sparkscale.snapshot_merge import query_names, split_operator
 
 
 class Ds2Config(ConfigSection):

@@ -35,7 +35,7 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from sparkscale.snapshot import OperatorFigures, Snapshot
+from sparkscale.model.snapshot import OperatorFigures, Snapshot
 
 # Relative slack before rounding up, so that 4.000000000001 (float noise) needs 4 instances, not 5.
 _CEIL_SLACK = 1e-9

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sparkscale.config import AppConfig
-from sparkscale.snapshot import Snapshot
+from sparkscale.model.snapshot import Snapshot
 
 
 @dataclass(frozen=True)

@@ -36,9 +36,9 @@ import math
 from dataclasses import dataclass
 
 from sparkscale.config import AppConfig, GuardsConfig, LoopConfig
-from sparkscale.plan import Action, Plan
+from sparkscale.model.plan import Action, Plan
+from sparkscale.model.snapshot import Snapshot
 from sparkscale.policies.history import DecisionHistory, PastDecision
-from sparkscale.snapshot import Snapshot
 
 # Relative slack before rounding, so that float noise does not add an executor.
 _SLACK = 1e-9

@@ -3,7 +3,8 @@
 The daemon keeps one per app (past decisions with their observations, the blocklist, when it last
 acted, the migration state and the queries' state partitions), rebuilds it from Redis when it is
 elected, and passes it to `planner.decide`. `sparkscale plan --history FILE` reads the same JSON
-(`DecisionHistory.to_dict`), so a decision that depended on history can be replayed offline.
+(`DecisionHistory.to_dict`, generated from the annotations: `model/codec.py`), so a decision that
+depended on history, the capacity guard's included, can be replayed offline.
 """
 
 from __future__ import annotations
@@ -12,33 +13,31 @@ import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from sparkscale.config.apps import MAX_EXECUTORS, MAX_PARTITIONS
-from sparkscale.fields import (
-    FieldError,
-    boolean,
-    describe,
-    get,
-    integer,
-    join,
-    list_at,
-    number,
-    object_at,
-    only_known,
-    optional_integer,
-    optional_number,
-    optional_string,
-    read_json,
-    string,
+from pydantic import AfterValidator, GetCoreSchemaHandler
+from pydantic_core import CoreSchema
+
+from sparkscale.config.apps import MAX_EXECUTOR_CORES, MAX_EXECUTORS, MAX_PARTITIONS
+from sparkscale.model.codec import (
+    FLAG,
+    NAME,
+    TEXT,
+    Codec,
+    between,
+    json_form,
+    known_keys,
+    reshaped,
+    whole,
+    without_nulls,
 )
-from sparkscale.plan import Action, ExpectedOutcome, Figure, Observation, Plan, registered_action_types
-from sparkscale.policies.outcomes import BlockedAction, Blocklist
-from sparkscale.snapshot import MAX_RATE
+from sparkscale.model.fields import FieldError, describe, read_json
+from sparkscale.model.plan import Figure, Observation, Plan
+from sparkscale.model.snapshot import MAX_RATE
+from sparkscale.policies.outcomes import Blocklist, Time
 
 HISTORY_VERSION = 1
-MAX_TIME = 1e11  # seconds since the epoch (the year 5138)
-MAX_FIGURE = 1e30  # far beyond any figure a window yields, so that their differences stay finite
+MAX_CORES = MAX_EXECUTORS * MAX_EXECUTOR_CORES  # of every app together
 
 
 class HistoryError(FieldError):
@@ -48,7 +47,8 @@ class HistoryError(FieldError):
 
 @dataclass(frozen=True)
 class PastDecision:
-    """A plan the daemon made, and when (seconds since the epoch, the snapshot clock)."""
+    """A plan the daemon made, and when (seconds since the epoch, the snapshot clock). Written as
+    `{decided_at, plan, observation}`: the plan's observation beside it."""
 
     decided_at: float
     plan: Plan
@@ -57,12 +57,36 @@ class PastDecision:
     def observation(self) -> Observation:
         return self.plan.observation
 
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
+        return json_form(handler, _DecisionJSON,
+                         lambda j: cls(j.decided_at, replace(j.plan, observation=j.observation)),
+                         lambda d: _DecisionJSON(d.decided_at, d.plan, d.observation))
+
     def to_dict(self) -> dict[str, Any]:
-        return {"decided_at": self.decided_at, "plan": self.plan.to_dict(), "observation": self.observation.to_dict()}
+        return DECISION_JSON.dump_object(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> PastDecision:
-        return _checked(_parse_decision, data, "")
+        return DECISION_JSON.load(data)
+
+
+@dataclass(frozen=True)
+class _DecisionJSON:
+    """A PastDecision as it is written."""
+
+    decided_at: Time
+    plan: Plan
+    observation: Observation = field(default_factory=Observation)
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
+        return reshaped(handler, source, lambda v: known_keys(v, ("decided_at", "plan", "observation")))
+
+
+Rate = Annotated[float, between(0, MAX_RATE)]
+Cores = Annotated[int, whole(0, MAX_EXECUTORS)]
+_SCALING_KEYS = ("query", "at", "cores_before", "cores_after", "before_rps", "expected_rps", "observed_rps")
 
 
 @dataclass(frozen=True)
@@ -71,13 +95,13 @@ class ScalingObservation:
     the new cores, and what was measured once they were registered (FLINK-30571's observed
     scalability). `gain_ratio` is the share of the expected gain that came."""
 
-    query: str | None
-    at: float
-    cores_before: int
-    cores_after: int
-    before_rps: float
-    expected_rps: float
-    observed_rps: float
+    query: Annotated[str, NAME] | None
+    at: Time
+    cores_before: Cores
+    cores_after: Cores
+    before_rps: Rate
+    expected_rps: Rate
+    observed_rps: Rate
 
     @property
     def gain_ratio(self) -> float | None:
@@ -86,13 +110,23 @@ class ScalingObservation:
             return None
         return (self.observed_rps - self.before_rps) / expected_gain
 
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
+        return reshaped(handler, source, lambda v: {"query": None, **known_keys(v, _SCALING_KEYS)})
+
     def to_dict(self) -> dict[str, Any]:
-        return {"query": self.query, "at": self.at, "cores_before": self.cores_before, "cores_after": self.cores_after,
-                "before_rps": self.before_rps, "expected_rps": self.expected_rps, "observed_rps": self.observed_rps}
+        return SCALING_JSON.dump_object(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ScalingObservation:
-        return _checked(_parse_scaling, data, "")
+        return SCALING_JSON.load(data)
+
+
+def _oldest_first(decisions: tuple[PastDecision, ...]) -> tuple[PastDecision, ...]:
+    for i in range(1, len(decisions)):
+        if decisions[i].decided_at < decisions[i - 1].decided_at:
+            raise FieldError(f"[{i}].decided_at", "earlier than the decision before it: decisions are oldest first")
+    return decisions
 
 
 @dataclass(frozen=True)
@@ -113,17 +147,17 @@ class DecisionHistory:
     `scalability`: judged scale-ups,
     oldest first."""
 
-    decisions: tuple[PastDecision, ...] = ()
+    decisions: Annotated[tuple[PastDecision, ...], AfterValidator(_oldest_first)] = ()
     blocklist: Blocklist = field(default_factory=Blocklist)
-    last_action_at: float | None = None
-    migration_running: bool = False
-    last_migration_end: float | None = None
-    partitions: Mapping[str, int] = field(default_factory=dict, hash=False)
-    requested_executors: int | None = None
-    last_action_direction: int | None = None
-    action_in_progress: str | None = None
+    last_action_at: Time | None = None
+    migration_running: Annotated[bool, FLAG] = False
+    last_migration_end: Time | None = None
+    partitions: Mapping[str, Annotated[int, whole(1, MAX_PARTITIONS)]] = field(default_factory=dict, hash=False)
+    requested_executors: Cores | None = None
+    last_action_direction: Annotated[int, whole(-1, 1)] | None = None
+    action_in_progress: Annotated[str, TEXT] | None = None
     scalability: tuple[ScalingObservation, ...] = ()
-    cores_claimed_elsewhere: int = 0  # cores other managed apps asked for that have not started yet
+    cores_claimed_elsewhere: Annotated[int, whole(0, MAX_CORES)] = 0  # asked for by other managed apps, not started
 
     def __post_init__(self) -> None:
         decisions = tuple(self.decisions)
@@ -132,6 +166,10 @@ class DecisionHistory:
         object.__setattr__(self, "decisions", decisions)
         object.__setattr__(self, "partitions", dict(self.partitions))
         object.__setattr__(self, "scalability", tuple(self.scalability))
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
+        return reshaped(handler, source, _history_in, lambda data: {"version": HISTORY_VERSION, **data})
 
     def with_scaling(self, observation: ScalingObservation, keep: int = 20) -> DecisionHistory:
         """With one more judged scale-up (the newest `keep` are kept)."""
@@ -191,26 +229,32 @@ class DecisionHistory:
         return bool(self.decisions)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "version": HISTORY_VERSION,
-            "decisions": [d.to_dict() for d in self.decisions],
-            "blocklist": [{"app": e.app, "diagnosis": e.diagnosis, "action_type": e.action_type, "until": e.until,
-                           "policy": e.policy} for e in self.blocklist.entries],
-            "last_action_at": self.last_action_at,
-            "migration_running": self.migration_running,
-            "last_migration_end": self.last_migration_end,
-            "partitions": dict(self.partitions),
-            "requested_executors": self.requested_executors,
-            "last_action_direction": self.last_action_direction,
-            "action_in_progress": self.action_in_progress,
-            "scalability": [o.to_dict() for o in self.scalability],
-        }
+        return HISTORY_JSON.dump_object(self)
 
     @classmethod
     def from_dict(cls, data: Any) -> DecisionHistory:
         """Raises HistoryError (a ValueError) naming the field and the problem (a history file is
         user input)."""
-        return _checked(_parse_history, data, "history")
+        return HISTORY_JSON.load(data)
+
+
+_HISTORY_KEYS = ("version", "decisions", "blocklist", "last_action_at", "migration_running", "last_migration_end",
+                 "partitions", "requested_executors", "last_action_direction", "action_in_progress", "scalability",
+                 "cores_claimed_elsewhere")
+
+
+def _history_in(value: object) -> dict[str, Any]:
+    """Every key known, the version this one; a null `partitions` or `scalability` is absent."""
+    obj = without_nulls(known_keys(value, _HISTORY_KEYS), ("partitions", "scalability"))
+    version = obj.pop("version", HISTORY_VERSION)
+    if version != HISTORY_VERSION or isinstance(version, bool):
+        raise FieldError("version", f"expected {HISTORY_VERSION} (got {describe(version)})")
+    return obj
+
+
+HISTORY_JSON: Codec[DecisionHistory] = Codec(DecisionHistory, HistoryError, "history")
+DECISION_JSON: Codec[PastDecision] = Codec(PastDecision, HistoryError, "decision")
+SCALING_JSON: Codec[ScalingObservation] = Codec(ScalingObservation, HistoryError, "scaling observation")
 
 
 def load_history(path: str | Path) -> DecisionHistory:
@@ -219,176 +263,4 @@ def load_history(path: str | Path) -> DecisionHistory:
     try:
         return DecisionHistory.from_dict(read_json(path))
     except FieldError as exc:
-        raise _history_error(exc.in_file(str(path))) from None
-
-
-# ---------------------------------------------------------------------------------------------
-# Parsing with field paths: every key known, every number finite and bounded, every name a string
-
-
-_HISTORY_KEYS = ("version", "decisions", "blocklist", "last_action_at", "migration_running", "last_migration_end",
-                 "partitions", "requested_executors", "last_action_direction", "action_in_progress", "scalability")
-_DECISION_KEYS = ("decided_at", "plan", "observation")
-_PLAN_KEYS = ("policy", "app", "parallelism", "actions", "explanation")
-_ACTION_KEYS = ("type", "query", "operator", "executor", "from", "to", "reason")
-_OBSERVATION_KEYS = ("query", "figures", "diagnosis", "expected", "recommended_executors")
-_EXPECTED_KEYS = ("diagnosis", "action_type", "metric", "before", "after")
-_BLOCKED_KEYS = ("app", "diagnosis", "action_type", "until", "policy")
-_SCALING_KEYS = ("query", "at", "cores_before", "cores_after", "before_rps", "expected_rps", "observed_rps")
-
-
-def _history_error(exc: FieldError) -> HistoryError:
-    return exc if isinstance(exc, HistoryError) else HistoryError(exc.path, exc.problem, exc.source)
-
-
-def _checked(parse: Any, data: Any, path: str) -> Any:
-    """`parse(data, path)`, its errors (and the constructors' ValueErrors) as HistoryErrors."""
-    try:
-        return parse(data, path)
-    except FieldError as exc:
-        raise _history_error(exc) from None
-
-
-def _time(value: Any, path: str) -> float:
-    return number(value, path, 0, MAX_TIME)
-
-
-def _optional_time(value: Any, path: str) -> float | None:
-    return None if value is None else _time(value, path)
-
-
-def _built(path: str, build: Any, *args: Any, **kwargs: Any) -> Any:
-    """An object from checked fields; a ValueError of its own checks is the field's error."""
-    try:
-        return build(*args, **kwargs)
-    except ValueError as exc:
-        raise FieldError(path, str(exc)) from None
-
-
-def _parse_history(data: Any, path: str) -> DecisionHistory:
-    top = object_at(data, path)
-    only_known(top, _HISTORY_KEYS, "")
-    version = top.get("version", HISTORY_VERSION)
-    if version != HISTORY_VERSION or isinstance(version, bool):
-        raise FieldError("version", f"expected {HISTORY_VERSION} (got {describe(version)})")
-    decisions = tuple(_parse_decision(d, f"decisions[{i}]")
-                      for i, d in enumerate(list_at(top.get("decisions", []), "decisions")))
-    for i in range(1, len(decisions)):
-        if decisions[i].decided_at < decisions[i - 1].decided_at:
-            raise FieldError(f"decisions[{i}].decided_at", "earlier than the decision before it: decisions are "
-                             "oldest first")
-    blocked = tuple(_parse_blocked(e, f"blocklist[{i}]")
-                    for i, e in enumerate(list_at(top.get("blocklist", []), "blocklist")))
-    partitions = {str(q): integer(n, join("partitions", str(q)), 1, MAX_PARTITIONS)
-                  for q, n in object_at(_or(top.get("partitions"), {}), "partitions").items()}
-    direction = optional_integer(top.get("last_action_direction"), "last_action_direction", -1, 1)
-    scalability = tuple(_parse_scaling(o, f"scalability[{i}]")
-                        for i, o in enumerate(list_at(_or(top.get("scalability"), []), "scalability")))
-    return DecisionHistory(
-        decisions, Blocklist(blocked),
-        _optional_time(top.get("last_action_at"), "last_action_at"),
-        boolean(top.get("migration_running", False), "migration_running"),
-        _optional_time(top.get("last_migration_end"), "last_migration_end"),
-        partitions,
-        optional_integer(top.get("requested_executors"), "requested_executors", 0, MAX_EXECUTORS),
-        direction,
-        _optional_text(top.get("action_in_progress"), "action_in_progress"),
-        scalability,
-    )
-
-
-def _parse_decision(value: Any, path: str) -> PastDecision:
-    obj = object_at(value, path)
-    only_known(obj, _DECISION_KEYS, path)
-    decided_at = _time(get(obj, "decided_at", path), join(path, "decided_at"))
-    observation = _parse_observation(obj.get("observation"), join(path, "observation"))
-    return PastDecision(decided_at, _parse_plan(get(obj, "plan", path), join(path, "plan"), observation))
-
-
-def _parse_plan(value: Any, path: str, observation: Observation) -> Plan:
-    obj = object_at(value, path)
-    only_known(obj, _PLAN_KEYS, path)
-    parallelism_path = join(path, "parallelism")
-    parallelism = {str(op): integer(n, join(parallelism_path, str(op)), 1, MAX_PARTITIONS)
-                   for op, n in object_at(obj.get("parallelism", {}), parallelism_path).items()}
-    actions = tuple(_parse_action(a, f"{join(path, 'actions')}[{i}]")
-                    for i, a in enumerate(list_at(obj.get("actions", []), join(path, "actions"))))
-    explanation = tuple(_text(line, f"{join(path, 'explanation')}[{i}]")
-                        for i, line in enumerate(list_at(obj.get("explanation", []), join(path, "explanation"))))
-    policy, app = (string(get(obj, key, path), join(path, key)) for key in ("policy", "app"))
-    return Plan(policy, app, parallelism, actions, explanation, observation)
-
-
-def _parse_action(value: Any, path: str) -> Action:
-    obj = object_at(value, path)
-    only_known(obj, _ACTION_KEYS, path)
-    fields = {name: optional_string(obj.get(key), join(path, key))
-              for name, key in (("operator", "operator"), ("executor", "executor"), ("query", "query"))}
-    counts = {name: optional_integer(obj.get(key), join(path, key), 0, MAX_EXECUTORS)
-              for name, key in (("from_", "from"), ("to", "to"))}
-    kind = string(get(obj, "type", path), join(path, "type"))
-    if kind not in registered_action_types():
-        raise FieldError(join(path, "type"), f"unknown action type (expected one of "
-                         f"{', '.join(registered_action_types())}; got {describe(kind)})")
-    return _built(path, Action, kind, **fields, **counts, reason=_text(obj.get("reason", ""), join(path, "reason")))
-
-
-def _parse_observation(value: Any, path: str) -> Observation:
-    if value is None:
-        return Observation()
-    obj = object_at(value, path)
-    only_known(obj, _OBSERVATION_KEYS, path)
-    figures_path = join(path, "figures")
-    figures = {str(k): optional_number(v, join(figures_path, str(k)), -MAX_FIGURE, MAX_FIGURE)
-               for k, v in object_at(_or(obj.get("figures"), {}), figures_path).items()}
-    expected = obj.get("expected")
-    return Observation(
-        optional_string(obj.get("query"), join(path, "query")), figures,
-        _optional_text(obj.get("diagnosis"), join(path, "diagnosis")),
-        None if expected is None else _parse_expected(expected, join(path, "expected")),
-        optional_integer(obj.get("recommended_executors"), join(path, "recommended_executors"), 0, MAX_EXECUTORS),
-    )
-
-
-def _parse_expected(value: Any, path: str) -> ExpectedOutcome:
-    obj = object_at(value, path)
-    only_known(obj, _EXPECTED_KEYS, path)
-    names = [string(get(obj, key, path), join(path, key)) for key in ("diagnosis", "action_type", "metric")]
-    before, after = (number(get(obj, key, path), join(path, key), -MAX_FIGURE, MAX_FIGURE)
-                     for key in ("before", "after"))
-    return ExpectedOutcome(*names, before, after)
-
-
-def _parse_blocked(value: Any, path: str) -> BlockedAction:
-    obj = object_at(value, path)
-    only_known(obj, _BLOCKED_KEYS, path)
-    app, diagnosis, action_type = (string(get(obj, key, path), join(path, key)) for key in ("app", "diagnosis",
-                                                                                           "action_type"))
-    return BlockedAction(app, diagnosis, action_type, _time(get(obj, "until", path), join(path, "until")),
-                         optional_string(obj.get("policy"), join(path, "policy")))
-
-
-def _parse_scaling(value: Any, path: str) -> ScalingObservation:
-    obj = object_at(value, path)
-    only_known(obj, _SCALING_KEYS, path)
-    cores = [integer(get(obj, key, path), join(path, key), 0, MAX_EXECUTORS) for key in ("cores_before", "cores_after")]
-    rates = [number(get(obj, key, path), join(path, key), 0, MAX_RATE)
-             for key in ("before_rps", "expected_rps", "observed_rps")]
-    return ScalingObservation(optional_string(obj.get("query"), join(path, "query")),
-                              _time(get(obj, "at", path), join(path, "at")), *cores, *rates)
-
-
-def _or(value: Any, default: Any) -> Any:
-    """`value`, or `default` when it is null (as absent); a wrong type is still the field's error."""
-    return default if value is None else value
-
-
-def _text(value: Any, path: str) -> str:
-    """A string, possibly empty (a reason, an explanation line)."""
-    if not isinstance(value, str):
-        raise FieldError(path, f"expected a string (got {describe(value)})")
-    return value
-
-
-def _optional_text(value: Any, path: str) -> str | None:
-    return None if value is None else _text(value, path)
+        raise HistoryError(exc.path, exc.problem, str(path)) from None

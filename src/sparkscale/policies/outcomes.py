@@ -28,18 +28,25 @@ What is blocked, and for whom:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from pydantic import GetCoreSchemaHandler
+from pydantic_core import CoreSchema
 
 from sparkscale.config import AppConfig
-from sparkscale.plan import Action, ActionType, Plan, evaluate_outcome
+from sparkscale.model.codec import NAME, Codec, between, json_form, known_keys, reshaped
+from sparkscale.model.fields import MAX_TIME
+from sparkscale.model.plan import Action, ActionType, Plan, evaluate_outcome
+from sparkscale.model.snapshot import Snapshot
 from sparkscale.policies.ds2_model import estimate  # the model a capacity expectation comes from
 from sparkscale.policies.figures import load_figures
-from sparkscale.snapshot import Snapshot
 
 KEEPS_UP = "keeps_up"
 CAPACITY = "capacity_rps"  # source records/s the query can take in on the action's cores (DS2's model)
 INEFFECTIVE_SCALE_UP = "ineffective_scale_up"
+Time = Annotated[float, between(0, MAX_TIME)]  # seconds since the epoch
 
 
 # Blocklist (lecture: "A blocklist records actions that did not produce the expected outcome")
@@ -51,36 +58,46 @@ class BlockedAction:
     in the plans of `policy` (None: of every policy). The diagnosis `ineffective_scale_up` blocks
     every scale-up of the app, whatever it answers."""
 
-    app: str
-    diagnosis: str
-    action_type: ActionType
-    until: float
-    policy: str | None = None
+    app: Annotated[str, NAME]
+    diagnosis: Annotated[str, NAME]
+    action_type: Annotated[str, NAME]  # an ActionType, or a plug-in's registered type
+    until: Time
+    policy: Annotated[str, NAME] | None = None
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
+        return reshaped(handler, source, lambda v: known_keys(v, ("app", "diagnosis", "action_type", "until",
+                                                                  "policy")))
 
     def applies(self, app: str, diagnosis: str, action_type: str, now: float, policy: str | None = None,
                 scale_up: bool = False) -> bool:
         if self.app != app or now >= self.until or (self.policy is not None and self.policy != policy):
             return False
         if self.diagnosis == INEFFECTIVE_SCALE_UP:
-            return scale_up and action_type == "scale_executors"
+            return scale_up and action_type == ActionType.SCALE_EXECUTORS
         return (self.diagnosis, self.action_type) == (diagnosis, action_type)
 
 
 @dataclass(frozen=True)
 class Blocklist:
-    """Blocked (diagnosis, action) pairs. Immutable; the daemon persists it."""
+    """Blocked (diagnosis, action) pairs. Immutable; the daemon persists it. Written as the list
+    of its entries."""
 
     entries: tuple[BlockedAction, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "entries", tuple(self.entries))
 
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
+        return json_form(handler, tuple[BlockedAction, ...], cls, lambda blocklist: blocklist.entries)
+
     def find(self, app: str, diagnosis: str, action_type: str, now: float, policy: str | None = None,
              scale_up: bool = False) -> BlockedAction | None:
         """The entry blocking this pair now (for `policy`'s plans), if any."""
         return next((e for e in self.entries if e.applies(app, diagnosis, action_type, now, policy, scale_up)), None)
 
-    def block(self, app: str, diagnosis: str, action_type: ActionType, now: float, ttl_s: float,
+    def block(self, app: str, diagnosis: str, action_type: str, now: float, ttl_s: float,
               policy: str | None = None) -> Blocklist:
         """This blocklist with the pair blocked until now + ttl_s (replacing an older entry for it)."""
         kept = tuple(e for e in self.entries if (e.app, e.diagnosis, e.action_type) != (app, diagnosis, action_type))
@@ -108,22 +125,25 @@ def diagnosis_of(plan: Plan, action: Action) -> str:
 
 @dataclass(frozen=True)
 class Expectation:
-    """`metric` should go from `before` towards `after` (or, for keeps_up, the app should keep up)."""
+    """`metric` should go from `before` towards `after` (or, for keeps_up, the app should keep up).
+    Kept in the action log's decisions (`daemon/action_log.py`)."""
 
     diagnosis: str
     action_type: str
     metric: str  # processed_rate | batch_ratio | keeps_up
     before: float
     after: float
-    backlog_before: float
+    backlog_before: float = 0.0  # absent from decisions logged before it was kept
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return EXPECTATION_JSON.dump_object(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Expectation:
-        return cls(str(data["diagnosis"]), str(data["action_type"]), str(data["metric"]), float(data["before"]),
-                   float(data["after"]), float(data.get("backlog_before", 0.0)))
+    def from_dict(cls, data: Mapping[str, Any]) -> Expectation:
+        return EXPECTATION_JSON.load(data)
+
+
+EXPECTATION_JSON: Codec[Expectation] = Codec(Expectation, label="expected")
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from sparkscale.config import AppConfig, Config
-from sparkscale.plan import Action, Plan
+from sparkscale.model.plan import Action, Plan
+from sparkscale.model.snapshot import Snapshot
+from sparkscale.model.snapshot_merge import merge_snapshots, query_extensions, query_names, split_operator
 from sparkscale.policies.base import get_policy
 from sparkscale.policies.capacity import apply_capacity
 from sparkscale.policies.guards import GuardInput, apply_guards
@@ -23,8 +25,6 @@ from sparkscale.policies.placement.model import PlacementPlan
 from sparkscale.policies.placement.spark_default import SPARK_DEFAULT
 from sparkscale.policies.spread import spread_moves
 from sparkscale.policies.two_tier import band_migrations
-from sparkscale.snapshot import Snapshot
-from sparkscale.snapshot_merge import merge_snapshots, query_extensions, query_names, split_operator
 
 
 def decide_app(snapshots: Sequence[Snapshot], history: DecisionHistory, config: Config, app: AppConfig,

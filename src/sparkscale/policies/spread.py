@@ -9,7 +9,7 @@ whichever executor gets their tasks. What bounds a worker's loss is the share of
 (`spark.deploy.spreadOutApps`) but never rebalances: after a worker dies and returns, an app's
 executors stay crowded on the survivors.
 
-The rule, on `extensions["cluster"]` (`sparkscale.placement`): n executors over the w ALIVE workers
+The rule, on `extensions["cluster"]` (`sparkscale.model.placement`): n executors over the w ALIVE workers
 that hold one or have room for one more; the spread is broken when a worker holds more than
 ceil(n / w) while another holds fewer and has room (free cores and memory for one executor of the
 app's shape). Then one `replace_executor` of the newest executor on the most crowded worker: the
@@ -32,13 +32,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from sparkscale.config import GuardsConfig
-from sparkscale.fields import FieldError
-from sparkscale.placement import Placement, WorkerSlots, executor_order, placement_of
-from sparkscale.plan import Action, Plan
+from sparkscale.model.fields import FieldError
+from sparkscale.model.placement import Placement, WorkerSlots, executor_order, placement_of
+from sparkscale.model.plan import Action, Plan
+from sparkscale.model.snapshot import ExecutorFigures, Snapshot
+from sparkscale.model.snapshot_merge import query_extensions
 from sparkscale.policies.guards import GuardInput
 from sparkscale.policies.history import DecisionHistory, PastDecision
-from sparkscale.snapshot import ExecutorFigures, Snapshot
-from sparkscale.snapshot_merge import query_extensions
 
 SPREAD_DIAGNOSIS = "executor_spread"
 

@@ -37,10 +37,10 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator
 
 from sparkscale.config import AppConfig, ConfigSection, PolicyConfig
-from sparkscale.plan import Action, Observation, Plan
+from sparkscale.model.plan import Action, Observation, Plan
+from sparkscale.model.snapshot import Snapshot
 from sparkscale.policies.base import register_policy
 from sparkscale.policies.history import DecisionHistory
-from sparkscale.snapshot import Snapshot
 
 
 class ThresholdRule(ConfigSection):

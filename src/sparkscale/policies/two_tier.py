@@ -18,10 +18,10 @@ import math
 from collections.abc import Mapping
 
 from sparkscale.config import AppConfig
+from sparkscale.model.plan import Action, Plan
+from sparkscale.model.snapshot import Snapshot
+from sparkscale.model.snapshot_merge import query_names, split_operator
 from sparkscale.partitions import many_divisor_count
-from sparkscale.plan import Action, Plan
-from sparkscale.snapshot import Snapshot
-from sparkscale.snapshot_merge import query_names, split_operator
 
 
 def band_migrations(plan: Plan, snapshot: Snapshot, app: AppConfig, partitions: Mapping[str, int], low: float,

@@ -10,17 +10,21 @@ answered (the command alone when no answer came in time); `prune_channel` bounds
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Annotated, Any
 
 import structlog
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
+from pydantic import Field, GetCoreSchemaHandler
+from pydantic_core import CoreSchema
 
+from sparkscale.model.codec import NAME, Check, Codec, Json, between, reshaped, whole, without_nulls
+from sparkscale.model.fields import FieldError, get, is_number, object_at
 from sparkscale.protocol.znodes import acks_path, commands_path
 
 log = structlog.get_logger(__name__)
@@ -53,16 +57,41 @@ def command_seq(name: str) -> int:
 # -- messages -------------------------------------------------------------------------------------
 
 
+class CommandName(StrEnum):
+    """The commands the agent carries out (agent/loop.py's handlers). A command of another type is
+    still read, and refused by the agent naming the ones it knows."""
+
+    SET_EXECUTORS = "set_executors"
+    DECOMMISSION = "decommission"
+    PAUSE_SOURCES = "pause_sources"
+    RESUME_SOURCES = "resume_sources"
+    STOP_QUERY = "stop_query"
+    ABORT_QUERY = "abort_query"
+    REPARTITION = "repartition"
+    START_QUERY = "start_query"
+    REPORT = "report"
+
+
+def _issued_at(value: object) -> float:
+    """A sender's clock reading; one that is no number reads as 0.0 (unknown), not as an error."""
+    return value if isinstance(value, int | float) and is_number(value) else 0.0
+
+
 @dataclass(frozen=True)
 class Command:
-    """One command from the acting daemon; `epoch` is its leader epoch, used for fencing."""
+    """One command from the acting daemon; `epoch` is its leader epoch, used for fencing. Written
+    as `{type, args, epoch, issued_at}` and `expires_at` when set; `name` is the znode's."""
 
-    type: str
-    args: dict[str, Any] = field(default_factory=dict)
-    epoch: int = 0
-    issued_at: float = 0.0
-    name: str = ""  # the znode name, known once written
-    expires_at: float | None = None  # issued_at + the sender's ack timeout: nobody waits for it after
+    type: Annotated[str, NAME]
+    args: dict[str, Json] = field(default_factory=dict)
+    epoch: Annotated[int, whole(0)] = 0
+    issued_at: Annotated[float, Check(_issued_at)] = 0.0
+    name: Annotated[str, Field(exclude=True)] = ""  # the znode name, known once written
+    expires_at: Annotated[float, between()] | None = None  # issued_at + the sender's ack timeout
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
+        return reshaped(handler, source, _command_in, _command_out)
 
     @property
     def seq(self) -> int:
@@ -84,56 +113,52 @@ class Command:
         return now - deadline
 
     def to_json(self) -> bytes:
-        body: dict[str, Any] = {"type": self.type, "args": self.args, "epoch": self.epoch,
-                                "issued_at": self.issued_at}
-        if self.expires_at is not None:
-            body["expires_at"] = self.expires_at
-        return json.dumps(body).encode()
+        return COMMAND_JSON.dumps(self).encode()
 
     @classmethod
     def from_znode(cls, name: str, data: bytes) -> Command:
-        """Parse a command znode; raise CommandFormatError saying what is wrong with it."""
+        """Parse a command znode; raise CommandFormatError saying what is wrong with it (the field)."""
         try:
-            body = json.loads(data.decode() if data else "")
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise CommandFormatError(f"command data is not JSON: {exc}") from None
-        if not isinstance(body, dict):
-            raise CommandFormatError("command data is not a JSON object")
-        kind, args, epoch = body.get("type"), body.get("args", {}), body.get("epoch")
-        if not isinstance(kind, str) or not kind:
-            raise CommandFormatError("command has no 'type'")
-        if args is None:
-            args = {}
-        if not isinstance(args, dict):
-            raise CommandFormatError("command 'args' is not a JSON object")
-        # bool is an int in Python; an epoch of `true` is a bug in the sender, not epoch 1.
-        if not isinstance(epoch, int) or isinstance(epoch, bool):
-            raise CommandFormatError(f"command 'epoch' must be an integer (got {epoch!r})")
-        issued_at = body.get("issued_at", 0.0)
-        if not isinstance(issued_at, (int, float)) or isinstance(issued_at, bool):
-            issued_at = 0.0
-        expires_at = body.get("expires_at")
-        if expires_at is not None and (not isinstance(expires_at, (int, float)) or isinstance(expires_at, bool)):
-            raise CommandFormatError(f"command 'expires_at' must be a number (got {expires_at!r})")
-        return cls(type=kind, args=args, epoch=epoch, issued_at=float(issued_at), name=name,
-                   expires_at=None if expires_at is None else float(expires_at))
+            return replace(COMMAND_JSON.loads(data or b""), name=name)
+        except FieldError as exc:
+            raise CommandFormatError(f"command {exc.path}: {exc.problem}" if exc.path else f"command: {exc}") from None
+
+
+def _command_in(value: object) -> dict[str, Any]:
+    """`epoch` is required (a sender without one is a bug, not epoch 0); null `args` are none."""
+    obj = without_nulls(object_at(value, ""), ("args",))
+    get(obj, "type", "")
+    get(obj, "epoch", "")
+    return {k: v for k, v in obj.items() if k != "name"}
+
+
+def _command_out(data: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in data.items() if k != "expires_at" or v is not None}
 
 
 @dataclass(frozen=True)
 class Ack:
-    """The agent's outcome of one command. `detail` is a reason (str) or a JSON-able result."""
+    """The agent's outcome of one command. `detail` is a reason (str) or a JSON-able result (what is
+    not JSON is written as its string)."""
 
     ok: bool
-    detail: Any
-    done_at: float
+    detail: Json
+    done_at: float = 0.0
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
+        return reshaped(handler, source, lambda v: {"detail": None, **object_at(v, "")})
 
     def to_json(self) -> bytes:
-        return json.dumps({"ok": self.ok, "detail": self.detail, "done_at": self.done_at}, default=str).encode()
+        return ACK_JSON.dumps(self).encode()
 
     @classmethod
     def from_json(cls, data: bytes) -> Ack:
-        body = json.loads(data.decode())
-        return cls(ok=bool(body["ok"]), detail=body.get("detail"), done_at=float(body.get("done_at", 0.0)))
+        return ACK_JSON.loads(data)
+
+
+COMMAND_JSON: Codec[Command] = Codec(Command)
+ACK_JSON: Codec[Ack] = Codec(Ack, label="ack")
 
 
 # -- client side (daemon, tests) ------------------------------------------------------------------

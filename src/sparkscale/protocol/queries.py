@@ -19,9 +19,15 @@ Backlog estimates (`SourceReport.backlog_estimate`), best first:
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
+
+from pydantic import GetCoreSchemaHandler
+from pydantic_core import CoreSchema
+
+from sparkscale.model.codec import Codec, Json, reshaped, without_nulls
+from sparkscale.model.fields import object_at
 
 BACKLOG_ESTIMATES = ("source_offsets", "file_listing", "unknown")
 ROCKSDB_PROVIDER_CLASS = "RocksDBStateStoreProvider"  # the only provider Spark 4.3 repartitions offline
@@ -92,9 +98,9 @@ class SourceReport:
     num_input_rows: int = 0
     input_rows_per_s: float | None = None
     processed_rows_per_s: float | None = None
-    start_offset: Any = None
-    end_offset: Any = None
-    latest_offset: Any = None
+    start_offset: Json = None  # as the source reports it
+    end_offset: Json = None
+    latest_offset: Json = None
     metrics: dict[str, str] = field(default_factory=dict)
     backlog_records: int | None = None  # None: unknown
     backlog_files: int | None = None  # file source only
@@ -105,16 +111,17 @@ class SourceReport:
     # counted cheaply, "files" (positions are only compared with positions of the same source).
     position_unit: str = "records"
 
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
+        # Keys of a newer agent are ignored; an older one's report may lack the description and kind.
+        return reshaped(handler, source, lambda v: {"description": "", "kind": "other", **object_at(v, "")})
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return SOURCE_REPORT_JSON.dump_object(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SourceReport:
-        known = {f for f in cls.__dataclass_fields__}
-        clean = {k: v for k, v in data.items() if k in known}
-        clean.setdefault("description", "")
-        clean.setdefault("kind", "other")
-        return cls(**clean)
+        return SOURCE_REPORT_JSON.load(data)
 
 
 def source_reports(fields: dict[str, Any]) -> list[SourceReport]:
@@ -203,20 +210,21 @@ class QueryInfo:
                     "without its state. Name the query (.queryName('...')) or give it option('checkpointLocation', ...)")
         return self.why_not_restartable(allow_lossy_restart)
 
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
+        return reshaped(handler, source, lambda v: without_nulls(object_at(v, ""), ("sources", "source_descriptions")))
+
     def to_json(self) -> str:
-        data = asdict(self)
-        data["sources"] = list(self.sources)
-        data["source_descriptions"] = list(self.source_descriptions)
-        return json.dumps(data)
+        return QUERY_INFO_JSON.dumps(self)
 
     @classmethod
     def from_json(cls, text: str | bytes) -> QueryInfo:
-        data = json.loads(text)
-        known = {f for f in cls.__dataclass_fields__}
-        clean = {k: v for k, v in data.items() if k in known}
-        clean["sources"] = tuple(clean.get("sources") or ())
-        clean["source_descriptions"] = tuple(clean.get("source_descriptions") or ())
-        return cls(**clean)
+        """Keys of a newer agent are ignored; raises a FieldError (a ValueError) naming the field."""
+        return QUERY_INFO_JSON.loads(text)
+
+
+SOURCE_REPORT_JSON: Codec[SourceReport] = Codec(SourceReport, label="source report")
+QUERY_INFO_JSON: Codec[QueryInfo] = Codec(QueryInfo, label="query info")
 
 
 def read_queries(client: Any, prefix: str, app: str) -> dict[str, QueryInfo]:

@@ -56,12 +56,12 @@ from sparkscale.actuators.migration.base import (
     registered_strategies,
 )
 from sparkscale.actuators.migration.journal import (
-    Journal,
     JournalFenced,
     JournalStore,
     PhaseCallback,
     attention_line,
     check_operable,
+    new_shape,
     operator_commands,
     phase_metrics,
 )
@@ -71,7 +71,6 @@ from sparkscale.actuators.migration.runner import MigrationRunner
 from sparkscale.actuators.migration import dsm, dcr, ccr  # noqa: F401  isort: skip
 
 __all__ = [
-    "Journal",
     "JournalFenced",
     "JournalStore",
     "MigrationBusy",
@@ -85,6 +84,7 @@ __all__ = [
     "attention_line",
     "check_operable",
     "get_strategy",
+    "new_shape",
     "operator_commands",
     "phase_metrics",
     "phases_of",

@@ -25,7 +25,7 @@ from sparkscale.monitors.migration_metrics import CLOCK_MARGIN_S, first_output, 
 from sparkscale.registry import STRATEGIES
 
 if TYPE_CHECKING:
-    from sparkscale.actuators.migration.journal import Journal
+    from sparkscale.model.journal import Journal
     from sparkscale.monitors.migration_metrics import BatchPoint
 
 log = structlog.get_logger(__name__)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from sparkscale.actuators.migration.base import MigrationStrategy, RestoreProbe, register_strategy
 
 if TYPE_CHECKING:
-    from sparkscale.actuators.migration.journal import Journal
+    from sparkscale.model.journal import Journal
 
 
 @register_strategy

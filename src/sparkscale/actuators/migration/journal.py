@@ -1,4 +1,5 @@
-"""A migration's journal in ZooKeeper (`R/apps/{app}/migration`, JSON) and the metrics it gives.
+"""A migration's journal in ZooKeeper (`R/apps/{app}/migration`, JSON) and the metrics it gives
+(the record itself, `Journal`, is model/journal.py).
 
 The journal's `next` phase is written before its step runs and its `phases` record when each step
 completed; which phases there are, and in which order, is its strategy's phase table. Writes are
@@ -8,9 +9,7 @@ journal (`JournalFenced`, logged as `migration.fenced`)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import structlog
@@ -25,6 +24,7 @@ from kazoo.exceptions import (
 
 from sparkscale.actuators.migration.base import MigrationError, UnknownMigration, get_strategy
 from sparkscale.apps.submit import ExecutorShape
+from sparkscale.model.journal import Journal, JournalError
 from sparkscale.protocol.fencing import LiveLock, read_live_lock, refusal
 from sparkscale.protocol.znodes import app_path, journal_path
 
@@ -32,87 +32,9 @@ log = structlog.get_logger(__name__)
 
 ABSENT = -1  # the journal's version when there is none: the next write creates it
 
-# Statuses (docs/internals.md, "The migration journal"). Active: a runner carries it on, and a new
-# leader resumes it. Open: not ended, so no other migration of the app starts and the operator may
-# `--resume` or `--abort` it. "failed" is written only by versions before the recovery (recovery.py).
-ACTIVE = ("running", "recovering")
-NEEDS_ATTENTION = ("needs_attention", "failed")
-OPEN = (*ACTIVE, *NEEDS_ATTENTION)
-ENDED = ("done", "done_degraded", "rolled_back", "aborted")
-
-
 class JournalFenced(MigrationError):
     """A journal write refused: the writer no longer holds the app's leader lock, or the journal
     changed since it read it (a successor took the migration over). Nothing was written."""
-
-
-@dataclass
-class Journal:
-    """One migration's record: what, which strategy, where it is, and the figures for its metrics."""
-
-    id: str
-    app: str
-    query: str
-    strategy: str
-    from_partitions: int
-    to_partitions: int
-    requested_at: float
-    by: str
-    epoch: int
-    status: str = "running"  # one of OPEN or ENDED
-    next: str = "requested"  # the phase whose step runs (or ran) now
-    phases: dict[str, float] = field(default_factory=dict)  # phase -> completed at (seconds since the epoch)
-    marks: dict[str, Any] = field(default_factory=dict)  # positions, run ids, figures for the metrics
-    detail: str = ""
-    shape: dict[str, int] | None = None  # a new executor shape (ExecutorShape fields): a whole-app restart
-
-    @property
-    def new_shape(self) -> ExecutorShape | None:
-        return ExecutorShape(**self.shape) if self.shape else None
-
-    @property
-    def active(self) -> bool:
-        return self.status in ACTIVE
-
-    @property
-    def open(self) -> bool:
-        return self.status in OPEN
-
-    @property
-    def needs_attention(self) -> bool:
-        """Stopped short with the query perhaps not running: only the operator continues it."""
-        return self.status in NEEDS_ATTENTION
-
-    @property
-    def phase_reached(self) -> str | None:
-        """The last phase completed, in the strategy's order (None: not even `requested`)."""
-        return next((p for p in reversed(self.phase_plan) if p in self.phases), None)
-
-    def to_json(self) -> bytes:
-        return json.dumps(asdict(self)).encode()
-
-    @classmethod
-    def from_json(cls, data: bytes) -> Journal:
-        return cls(**json.loads(data.decode()))
-
-    @property
-    def phase_plan(self) -> tuple[str, ...]:
-        """All the phases of the migration, in order: its strategy's phase table."""
-        return get_strategy(self.strategy).phases
-
-    @property
-    def remaining(self) -> tuple[str, ...]:
-        return tuple(p for p in self.phase_plan if p not in self.phases)
-
-    def phase_durations(self) -> dict[str, float]:
-        """Seconds each completed phase took (from the previous phase's completion)."""
-        out: dict[str, float] = {}
-        previous = self.requested_at
-        for phase in self.phase_plan:
-            if phase in self.phases:
-                out[phase] = round(self.phases[phase] - previous, 3)
-                previous = self.phases[phase]
-        return out
 
 
 class JournalStore:
@@ -135,7 +57,10 @@ class JournalStore:
             self.version = ABSENT
             return None
         self.version = stat.version
-        return Journal.from_json(data) if data else None
+        try:
+            return Journal.from_json(data) if data else None
+        except JournalError as exc:
+            raise MigrationError(f"the journal of {self.app} ({self.path}) cannot be read: {exc}") from None
 
     def write(self, journal: Journal) -> None:
         """Compare-and-set the journal; raise JournalFenced (and log `migration.fenced`) instead of
@@ -217,6 +142,11 @@ def transaction_refusal(results: list[Any], version: int, epoch: int) -> str | N
 
 
 PhaseCallback = Callable[[Journal, str, float], None]
+
+
+def new_shape(journal: Journal) -> ExecutorShape | None:
+    """The executor shape the migration gives the app (None: the shape stays, only the query restarts)."""
+    return ExecutorShape(**journal.shape) if journal.shape else None
 
 
 def operator_commands(journal: Journal) -> tuple[str, str]:

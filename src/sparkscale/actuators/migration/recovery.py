@@ -30,8 +30,9 @@ import redis
 import structlog
 
 from sparkscale.actuators.migration.base import MigrationError, get_strategy
-from sparkscale.actuators.migration.journal import Journal, JournalFenced, operator_commands, phase_metrics
+from sparkscale.actuators.migration.journal import JournalFenced, new_shape, operator_commands, phase_metrics
 from sparkscale.actuators.migration.session import MigrationSession
+from sparkscale.model.journal import Journal
 from sparkscale.protocol.commands import AckTimeout
 from sparkscale.protocol.keys import paused_key
 
@@ -121,7 +122,7 @@ class Recovery:
         """Why `way` cannot be taken (None: it can)."""
         if way == FORWARD or not journal.marks["recovery"]["state_moved"]:
             return None
-        if journal.new_shape is not None:
+        if new_shape(journal) is not None:
             return "a new executor shape: the whole application was restarted with it (no way back here)"
         if journal.from_partitions == journal.to_partitions:
             return "the partitions did not change: nothing to repartition back"
@@ -133,7 +134,7 @@ class Recovery:
         resume: Step = ("resume_sources", self._resume)
         if not journal.marks["recovery"]["state_moved"]:
             return [("start_query", lambda: self._start(journal, journal.from_partitions)), resume]
-        if way == FORWARD and journal.new_shape is not None:
+        if way == FORWARD and new_shape(journal) is not None:
             return [("restart_application", lambda: self._restart_application(journal)), resume]
         target = journal.to_partitions if way == FORWARD else journal.from_partitions
         start: Step = ("start_query", lambda: self._start(journal, target))
@@ -222,8 +223,9 @@ class Recovery:
         return detail
 
     def _restart_application(self, journal: Journal) -> str:
-        assert journal.new_shape is not None
-        self.runner._restart_application(journal, journal.new_shape)
+        shape = new_shape(journal)
+        assert shape is not None
+        self.runner._restart_application(journal, shape)
         return "application restarted with its new shape"
 
     def _resume(self) -> Any:

@@ -15,15 +15,16 @@ import structlog
 from sparkscale.actuators.migration.base import MigrationBusy, MigrationError, get_strategy, idle_after_restart
 from sparkscale.actuators.migration.hooks import after_step, before_step
 from sparkscale.actuators.migration.journal import (
-    Journal,
     JournalFenced,
     check_operable,
+    new_shape,
     operator_commands,
     phase_metrics,
 )
 from sparkscale.actuators.migration.recovery import Recovery
 from sparkscale.actuators.migration.session import MigrationSession
 from sparkscale.apps.submit import ExecutorShape
+from sparkscale.model.journal import Journal
 from sparkscale.monitors.migration_metrics import CLOCK_MARGIN_S, first_output, timeline_of
 from sparkscale.protocol.commands import AckTimeout
 from sparkscale.protocol.keys import datastore_key
@@ -250,7 +251,7 @@ class MigrationRunner(MigrationSession):
         journal.marks["repartition"] = detail
 
     def _restart(self, journal: Journal) -> None:
-        shape = journal.new_shape
+        shape = new_shape(journal)
         if shape is not None:
             self._restart_application(journal, shape)
         else:

@@ -13,7 +13,7 @@ target to the registered count plus one and would cancel them), as the spread ru
 
 from __future__ import annotations
 
-from sparkscale.plan import Action, Plan
+from sparkscale.model.plan import Action, Plan
 from sparkscale.policies.guards import GuardInput, _replace_scale, _scale
 from sparkscale.policies.placement.model import CountChange, PlacementPlan
 

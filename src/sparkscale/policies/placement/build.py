@@ -24,7 +24,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from sparkscale.config import AppConfig
-from sparkscale.placement import Placement, placement_of
+from sparkscale.model.placement import Placement, placement_of
+from sparkscale.model.snapshot import Snapshot
 from sparkscale.policies.ds2_model import estimate
 from sparkscale.policies.figures import load_figures
 from sparkscale.policies.placement.landing import landing_worker
@@ -36,7 +37,6 @@ from sparkscale.policies.placement.model import (
     Traffic,
     Worker,
 )
-from sparkscale.snapshot import Snapshot
 
 
 def _num(value: object) -> float | None:

@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from sparkscale.config.base import ConfigSection
-from sparkscale.placement import executor_order
+from sparkscale.model.placement import executor_order
 from sparkscale.policies.placement.downtime import DowntimeModel, action_downtime_s
 from sparkscale.policies.placement.model import AppDemand, ClusterModel
 

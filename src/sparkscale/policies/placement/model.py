@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparkscale.placement import FreeRoom
+from sparkscale.model.placement import FreeRoom
 
 
 @dataclass(frozen=True, order=True)

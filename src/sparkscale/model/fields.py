@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 MAX_DEPTH = 100  # nesting of a JSON document; deeper ones are refused before anything recurses on them
+MAX_TIME = 1e11  # seconds since the epoch (the year 5138): the latest time a record may name
 
 MISSING = object()
 
@@ -168,7 +169,8 @@ def number(value: Any, path: str, low: float | None = None, high: float | None =
           and (high is None or value <= high) and (smallest is None or value == 0 or abs(value) >= smallest))
     if not ok:
         raise FieldError(path, f"expected {_range(low, high, strict, smallest)} (got {describe(value)})")
-    return value
+    checked: float = value  # an int stays one: written back as it was read
+    return checked
 
 
 def optional_number(value: Any, path: str, low: float | None = None, high: float | None = None,

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from sparkscale.snapshot import ExecutorFigures, Snapshot
+from sparkscale.model.snapshot import ExecutorFigures, Snapshot
 
 QUERY_SEPARATOR = "/"
 # Extensions that describe the app or the host, not one query: kept at the top of a merged snapshot.

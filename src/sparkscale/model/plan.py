@@ -1,12 +1,14 @@
 """Plans: what a policy wants done to one application, why, and what it saw.
 
 A plan is data, not a command: actuators carry it out, the action log stores it, and
-`sparkscale plan --json` prints `Plan.to_dict()`, whose shape is DESIGN.md's plan contract. What a
-later decision needs from this one (window figures, the diagnosis, the expected outcome, the
-recommended executor count) travels typed in `Plan.observation`, not in the explanation text.
+`sparkscale plan --json` prints `Plan.to_dict()`, exactly its five keys (policy, app, parallelism,
+actions, explanation). What a later decision needs from this one (window figures, the diagnosis,
+the expected outcome, the recommended executor count) travels typed in `Plan.observation`, not in
+the explanation text; it is written beside the plan (`policies/history.py`, `daemon/action_log.py`).
+The JSON of all of them is generated from the annotations (`model/codec.py`).
 
 Action types are an open table: an actuator for a new kind of action registers its type and the
-fields it needs with `register_action_type` (the built-in four are registered below).
+fields it needs with `register_action_type` (the built-in four, `ActionType`, are registered below).
 """
 
 from __future__ import annotations
@@ -14,9 +16,27 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from enum import StrEnum
+from typing import Annotated, Any
 
-ActionType = str  # a name registered with register_action_type
+from pydantic import Field, GetCoreSchemaHandler, PlainSerializer
+from pydantic_core import CoreSchema
+
+from sparkscale.config.apps import MAX_EXECUTORS, MAX_PARTITIONS
+from sparkscale.model.codec import NAME, TEXT, Check, Codec, between, known_keys, reshaped, whole, without_nulls
+from sparkscale.model.fields import FieldError, describe, string
+
+MAX_FIGURE = 1e30  # far beyond any figure a window yields, so that their differences stay finite
+
+
+class ActionType(StrEnum):
+    """The built-in action types; a plug-in actuator's type is a plain string it registered."""
+
+    SCALE_EXECUTORS = "scale_executors"
+    SET_PARALLELISM = "set_parallelism"
+    REPLACE_EXECUTOR = "replace_executor"
+    WARN = "warn"
+
 
 # action type -> the Action fields it needs (from_/to are checked as integers >= its low bound)
 _ACTION_FIELDS: dict[str, tuple[tuple[str, ...], int]] = {}
@@ -35,10 +55,26 @@ def registered_action_types() -> tuple[str, ...]:
     return tuple(_ACTION_FIELDS)
 
 
-register_action_type("scale_executors", ("from_", "to"))
-register_action_type("set_parallelism", ("operator", "from_", "to"), low=1)
-register_action_type("replace_executor", ("executor",))
-register_action_type("warn", ("reason",))
+register_action_type(ActionType.SCALE_EXECUTORS, ("from_", "to"))
+register_action_type(ActionType.SET_PARALLELISM, ("operator", "from_", "to"), low=1)
+register_action_type(ActionType.REPLACE_EXECUTOR, ("executor",))
+register_action_type(ActionType.WARN, ("reason",))
+
+
+def _action_type(value: object) -> str:
+    """A registered type; a built-in one as its ActionType."""
+    kind = string(value, "")
+    if kind not in _ACTION_FIELDS:
+        raise FieldError("", f"unknown action type (expected one of {', '.join(_ACTION_FIELDS)}; got "
+                         f"{describe(kind)})")
+    try:
+        return ActionType(kind)
+    except ValueError:
+        return kind  # a plug-in's
+
+
+Count = Annotated[int, whole(0, MAX_EXECUTORS)]  # executors, or partitions (set_parallelism checks >= 1)
+_ACTION_KEYS = ("type", "query", "operator", "executor", "from", "to", "executors", "reason")
 
 
 @dataclass(frozen=True)
@@ -50,14 +86,14 @@ class Action:
     scale-in decommissions, where a placement policy chose them (EDRP's q); empty: the agent's
     choice, the newest."""
 
-    type: ActionType
-    operator: str | None = None
-    executor: str | None = None
-    from_: int | None = None
-    to: int | None = None
-    reason: str = ""
-    query: str | None = None
-    executors: tuple[str, ...] = ()
+    type: Annotated[str, Check(_action_type)]
+    operator: Annotated[str, NAME] | None = None
+    executor: Annotated[str, NAME] | None = None
+    from_: Annotated[Count | None, Field(alias="from")] = None
+    to: Count | None = None
+    reason: Annotated[str, TEXT] = ""
+    query: Annotated[str, NAME] | None = None
+    executors: tuple[Annotated[str, NAME], ...] = ()
 
     def __post_init__(self) -> None:
         if self.type not in _ACTION_FIELDS:
@@ -73,76 +109,68 @@ class Action:
         if self.executors:
             object.__setattr__(self, "executors", tuple(str(e) for e in self.executors))
             removed = (self.from_ or 0) - (self.to or 0)
-            if self.type != "scale_executors" or len(set(self.executors)) != len(self.executors) or (
+            if self.type != ActionType.SCALE_EXECUTORS or len(set(self.executors)) != len(self.executors) or (
                     len(self.executors) != removed):
                 raise ValueError(f"{self.type}: executors {list(self.executors)} must name the {removed} distinct "
                                  "executors a scale_executors scale-in removes")
 
     @classmethod
+    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
+        return reshaped(handler, source, lambda v: known_keys(v, _ACTION_KEYS), _action_out)
+
+    @classmethod
     def scale_executors(cls, from_: int, to: int, reason: str, executors: Sequence[str] = ()) -> Action:
-        return cls("scale_executors", from_=from_, to=to, reason=reason, executors=tuple(executors))
+        return cls(ActionType.SCALE_EXECUTORS, from_=from_, to=to, reason=reason, executors=tuple(executors))
 
     @classmethod
     def set_parallelism(cls, operator: str, from_: int, to: int, reason: str) -> Action:
-        return cls("set_parallelism", operator=operator, from_=from_, to=to, reason=reason)
+        return cls(ActionType.SET_PARALLELISM, operator=operator, from_=from_, to=to, reason=reason)
 
     @classmethod
     def replace_executor(cls, executor: str, reason: str) -> Action:
-        return cls("replace_executor", executor=executor, reason=reason)
+        return cls(ActionType.REPLACE_EXECUTOR, executor=executor, reason=reason)
 
     @classmethod
     def warn(cls, reason: str, operator: str | None = None) -> Action:
-        return cls("warn", operator=operator, reason=reason)
+        return cls(ActionType.WARN, operator=operator, reason=reason)
 
     def to_dict(self) -> dict[str, Any]:
         """Only the keys that apply, in a stable order: type, query, operator, executor, from, to,
         executors, reason."""
-        out: dict[str, Any] = {"type": self.type}
-        for key, value in (("query", self.query), ("operator", self.operator), ("executor", self.executor),
-                           ("from", self.from_), ("to", self.to)):
-            if value is not None:
-                out[key] = value
-        if self.executors:
-            out["executors"] = list(self.executors)
-        if self.reason:
-            out["reason"] = self.reason
-        return out
+        return ACTION_JSON.dump_object(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Action:
-        return cls(
-            type=data["type"],
-            operator=data.get("operator"),
-            executor=data.get("executor"),
-            from_=data.get("from"),
-            to=data.get("to"),
-            reason=data.get("reason", ""),
-            query=data.get("query"),
-            executors=tuple(data.get("executors") or ()),
-        )
+        return ACTION_JSON.load(data)
 
     @property
     def executor_direction(self) -> int:
         """+1 when the action adds executors, -1 when it removes some, 0 for any other change."""
-        if self.type != "scale_executors" or self.from_ is None or self.to is None:
+        if self.type != ActionType.SCALE_EXECUTORS or self.from_ is None or self.to is None:
             return 0
         return (self.to > self.from_) - (self.to < self.from_)
 
     def summary(self) -> str:
         """One line for logs and tables."""
-        if self.type == "scale_executors":
+        if self.type == ActionType.SCALE_EXECUTORS:
             named = f" (decommission {', '.join(self.executors)})" if self.executors else ""
             return f"scale_executors {self.from_} -> {self.to}{named}"
-        if self.type == "set_parallelism":
+        if self.type == ActionType.SET_PARALLELISM:
             where = f"{self.query}/{self.operator}" if self.query and self.query != self.operator else self.operator
             return f"set_parallelism {where} {self.from_} -> {self.to}"
-        if self.type == "replace_executor":
+        if self.type == ActionType.REPLACE_EXECUTOR:
             return f"replace_executor {self.executor}"
-        if self.type == "warn":
+        if self.type == ActionType.WARN:
             return f"warn{f' {self.operator}' if self.operator else ''}"
         target = " ".join(x for x in (self.operator, self.executor) if x)
         change = f" {self.from_} -> {self.to}" if self.from_ is not None or self.to is not None else ""
         return f"{self.type}{f' {target}' if target else ''}{change}"
+
+
+
+def _action_out(data: dict[str, Any]) -> dict[str, Any]:
+    """The keys that apply (not null, not empty), in `_ACTION_KEYS`' order."""
+    return {k: data[k] for k in _ACTION_KEYS if k == "type" or data.get(k) not in (None, "", [])}
 
 
 def evaluate_outcome(expected: float, observed: float, fraction: float) -> bool:
@@ -157,30 +185,38 @@ def evaluate_outcome(expected: float, observed: float, fraction: float) -> bool:
     return observed / expected >= fraction
 
 
+Change = Annotated[float, between(-MAX_FIGURE, MAX_FIGURE), PlainSerializer(lambda x: round(x, 6))]
+
+
 @dataclass(frozen=True)
 class ExpectedOutcome:
-    """What a policy's action is expected to do to one figure (`metric`) of the app."""
+    """What a policy's action is expected to do to one figure (`metric`) of the app (written
+    rounded to 6 decimals)."""
 
-    diagnosis: str
-    action_type: ActionType
-    metric: str
-    before: float
-    after: float
+    diagnosis: Annotated[str, NAME]
+    action_type: Annotated[str, NAME]
+    metric: Annotated[str, NAME]
+    before: Change
+    after: Change
 
     def met(self, observed_after: float, fraction: float) -> bool:
         return evaluate_outcome(self.after - self.before, observed_after - self.before, fraction)
 
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
+        return reshaped(handler, source, lambda v: known_keys(v, _EXPECTED_KEYS))
+
     def to_dict(self) -> dict[str, Any]:
-        return {"diagnosis": self.diagnosis, "action_type": self.action_type, "metric": self.metric,
-                "before": round(self.before, 6), "after": round(self.after, 6)}
+        return EXPECTED_JSON.dump_object(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ExpectedOutcome:
-        return cls(str(data["diagnosis"]), str(data["action_type"]), str(data["metric"]),
-                   float(data["before"]), float(data["after"]))
+        return EXPECTED_JSON.load(data)
 
 
+_EXPECTED_KEYS = ("diagnosis", "action_type", "metric", "before", "after")
 Figure = float | int | None
+_OBSERVATION_KEYS = ("query", "figures", "diagnosis", "expected", "recommended_executors")
 
 
 @dataclass(frozen=True)
@@ -189,13 +225,15 @@ class Observation:
 
     `figures` are a policy's window figures that later windows compare with (the backlog for
     Dhalion's growth detector, a threshold rule's metric); `recommended_executors` is what the
-    guards' scale-down delay reads back. Typed, so nothing is parsed out of explanation text."""
+    guards' scale-down delay reads back. Typed, so nothing is parsed out of explanation text.
+    Written without its empty parts; null, or nothing, reads as an empty observation."""
 
-    query: str | None = None
-    figures: Mapping[str, Figure] = field(default_factory=dict, hash=False)
-    diagnosis: str | None = None
+    query: Annotated[str, NAME] | None = None
+    figures: Mapping[str, Annotated[float, between(-MAX_FIGURE, MAX_FIGURE)] | None] = field(
+        default_factory=dict, hash=False)
+    diagnosis: Annotated[str, TEXT] | None = None
     expected: ExpectedOutcome | None = None
-    recommended_executors: int | None = None
+    recommended_executors: Count | None = None
 
     def __post_init__(self) -> None:
         clean = {}
@@ -205,6 +243,10 @@ class Observation:
                 raise ValueError(f"observation figure {key!r} must be a finite number or null, got {value!r}")
             clean[str(key)] = value
         object.__setattr__(self, "figures", clean)
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
+        return reshaped(handler, source, _observation_in, _observation_out)
 
     def figure(self, key: str) -> Figure:
         return self.figures.get(key)
@@ -216,30 +258,24 @@ class Observation:
         return replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"query": self.query, "figures": dict(self.figures), "diagnosis": self.diagnosis,
-                               "expected": self.expected.to_dict() if self.expected else None,
-                               "recommended_executors": self.recommended_executors}
-        return {k: v for k, v in out.items() if v not in (None, {})}
+        return OBSERVATION_JSON.dump_object(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> Observation:
-        """Read one back (the action log, a history file); raises ValueError on a malformed one."""
-        if not data:
-            return cls()
-        if not isinstance(data, Mapping):
-            raise ValueError(f"an observation must be a JSON object, got {type(data).__name__}")
-        try:
-            expected = data.get("expected")
-            recommended = data.get("recommended_executors")
-            if recommended is not None and (not isinstance(recommended, int) or isinstance(recommended, bool)):
-                raise ValueError(f"recommended_executors must be an integer, got {recommended!r}")
-            figures = data.get("figures") or {}
-            if not isinstance(figures, Mapping):
-                raise ValueError("figures must be a JSON object")
-            return cls(data.get("query"), figures, data.get("diagnosis"),
-                       ExpectedOutcome.from_dict(expected) if expected else None, recommended)
-        except (KeyError, TypeError) as exc:
-            raise ValueError(f"malformed observation: {exc!r}") from None
+        """Read one back (the action log, a history file); raises a FieldError (a ValueError)
+        naming the field of a malformed one."""
+        return OBSERVATION_JSON.load(data)
+
+
+def _observation_in(value: object) -> object:
+    return {} if value is None or value == {} else without_nulls(known_keys(value, _OBSERVATION_KEYS), ("figures",))
+
+
+def _observation_out(data: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in data.items() if v not in (None, {})}
+
+
+_PLAN_KEYS = ("policy", "app", "parallelism", "actions", "explanation")
 
 
 @dataclass(frozen=True)
@@ -247,48 +283,42 @@ class Plan:
     """A policy's decision for one application: target parallelism per modelled operator, the
     actions that get there (empty when nothing should change), and the figures behind them."""
 
-    policy: str
-    app: str
-    parallelism: Mapping[str, int] = field(default_factory=dict, hash=False)  # in topological order
+    policy: Annotated[str, NAME]
+    app: Annotated[str, NAME]
+    parallelism: Mapping[str, Annotated[int, whole(1, MAX_PARTITIONS)]] = field(
+        default_factory=dict, hash=False)  # in topological order
     actions: tuple[Action, ...] = ()
-    explanation: tuple[str, ...] = ()
-    observation: Observation = field(default_factory=Observation)  # for later decisions; not in to_dict()
+    explanation: tuple[Annotated[str, TEXT], ...] = ()
+    # For later decisions; not in to_dict(): written beside the plan by those who keep it.
+    observation: Annotated[Observation, Field(exclude=True)] = field(default_factory=Observation)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "parallelism", dict(self.parallelism))
         object.__setattr__(self, "actions", tuple(self.actions))
         object.__setattr__(self, "explanation", tuple(self.explanation))
 
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
+        return reshaped(handler, source, lambda v: known_keys(v, _PLAN_KEYS))
+
     @property
     def changes(self) -> tuple[Action, ...]:
         """The actions that change something (everything but warnings)."""
-        return tuple(a for a in self.actions if a.type != "warn")
+        return tuple(a for a in self.actions if a.type != ActionType.WARN)
 
     @property
     def warnings(self) -> tuple[Action, ...]:
-        return tuple(a for a in self.actions if a.type == "warn")
+        return tuple(a for a in self.actions if a.type == ActionType.WARN)
 
     def to_dict(self) -> dict[str, Any]:
-        """DESIGN.md's plan JSON, exactly these five keys."""
-        return {
-            "policy": self.policy,
-            "app": self.app,
-            "parallelism": dict(self.parallelism),
-            "actions": [a.to_dict() for a in self.actions],
-            "explanation": list(self.explanation),
-        }
+        """The plan JSON, exactly these five keys: policy, app, parallelism, actions, explanation."""
+        return PLAN_JSON.dump_object(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], observation: Observation | None = None) -> Plan:
         """Read a plan back (from the action log or a history file, with its observation)."""
-        return cls(
-            policy=data["policy"],
-            app=data["app"],
-            parallelism={str(k): int(v) for k, v in data.get("parallelism", {}).items()},
-            actions=tuple(Action.from_dict(a) for a in data.get("actions", ())),
-            explanation=tuple(data.get("explanation", ())),
-            observation=observation or Observation(),
-        )
+        plan = PLAN_JSON.load(data)
+        return plan if observation is None else replace(plan, observation=observation)
 
     def with_actions(self, actions: Iterable[Action], notes: Iterable[str] = (), **observed: Any) -> Plan:
         """This plan with other actions, `notes` added to its explanation and its observation
@@ -328,3 +358,9 @@ def table_lines(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[st
         if n == 0:
             out.append("  ".join("-" * w for w in widths))
     return out
+
+
+ACTION_JSON: Codec[Action] = Codec(Action, label="action")
+EXPECTED_JSON: Codec[ExpectedOutcome] = Codec(ExpectedOutcome, label="expected")
+OBSERVATION_JSON: Codec[Observation] = Codec(Observation, label="observation")
+PLAN_JSON: Codec[Plan] = Codec(Plan, label="plan")

@@ -2,7 +2,7 @@
 
 The monitor writes it (`monitors/cluster_view.py`, from the master's and the workers' `/json/`),
 the spread rule reads it (`policies/spread.py`), and a snapshot file's is checked whole when the
-file is read (`snapshot.py`), so the rule never meets a malformed one. It lives here, outside both
+file is read (`model/snapshot.py`), so the rule never meets a malformed one. It lives here, outside both
 packages, because policies may not import monitors.
 
 Only ALIVE workers whose own `/json/` answered are in `workers`; those that did not are named in
@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sparkscale.fields import (
+from sparkscale.model.fields import (
     FieldError,
     get,
     integer,
