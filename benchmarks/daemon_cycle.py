@@ -32,9 +32,9 @@ from pathlib import Path
 
 import psutil
 
+from sparkscale.apps.submit import stop, submit
 from sparkscale_lab.bench.environment import embedded_environment, write_results
 from sparkscale_lab.pipelines.loadgen import run_loadgen
-from sparkscale.apps.submit import stop, submit
 
 
 def apps_yaml(count: int) -> str:

@@ -19,14 +19,14 @@ import statistics
 import time
 
 from sparkscale import zkconn
-from sparkscale_lab.bench.environment import embedded_environment, write_results
-from sparkscale.daemon.leader import LeaderElection
-from sparkscale_lab.pipelines.check import unprocessed_records
-from sparkscale_lab.pipelines.loadgen import run_loadgen
 from sparkscale.apps.submit import stop, submit
-from sparkscale_lab.pipelines.workloads import workload
+from sparkscale.daemon.leader import LeaderElection
 from sparkscale.protocol.commands import send_command, wait_ack
 from sparkscale.redisconn import connect
+from sparkscale_lab.bench.environment import embedded_environment, write_results
+from sparkscale_lab.pipelines.check import unprocessed_records
+from sparkscale_lab.pipelines.loadgen import run_loadgen
+from sparkscale_lab.pipelines.workloads import workload
 
 # Backlog per run: large enough for tens of batches at the expected rate, small enough to write fast.
 BACKLOG = {"wordcount": 150000, "dag": 1500, "taxi_top_routes": 40000}

@@ -33,7 +33,7 @@ def synthetic_cluster(apps: int, workers: int, seed: int, landing: bool = False)
     cores = {f"worker-{k:02d}": rng.randint(8, 32) for k in range(workers)}
     used = dict.fromkeys(cores, 0)
     shape = {f"app-{k:03d}": (rng.randint(1, 4), rng.randint(1, 8)) for k in range(apps)}  # cores, executors
-    placed = {name: 0 for name in shape}
+    placed = dict.fromkeys(shape, 0)
     execs: list[PlacedExecutor] = []
     for round_ in range(8):  # one executor per app per round, so every app gets one before any gets two
         for name, (c, want) in shape.items():

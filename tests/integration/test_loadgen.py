@@ -10,10 +10,10 @@ from collections import Counter
 import pytest
 
 from sparkscale.config import Config, load_config
-from sparkscale_lab.pipelines.loadgen import SecondReport, run_loadgen
-from sparkscale_lab.pipelines.records import TAXI_FIELDS
 from sparkscale.protocol.keys import input_stream_key
 from sparkscale.protocol.keys import loadgen_runs_key as runs_key
+from sparkscale_lab.pipelines.loadgen import SecondReport, run_loadgen
+from sparkscale_lab.pipelines.records import TAXI_FIELDS
 from tests.conftest import wait_until
 
 pytestmark = pytest.mark.integration

@@ -10,13 +10,13 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from sparkscale.apps.submit import stop, submit
 from sparkscale.cli import main
 from sparkscale.config import Config, load_config
 from sparkscale.daemon.action_log import ActionLog
+from sparkscale.redisconn import connect
 from sparkscale_lab.pipelines.check import drained, verify_app
 from sparkscale_lab.pipelines.loadgen import run_loadgen
-from sparkscale.apps.submit import stop, submit
-from sparkscale.redisconn import connect
 from tests.conftest import wait_until
 
 pytestmark = pytest.mark.integration
@@ -150,8 +150,8 @@ def test_a_new_executor_shape_restarts_the_whole_app_without_loss(setup):
     outlives the restart (the next submit keeps it); nothing is lost or duplicated."""
     import threading
 
-    from sparkscale.monitors.spark_rest import driver_rest
     from sparkscale.apps.submit import running, stored_shape
+    from sparkscale.monitors.spark_rest import driver_rest
 
     cfg, path, overrides = setup
     app, query = "mwc", "counts"
@@ -270,8 +270,8 @@ def test_sigkill_at_each_ccr_phase_then_the_next_leader_completes_it(setup, tmp_
     from kazoo.client import KazooClient
 
     from sparkscale.actuators.migration import JournalStore
-    from sparkscale_lab.bench.migration_faults import FAULT_HOLD_ENV
     from sparkscale.daemon import manual
+    from sparkscale_lab.bench.migration_faults import FAULT_HOLD_ENV
     from tests.integration.test_daemon import DaemonProcess
 
     cfg, path, overrides = setup

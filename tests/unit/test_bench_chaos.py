@@ -13,6 +13,8 @@ import pytest
 import redis
 from click.testing import CliRunner
 
+from sparkscale.cli import main
+from sparkscale.config import load_config
 from sparkscale_lab.bench import chaos
 from sparkscale_lab.bench.chaos import CHAOS_YAML, ChaosSpec, SteadyLoad, app_name, app_yaml, passed, watch
 from sparkscale_lab.bench.chaos_faults import FAULT_NAMES, FAULTS, FaultContext, FaultError, get_fault
@@ -27,8 +29,6 @@ from sparkscale_lab.bench.chaos_report import (
     reference_rate,
 )
 from sparkscale_lab.bench.timeline import Sample, rates
-from sparkscale.cli import main
-from sparkscale.config import load_config
 
 FAULT_AT = 60.0
 

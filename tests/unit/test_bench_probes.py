@@ -8,6 +8,10 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
+from sparkscale.config import AppConfig, load_config
+from sparkscale.monitors.progress_reports import ProgressReport
+from sparkscale.protocol.keys import input_stream_key, progress_history_key, progress_key
+from sparkscale.protocol.queries import QueryInfo, queries_key
 from sparkscale_lab.bench.clickcheck import ClickCheck
 from sparkscale_lab.bench.clickexpected import Expected
 from sparkscale_lab.bench.probes import (
@@ -19,10 +23,6 @@ from sparkscale_lab.bench.probes import (
     stated_backlog,
 )
 from sparkscale_lab.bench.scaling_workloads import click_record_losses
-from sparkscale.config import AppConfig, load_config
-from sparkscale.monitors.progress_reports import ProgressReport
-from sparkscale.protocol.keys import input_stream_key, progress_history_key, progress_key
-from sparkscale.protocol.queries import QueryInfo, queries_key
 
 T0 = 1_800_000_000.0  # epoch seconds of the hand-made reports
 
@@ -42,7 +42,7 @@ class FakeRedis:
     def hgetall(self, key: str) -> dict[str, str]:
         return dict(self.hashes.get(key, {}))
 
-    def xrange(self, key: str, min: str = "-", max: str = "+", count: int | None = None) -> list:  # noqa: A002
+    def xrange(self, key: str, min: str = "-", max: str = "+", count: int | None = None) -> list:
         out = []
         for entry_id, fields in self.streams.get(key, []):
             if min != "-" and (_id(entry_id) <= _id(min[1:]) if min.startswith("(") else _id(entry_id) < _id(min)):

@@ -9,6 +9,9 @@ from types import SimpleNamespace
 import pytest
 from click.testing import CliRunner
 
+from sparkscale.cli import main
+from sparkscale.config import load_config
+from sparkscale.monitors.progress_reports import ProgressReport
 from sparkscale_lab.bench.chaos import CHAOS_YAML, ChaosSpec, app_name, app_yaml, planned_runs
 from sparkscale_lab.bench.chaos_breakdown import (
     Breakdown,
@@ -21,9 +24,6 @@ from sparkscale_lab.bench.chaos_breakdown import (
 )
 from sparkscale_lab.bench.chaos_variants import CHANGELOG_CONF, VARIANT_NAMES, plan_runs, run_label
 from sparkscale_lab.bench.timeline import Sample
-from sparkscale.cli import main
-from sparkscale.config import load_config
-from sparkscale.monitors.progress_reports import ProgressReport
 
 T0 = 1_900_000_000.0  # the run's start, epoch seconds
 FAULT = T0 + 70.0

@@ -76,8 +76,8 @@ class FakeRedis:
     def hgetall(self, key: str) -> dict[str, str]:
         return self.hashes.get(key, {})
 
-    def xrange(self, key: str, min: str, max: str) -> list[tuple[str, dict]]:  # noqa: A002 - redis-py's names
-        since_ms = int(min.split("-")[0])
+    def xrange(self, key: str, min: str, max: str) -> list[tuple[str, dict]]:  # redis-py's names
+        since_ms = int(min.split("-", maxsplit=1)[0])
         return [(i, f) for i, f in self.streams.get(key, []) if int(i.split("-")[0]) >= since_ms]
 
     def close(self) -> None:

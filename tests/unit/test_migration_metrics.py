@@ -233,8 +233,8 @@ class FakeRedis:
     def __init__(self, entries: list[dict[str, str]]):
         self.entries = [(f"{int(float(e['published_at']) * 1000)}-0", e) for e in entries]
 
-    def xrange(self, key: str, min: str, max: str) -> list[tuple[str, dict[str, str]]]:  # noqa: A002 - redis-py's names
-        lo = int(min.split("-")[0])
+    def xrange(self, key: str, min: str, max: str) -> list[tuple[str, dict[str, str]]]:  # redis-py's names
+        lo = int(min.split("-", maxsplit=1)[0])
         return [(i, e) for i, e in self.entries if int(i.split("-")[0]) >= lo]
 
 

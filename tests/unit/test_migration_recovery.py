@@ -10,12 +10,10 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-
-import sparkscale.zkconn
 from click.testing import CliRunner
 from structlog.testing import capture_logs
 
-from sparkscale_lab.bench.migration_faults import FAULT_FAIL_ENV, install
+import sparkscale.zkconn
 from sparkscale.actuators.migration import (
     JournalFenced,
     MigrationError,
@@ -25,6 +23,7 @@ from sparkscale.actuators.migration import (
 from sparkscale.config import Config
 from sparkscale.model.journal import Journal
 from sparkscale.protocol.commands import AckTimeout
+from sparkscale_lab.bench.migration_faults import FAULT_FAIL_ENV, install
 from tests.unit.fakezk import FakeZk, hold_lock
 
 ROOT = Config().zookeeper.root

@@ -90,11 +90,11 @@ def test_record_source_follows_the_app_config():
 
 
 def test_grid_constants():
-    assert CELL_LAT_DEG == pytest.approx(0.5 / 111.2)
+    assert pytest.approx(0.5 / 111.2) == CELL_LAT_DEG
     assert CELL_LON_DEG * 111.2 * math.cos(math.radians(GRID_CELL1_LAT)) == pytest.approx(0.5)
-    assert CELL_LON_DEG == pytest.approx(0.0060, abs=1e-5)  # ~83.3 km a degree of longitude
-    assert GRID_EAST_LON - GRID_WEST_LON == pytest.approx(300 * CELL_LON_DEG)
-    assert GRID_NORTH_LAT - GRID_SOUTH_LAT == pytest.approx(300 * CELL_LAT_DEG)
+    assert pytest.approx(0.0060, abs=1e-5) == CELL_LON_DEG  # ~83.3 km a degree of longitude
+    assert pytest.approx(300 * CELL_LON_DEG) == GRID_EAST_LON - GRID_WEST_LON
+    assert pytest.approx(300 * CELL_LAT_DEG) == GRID_NORTH_LAT - GRID_SOUTH_LAT
 
 
 @pytest.mark.parametrize(

@@ -273,7 +273,7 @@ class _FlakyHandler(BaseHTTPRequestHandler):
     failures = 2
     seen: list[str] = []
 
-    def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+    def do_GET(self) -> None:
         type(self).seen.append(self.path)
         if self.path.startswith("/api/v1/missing"):
             self.send_error(404)

@@ -12,11 +12,11 @@ import time
 
 import pytest
 
-from sparkscale.config import DriversConfig, load_config
 from sparkscale.apps import supervisor as supervisor_mod
 from sparkscale.apps.driver_record import current_driver
 from sparkscale.apps.run_files import pipelines_dir, started_marker
 from sparkscale.apps.supervisor import RestartBudget, run_supervised
+from sparkscale.config import DriversConfig, load_config
 
 # A stand-in driver: writes the started marker (as agent/bootstrap.py does once the queries run)
 # unless told not to, then exits with the code its run number is given in PLAN.

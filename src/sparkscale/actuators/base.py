@@ -24,9 +24,9 @@ if TYPE_CHECKING:
     import redis
     from kazoo.client import KazooClient
 
+    from sparkscale.apps.submit import ExecutorShape
     from sparkscale.config import AppConfig, Config
     from sparkscale.monitors.spark_rest import SparkRestClient
-    from sparkscale.apps.submit import ExecutorShape
 
 log = structlog.get_logger(__name__)
 

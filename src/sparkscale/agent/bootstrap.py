@@ -52,7 +52,7 @@ def run_script(app: str, script: str, args: list[str]) -> int:
     except SystemExit as exc:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)
-    except BaseException as exc:  # noqa: BLE001 - the user's error is reported, then the driver ends
+    except BaseException as exc:  # the user's error is reported, then the driver ends
         log.error("driver.script_failed", app=app, script=script, error=f"{type(exc).__name__}: {exc}",
                   traceback="".join(traceback.format_exception(exc)))
         return 1

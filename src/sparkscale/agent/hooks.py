@@ -144,7 +144,7 @@ def _resolved_checkpoint(query: StreamingQuery) -> str | None:
     or where it cannot be read (another wrapper)."""
     try:
         root = str(query._jsq.streamingQuery().resolvedCheckpointRoot())
-    except Exception:  # noqa: BLE001 - Spark Connect or a mock: restart as the user's writer says
+    except Exception:  # Spark Connect or a mock: restart as the user's writer says
         return None
     return None if is_temporary(root) else root
 
@@ -153,7 +153,7 @@ def _trigger(query: StreamingQuery) -> Any:
     """The Java Trigger the query runs with (None where it cannot be read)."""
     try:
         return query._jsq.streamingQuery().trigger()
-    except Exception:  # noqa: BLE001 - Spark Connect or a mock: no run of one batch for it
+    except Exception:  # Spark Connect or a mock: no run of one batch for it
         return None
 
 
@@ -197,7 +197,7 @@ def install(hooks: QueryHooks = HOOKS) -> QueryHooks:
             result = await_any(self, remaining)
             if timeout is not None and not result:
                 return result
-            if hooks.stopping.is_set() or hooks.agent_stops == seen and not hooks.held:
+            if hooks.stopping.is_set() or (hooks.agent_stops == seen and not hooks.held):
                 return result
             # A query the agent stopped for a migration ended the wait: that is not the user's end.
             self.resetTerminated()
@@ -214,7 +214,7 @@ def _recording(method: str, original: Callable[..., StreamingQuery], hooks: Quer
         query = original(self, *args, **kwargs)
         try:
             hooks.record(self, method, args, kwargs, query)
-        except Exception as exc:  # noqa: BLE001 - never break the user's start
+        except Exception as exc:  # never break the user's start
             log.warning("agent.query_record_failed", error=str(exc))
         return query
 

@@ -63,7 +63,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         problem = f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})"
         raise ConfigError([ConfigProblem(str(path), "", problem)]) from None
     try:
-        document = yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader)
+        document = yaml.load(text, Loader=_Loader)  # a SafeLoader
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
@@ -89,7 +89,7 @@ def _apply_override(raw: dict[str, Any], item: str) -> str:
     if not sep or not key:
         raise ConfigError([ConfigProblem("--set", item, "expected KEY=VALUE, e.g. policy.target_utilization=0.7")])
     try:
-        value = yaml.load(text, Loader=_Loader) if text.strip() else ""  # noqa: S506 (a SafeLoader)
+        value = yaml.load(text, Loader=_Loader) if text.strip() else ""  # a SafeLoader
     except yaml.YAMLError as exc:
         if text.strip().startswith(("{", "[")):  # meant as a list or mapping: say what is wrong with it
             problem = getattr(exc, "problem", None) or str(exc)

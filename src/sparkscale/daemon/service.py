@@ -14,7 +14,7 @@ from __future__ import annotations
 import signal
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import redis
 import structlog
@@ -235,4 +235,4 @@ class Daemon:
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)

@@ -20,15 +20,15 @@ from dataclasses import dataclass, field
 import psutil
 import structlog
 
-from sparkscale_lab.bench.chaos_report import event_time
-from sparkscale_lab.bench.daemon_process import DaemonProcess
+from sparkscale.apps.driver_record import current_driver
 from sparkscale.config import Config
 from sparkscale.localenv import LocalEnvironment
 from sparkscale.monitors.host import executor_processes
 from sparkscale.monitors.spark_rest import driver_rest
-from sparkscale.apps.driver_record import current_driver
-from sparkscale_lab.pipelines.workloads import workload
 from sparkscale.processes import stop_trees
+from sparkscale_lab.bench.chaos_report import event_time
+from sparkscale_lab.bench.daemon_process import DaemonProcess
+from sparkscale_lab.pipelines.workloads import workload
 
 log = structlog.get_logger(__name__)
 

@@ -26,16 +26,16 @@ from typing import Any
 import structlog
 
 from sparkscale.actuators.migration import registered_strategies
+from sparkscale.apps.submit import stop, submit
+from sparkscale.monitors.migration_followup import FOLLOW_UP, PENDING
+from sparkscale.monitors.migration_metrics import measure_after
+from sparkscale.protocol.keys import progress_key
+from sparkscale.redisconn import connect
 from sparkscale_lab.bench.environment import BenchEnv, embedded_environment
 from sparkscale_lab.bench.markdown import markdown_table
 from sparkscale_lab.bench.timeline import Recorder, Sample
-from sparkscale.monitors.migration_followup import FOLLOW_UP, PENDING
-from sparkscale.monitors.migration_metrics import measure_after
 from sparkscale_lab.pipelines.check import drained, verify_app
 from sparkscale_lab.pipelines.loadgen import run_loadgen
-from sparkscale.apps.submit import stop, submit
-from sparkscale.protocol.keys import progress_key
-from sparkscale.redisconn import connect
 
 log = structlog.get_logger(__name__)
 

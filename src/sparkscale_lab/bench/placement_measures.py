@@ -19,10 +19,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from sparkscale_lab.bench.measures import Segment, SloLimits, measure
-from sparkscale_lab.bench.timeline import Sample
 from sparkscale.monitors.spark_rest import parse_time_s
 from sparkscale.policies.placement.edrp_model import EdrpSettings, cost_bound, weighted_terms
+from sparkscale_lab.bench.measures import Segment, SloLimits, measure
+from sparkscale_lab.bench.timeline import Sample
 
 ProcessKey = tuple[int, float]  # (pid, create_time): a recycled pid is another process
 

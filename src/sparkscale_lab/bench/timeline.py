@@ -20,10 +20,10 @@ import structlog
 
 from sparkscale.config import AppConfig, Config
 from sparkscale.monitors.spark_rest import SparkRestClient, SparkRestError, driver_rest
-from sparkscale_lab.pipelines.workloads import workload
 from sparkscale.protocol.keys import input_stream_key, progress_key
 from sparkscale.protocol.streams import StreamOffsets, read_source_status, stream_heads
 from sparkscale.redisconn import connect
+from sparkscale_lab.pipelines.workloads import workload
 
 log = structlog.get_logger(__name__)
 

@@ -145,7 +145,7 @@ def _build(inst: Instance, s: EdrpSettings, landing: Mapping[str, str | None]) -
             m.row(delta, x0[w], x0[w])  # row 6: x - p + q = x0
             big_m += u + x0[w]
         z = {k: m.var(0, 1, True) for k in inst.counts[name]}
-        m.row({zi: 1.0 for zi in z.values()}, 1.0, 1.0)  # row 4 (EDRP eq. 19)
+        m.row(dict.fromkeys(z.values(), 1.0), 1.0, 1.0)  # row 4 (EDRP eq. 19)
         m.row({**link, **{zi: -float(k) for k, zi in z.items()}}, 0.0, 0.0)  # row 5
         if change:
             m.row({**change, g: -float(big_m)}, -np.inf, 0.0)  # row 8
