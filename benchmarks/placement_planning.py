@@ -44,7 +44,7 @@ def synthetic_cluster(apps: int, workers: int, seed: int, landing: bool = False)
                 placed[name] += 1
                 execs.append(PlacedExecutor(ExecutorKey(name, str(placed[name])), w, c, c * 4096))
     demands: list[AppDemand] = []
-    for name, (c, want) in shape.items():
+    for name, (c, _want) in shape.items():
         mu = rng.uniform(100, 1000)
         lam = mu * max(placed[name], 1) * rng.uniform(0.4, 0.9)
         demands.append(AppDemand(name, c, c * 4096, 1, 8, arrival_rate=lam, rate_per_executor=mu,

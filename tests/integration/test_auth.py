@@ -57,7 +57,7 @@ def private_file(path: Path, text: str) -> Path:
 
 
 def cli_sets(overrides: list[str]) -> list[str]:
-    return sum((["--set", o] for o in overrides), [])
+    return [a for o in overrides for a in ("--set", o)]
 
 
 @pytest.fixture(scope="module")

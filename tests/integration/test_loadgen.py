@@ -116,7 +116,7 @@ def test_max_duration_cuts_the_profile_short(cfg, redis_server):
     assert len(summary.reports) == 1 and summary.reports[0].interval_s == 0.5
 
 
-@pytest.mark.parametrize("pipeline, fields", [("dag", {"value", "key"}), ("taxi_top_routes", None)])
+@pytest.mark.parametrize(("pipeline", "fields"), [("dag", {"value", "key"}), ("taxi_top_routes", None)])
 def test_other_workloads_write_their_fields(redis_server, pipeline, fields):
     prefix = f"test-loadgen-{uuid.uuid4().hex[:8]}:"
     cfg = load_config(

@@ -90,7 +90,7 @@ def fresh(cfg: Config, app: str) -> None:
     shutil.rmtree(checkpoint_root(cfg, cfg.app(app)), ignore_errors=True)
 
 
-@pytest.mark.parametrize("app,query,rate", [("mwc", "counts", 400), ("mstar", "dag", 60)])
+@pytest.mark.parametrize(("app", "query", "rate"), [("mwc", "counts", 400), ("mstar", "dag", 60)])
 def test_each_strategy_rescales_state_4_to_8_to_2_without_loss(setup, app, query, rate):
     """DCR, CCR, then DSM (whose recomputed batch may duplicate, so it goes last), each under its own
     constant load; after each, drain and verify everything the app was ever sent."""
@@ -110,7 +110,7 @@ def test_each_strategy_rescales_state_4_to_8_to_2_without_loss(setup, app, query
             loader = threading.Thread(target=run_loadgen, args=(cfg, app, f"constant:{rate}"), daemon=True,
                                       kwargs={"seed": 20 + n, "stop": stop_load})
             loader.start()
-            wait_until(lambda: state_partitions(cfg, app, query) == partitions, 90,
+            wait_until(lambda partitions=partitions: state_partitions(cfg, app, query) == partitions, 90,
                        f"batches with {partitions} partitions under load")
             for target in ([4] if partitions != 4 else []) + [8, 2]:
                 out = migrate(setup, app, target, strategy)
@@ -122,10 +122,10 @@ def test_each_strategy_rescales_state_4_to_8_to_2_without_loss(setup, app, query
                 # Followed afterwards (`migrate` returns once done; `--list` measures what is still
                 # pending): what arrived before the request is processed.
                 migration = result["figures"]["migration"]
-                wait_until(lambda: listed_follow_up(setup, app, migration).get("catch_up_s") is not None, 60,
-                           f"{strategy}: the catch-up of {migration} in migrate --list")
+                wait_until(lambda migration=migration: listed_follow_up(setup, app, migration).get("catch_up_s")
+                           is not None, 60, f"{strategy}: the catch-up of {migration} in migrate --list")
                 partitions = target
-                wait_until(lambda: state_partitions(cfg, app, query) == partitions, 60,
+                wait_until(lambda partitions=partitions: state_partitions(cfg, app, query) == partitions, 60,
                            f"{strategy}: batches with {partitions} partitions")
             stop_load.set()
             loader.join()
@@ -313,7 +313,7 @@ def test_sigkill_at_each_ccr_phase_then_the_next_leader_completes_it(setup, tmp_
             # The next daemon (no fault) takes over, reads the journal and finishes the migration.
             successor = DaemonProcess(daemon_setup, f"r{n}")
             daemons.append(successor)
-            final = wait_until(lambda: (j := store.read()) is not None and j.id == killed_id
+            final = wait_until(lambda killed_id=killed_id: (j := store.read()) is not None and j.id == killed_id
                                and j.status != "running" and j, 180, f"the migration killed at {phase} to end")
             successor.stop()
             # A graceful stop (exit 0), not the SIGKILL stop() falls back to: a daemon that took over a
@@ -323,7 +323,7 @@ def test_sigkill_at_each_ccr_phase_then_the_next_leader_completes_it(setup, tmp_
             assert final.status in ("done", "rolled_back"), (phase, final.status, final.detail)
             if final.status == "done":
                 partitions = target
-            wait_until(lambda: state_partitions(cfg, app, query) == partitions, 90,
+            wait_until(lambda partitions=partitions: state_partitions(cfg, app, query) == partitions, 90,
                        f"batches with {partitions} partitions after the kill at {phase}")
         stop_load.set()
         loader.join()

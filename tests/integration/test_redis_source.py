@@ -1,7 +1,7 @@
 """The Redis Streams source and the Redis sinks, end to end, on a real Redis and a local Spark.
 
-One SparkSession for the module (local[2], RocksDB state as a managed app's driver has it: apps/submit.py); each test uses its own
-app name, so Redis keys never collide, and its own checkpoints under tmp_path.
+One SparkSession for the module (local[2], RocksDB state as a managed app's driver has it: apps/submit.py); each test
+uses its own app name, so Redis keys never collide, and its own checkpoints under tmp_path.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ executors over 2 workers on their own addresses (127.0.0.2, 127.0.0.3), a daemon
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from collections.abc import Iterator
@@ -93,10 +94,8 @@ def kill_worker(cfg: Config, name: str) -> int:
     worker = psutil.Process(status.pid)
     children = worker.children(recursive=True)
     for proc in [worker, *children]:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             proc.kill()
-        except psutil.NoSuchProcess:
-            pass
     psutil.wait_procs([worker, *children], timeout=10)
     return len(children)
 

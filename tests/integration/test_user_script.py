@@ -168,7 +168,7 @@ def test_an_unmodified_script_is_scaled_and_migrated_without_loss(setup):
                    f"a scale-up of clicks after the step up (fed at {fed_at:.0f})",
                    story=lambda: decisions_told(daemon))
         cycles = daemon.events("cycle", app=APP)
-        assert any(set(q["query"] for q in e.get("queries", [])) == {"page_windows", "user_totals"}
+        assert any({q["query"] for q in e.get("queries", [])} == {"page_windows", "user_totals"}
                    for e in cycles), cycles[-1:]
 
         # CCR on one query, DSM on the other, through the leading daemon, while the other keeps

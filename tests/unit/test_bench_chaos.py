@@ -107,7 +107,7 @@ def test_the_registry_holds_the_seven_faults_in_order():
         get_fault("disk_full")
 
 
-@pytest.mark.parametrize("fault,why", [("driver_kill", "has no running driver"), ("redis_restart", "redis is not"),
+@pytest.mark.parametrize(("fault", "why"), [("driver_kill", "has no running driver"), ("redis_restart", "redis is not"),
                                        ("zookeeper_restart", "zookeeper is not running")])
 def test_a_fault_with_nothing_to_damage_is_refused_not_guessed(tmp_path, fault, why):
     """No environment and no driver recorded under the run dir: nothing is killed or stopped."""

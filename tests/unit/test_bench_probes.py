@@ -155,7 +155,7 @@ def test_a_file_probe_takes_the_slowest_query_and_the_worst_stated_backlog(tmp_p
                                                                 for i, f in enumerate(reports)]
         client.hashes[progress_key("p:", name, q)] = reports[-1]
     probe = FileProbe(cfg, app, inp)
-    arrived, processed, lasts = probe.counts(client)
+    arrived, processed, _lasts = probe.counts(client)
     assert (arrived, processed) == (5, 3)  # 5 landed; the slow query has read a.json only
     assert not probe.drained(client)
     # Latency: the slow query's batch 0 ended at T0 + 10 s, its file landed at T0: 10 s, the worst.

@@ -42,7 +42,7 @@ def test_parse_all_executors_keeps_dead_ones_and_leaves_the_driver_out():
     assert (dead.id, dead.remove_reason, new.id, new.removed_at_s) == ("0", "Remote RPC client disassociated.", "2",
                                                                        None)
     assert dead.removed_at_s is not None and new.added_at_s - dead.removed_at_s == pytest.approx(4.25)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="expected a JSON list, got dict"):
         parse_executor_spans({"not": "a list"})
 
 

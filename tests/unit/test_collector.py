@@ -159,7 +159,7 @@ def test_unnamed_query_jobs_are_found_by_query_id(world):
 
 
 def test_no_queries_yet_and_an_unknown_query(world):
-    with pytest.raises(collector.NoQueriesYet, match="no query 'nope'.*counts, gone, other"):
+    with pytest.raises(collector.NoQueriesYet, match=r"no query 'nope'.*counts, gone, other"):
         collector.collect_snapshots(world.cfg, "wc", "nope")
     world.redis.hashes.clear()
     with pytest.raises(collector.NoQueriesYet, match="published no running query yet"):

@@ -32,7 +32,7 @@ def test_command_round_trips_through_its_znode_form():
 
 
 @pytest.mark.parametrize(
-    "data, fragment",
+    ("data", "fragment"),
     [
         (b"not json", "^command: invalid JSON"),
         (b"[1, 2]", r"^command: expected an object \(got list\)"),
@@ -76,7 +76,7 @@ def test_an_older_senders_command_without_expires_at_stays_valid():
     assert "expires_at" not in json.loads(old.to_json())  # written back as it came
     timeless = Command.from_znode("cmd-0000000002", json.dumps({"type": "report", "epoch": 3}).encode())
     assert timeless.deadline is None and timeless.overdue_s(1e12) is None  # neither time: never stale
-    with pytest.raises(CommandFormatError, match="^command expires_at: expected a number"):
+    with pytest.raises(CommandFormatError, match=r"^command expires_at: expected a number"):
         Command.from_znode("cmd-0000000003", json.dumps({**body, "expires_at": "soon"}).encode())
 
 

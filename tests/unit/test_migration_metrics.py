@@ -29,8 +29,8 @@ RESUME = 109.9  # CCR: restarted at 109.8, resumed at 109.9
 
 
 def timeline(**over) -> MigrationTimeline:
-    base = dict(requested_at_s=REQUEST, new_run_id="new", old_run_id="old", new_run_since_s=101.0,
-                released_at_s=RESUME, input_at_request=10030, input_at_release=10990)
+    base = {"requested_at_s": REQUEST, "new_run_id": "new", "old_run_id": "old", "new_run_since_s": 101.0,
+            "released_at_s": RESUME, "input_at_request": 10030, "input_at_release": 10990}
     return MigrationTimeline(**{**base, **over})
 
 

@@ -38,7 +38,7 @@ def _take(source, n: int) -> list[dict[str, str]]:
 
 
 @pytest.mark.parametrize(
-    "make", [lambda s: WordcountRecords(s), lambda s: DagRecords(s, 50), lambda s: TaxiRecords(s)]
+    "make", [WordcountRecords, lambda s: DagRecords(s, 50), TaxiRecords]
 )
 def test_deterministic_given_a_seed(make):
     assert _take(make(7), 200) == _take(make(7), 200)
@@ -74,7 +74,7 @@ def test_dag_values_and_keys():
     keys = Counter(r["key"] for r in records)
     assert set(keys) == {str(k) for k in range(7)}
     assert all(0 <= int(r["value"]) < DagRecords.VALUE_RANGE for r in records)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"key_space must be at least 1 \(got 0\)"):
         DagRecords(0, key_space=0)
 
 
@@ -98,7 +98,7 @@ def test_grid_constants():
 
 
 @pytest.mark.parametrize(
-    "lon, lat, cell",
+    ("lon", "lat", "cell"),
     [
         (GRID_CELL1_LON, GRID_CELL1_LAT, (1, 1)),  # the documented centre of cell 1.1
         (-73.985, 40.758, (156, 160)),  # Times Square
@@ -119,7 +119,7 @@ EPS = 1e-9
 
 
 @pytest.mark.parametrize(
-    "lon, lat, cell",
+    ("lon", "lat", "cell"),
     [
         # West and north edges belong to the grid; east and south edges do not.
         (GRID_WEST_LON + EPS, GRID_NORTH_LAT - EPS, (1, 1)),

@@ -5,7 +5,8 @@ spark-submit runs this file; it gets the managed session (the conf spark-submit 
 the query hooks and starts the agent (`attach`), then runs the operator's script with runpy, so the
 script's own `SparkSession.builder.getOrCreate()` returns that session and every query it starts
 is known to the agent. An example pipeline (`apps[].pipeline`, a workload plug-in) names a script
-too (`apps/workloads.py`) and takes exactly this path. Exit code: the script's (SystemExit), 1 if it raised, 2 for a bad config.
+too (`apps/workloads.py`) and takes exactly this path. Exit code: the script's (SystemExit), 1 if it
+raised, 2 for a bad config.
 """
 
 from __future__ import annotations

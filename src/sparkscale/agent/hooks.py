@@ -56,7 +56,8 @@ class StartedQuery:
             self.writer.option("checkpointLocation", self.checkpoint)
         if one_batch:
             if self.trigger is None:
-                raise RuntimeError(f"the trigger of query {self.name!r} is unknown: it cannot be put back after one batch")
+                raise RuntimeError(f"the trigger of query {self.name!r} is unknown: "
+                                   "it cannot be put back after one batch")
             self.writer.trigger(once=True)
         try:
             query = getattr(self.writer, f"_sparkscale_original_{self.method}")(*self.args, **self.kwargs)
@@ -158,15 +159,14 @@ def _trigger(query: StreamingQuery) -> Any:
 
 
 HOOKS = QueryHooks()
-_installed = False
+_installed: list[QueryHooks] = []  # the hooks installed, at most one: install() is idempotent
 
 
 def install(hooks: QueryHooks = HOOKS) -> QueryHooks:
     """Wrap the writer and the waits (idempotent). Must run before the user's code starts queries."""
-    global _installed
     if _installed:
         return hooks
-    _installed = True
+    _installed.append(hooks)
     for method in ("start", "toTable"):
         original = getattr(DataStreamWriter, method)
         setattr(DataStreamWriter, f"_sparkscale_original_{method}", original)

@@ -12,6 +12,7 @@ target, because standalone mode has no scale-in of its own. What the commands do
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -167,10 +168,8 @@ class ControlAgent:
                 log.warning("agent.remove_listener_failed", error=str(exc))
             self._listener = None
         self.zk.remove_listener(self._on_zk_state)
-        try:
+        with contextlib.suppress(NoNodeError, KazooException):
             self.zk.delete(self._agent)
-        except (NoNodeError, KazooException):
-            pass
         try:
             # Only our own registration: a driver submitted after us may already have replaced it.
             key = driver_key(self.cfg.redis.key_prefix, self.app.name)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import functools
 import types
 import typing
 from pathlib import Path
@@ -78,12 +79,14 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return document
 
 
-_DEFAULTS_JSON: dict[str, Any] | None = None
+@functools.cache
+def _defaults_json() -> dict[str, Any]:
+    """The defaults as JSON, built once: an override's key is checked against them."""
+    return Config().model_dump(mode="json")
 
 
 def _apply_override(raw: dict[str, Any], item: str) -> str:
     """Apply one `dotted.key=value` to the raw config; list items are addressed by index or name."""
-    global _DEFAULTS_JSON
     key, sep, text = item.partition("=")
     key = key.strip()
     if not sep or not key:
@@ -99,12 +102,10 @@ def _apply_override(raw: dict[str, Any], item: str) -> str:
         raise ConfigError([ConfigProblem("--set", key, "invalid YAML: nested too deeply")]) from None
     if isinstance(value, (dict, list)) and not text.strip().startswith(("{", "[")):
         value = text  # `prefix=foo:` is the string "foo:", not the mapping {"foo": None}
-    if _DEFAULTS_JSON is None:
-        _DEFAULTS_JSON = Config().model_dump(mode="json")
     parts = key.split(".")
     resolved: list[str] = []  # the key as validation errors will name it (list items by index)
     node: Any = raw
-    default: Any = _DEFAULTS_JSON
+    default: Any = _defaults_json()
     for i, part in enumerate(parts):
         last = i == len(parts) - 1
         if isinstance(node, list):

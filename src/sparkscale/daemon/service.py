@@ -11,6 +11,7 @@ identity (`RESTART_SECTIONS`) need a restart.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -228,10 +229,8 @@ class Daemon:
         with self._apps_to_wake_lock:
             woken, self._apps_to_wake = self._apps_to_wake, set()
         for app_name in sorted(woken):
-            try:
+            with contextlib.suppress(JobLookupError):  # the app was removed meanwhile: nothing to wake
                 self.scheduler.modify_job(f"cycle:{app_name}", next_run_time=_now())
-            except JobLookupError:  # the app was removed meanwhile: nothing to wake
-                pass
 
 
 def _now() -> datetime:

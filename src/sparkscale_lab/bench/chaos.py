@@ -17,6 +17,7 @@ results.json, results.md, a timeline per run.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -158,10 +159,8 @@ class FollowingProbe:
     def look(self, client: redis.Redis, rest: SparkRestClient, t0: float) -> Sample:
         sample = self.inner.look(client, self.rest or rest, t0)
         if sample.executors is None:
-            try:
+            with contextlib.suppress(SparkRestError):  # not registered again yet: the next look tries
                 self.rest = driver_rest(self.cfg, self.app, timeout_s=2, retries=0)
-            except SparkRestError:
-                pass  # not registered again yet: the next look tries
         return sample
 
 

@@ -11,6 +11,7 @@ does not restart a killed worker: the app recovers on the remaining one (`worker
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -130,10 +131,8 @@ def _ancestors(proc: psutil.Process) -> set[int]:
 
 def _kill_all(procs: list[psutil.Process]) -> None:
     for p in procs:
-        try:
+        with contextlib.suppress(psutil.Error):  # already gone with its parent
             p.kill()
-        except psutil.Error:
-            pass  # already gone with its parent
     psutil.wait_procs(procs, timeout=10)
 
 

@@ -74,7 +74,7 @@ def migrate(env: BenchEnv, partitions: int, strategy: str, stable_window_s: floa
     for s in [*env.overrides, f"migration.stable_window_s={stable_window_s}",
               f"migration.measure_timeout_s={stable_window_s + MEASURE_MARGIN_S:g}", "logging.stderr=false"]:
         argv += ["--set", s]
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
     lines = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
     if out.returncode != 0 or not lines or not lines[-1].get("ok"):
         raise RuntimeError(f"migrate {strategy} -> {partitions} failed: {out.stdout[-2000:]} {out.stderr[-2000:]}")

@@ -204,7 +204,7 @@ def _scale_executors(env: BenchEnv, to: int) -> None:
             "--config", env.config_path]
     for s in [*env.overrides, "logging.stderr=false"]:
         argv += ["--set", s]
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
     if out.returncode != 0:
         raise RuntimeError(f"scale-executors --to {to} failed: {out.stdout} {out.stderr}")
 

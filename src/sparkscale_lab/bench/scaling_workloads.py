@@ -187,8 +187,8 @@ class PipelineWorkload:
 @dataclass(frozen=True)
 class ClicksSettings:
     """The fixture's arguments and the feed. 25 ms a record (the cost that
-    shows Spark's dynamic allocation at work): 15 records/s need 0.4 cores, 60 need 1.5. A file per half second, up to 16
-    files a batch, so that a batch behind can catch up (4 a batch keep pace at a 2 s trigger)."""
+    shows Spark's dynamic allocation at work): 15 records/s need 0.4 cores, 60 need 1.5. A file per half second, up
+    to 16 files a batch, so that a batch behind can catch up (4 a batch keep pace at a 2 s trigger)."""
 
     lookup_ms: float = 25.0
     trigger_s: int = 2

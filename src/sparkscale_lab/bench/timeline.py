@@ -56,7 +56,7 @@ class Sample:
     @classmethod
     def from_dict(cls, data: dict) -> Sample:
         """Also older results, written before the stated backlog and the latency were sampled."""
-        known = {f for f in cls.__dataclass_fields__}
+        known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in data.items() if k in known})
 
 

@@ -299,7 +299,7 @@ def _solve(model: ClusterModel, s: EdrpSettings, soft_r: bool) -> EdrpResult:
         warnings.append(PlacementWarning("solver_limit", f"best found within {s.time_limit_s:g}s, may not be optimal"))
     elif res.status != 0 or res.x is None:
         return no_change("solver_error", f"HiGHS status {res.status}: {res.message}")
-    dep = {a.app: {w: int(round(res.x[x[a.app, w]])) if (a.app, w) in x else 0 for w in inst.workers}
+    dep = {a.app: {w: round(res.x[x[a.app, w]]) if (a.app, w) in x else 0 for w in inst.workers}
            for a in inst.apps}
     broken = _check(inst, s, dep, landing)
     if broken:
