@@ -130,7 +130,7 @@ def register_actuator(cls: A) -> A:
 def actuator_for(action_type: str) -> Actuator:
     """A fresh instance of the actuator registered for `action_type`."""
     try:
-        cls = ACTUATORS.get(action_type)
+        cls: type[Actuator] = ACTUATORS.get(action_type)
     except KeyError:
         known = ", ".join(sorted(ACTUATORS.names())) or "none"
         raise KeyError(f"no actuator for action type {action_type!r} (registered: {known})") from None

@@ -236,6 +236,7 @@ def state_store_provider(checkpoint: Path) -> str | None:
         return None
     try:
         lines = (checkpoint / "offsets" / str(batches[-1])).read_text().splitlines()
-        return json.loads(lines[1])["conf"].get("spark.sql.streaming.stateStore.providerClass")
+        provider: str | None = json.loads(lines[1])["conf"].get("spark.sql.streaming.stateStore.providerClass")
+        return provider
     except (OSError, IndexError, KeyError, TypeError, ValueError):
         return None

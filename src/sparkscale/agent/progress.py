@@ -88,7 +88,8 @@ class ProgressPublisher(StreamingQueryListener):
         if self._spark is None:
             return None
         try:
-            return self._spark.conf.get(SESSION_CHECKPOINT_CONF, None)
+            root: str | None = self._spark.conf.get(SESSION_CHECKPOINT_CONF, None)
+            return root
         except Exception:  # no session conf to read: no session default
             return None
 

@@ -51,7 +51,7 @@ class RestartBudget:
             self._crashes.popleft()
         if len(self._crashes) >= self._cfg.max_restarts:
             return None
-        delay = min(self._cfg.restart_delay_s * 2 ** len(self._crashes), self._cfg.max_restart_delay_s)
+        delay: float = min(self._cfg.restart_delay_s * 2 ** len(self._crashes), self._cfg.max_restart_delay_s)
         self._crashes.append(now)
         return delay
 

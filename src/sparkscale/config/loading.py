@@ -195,7 +195,8 @@ def _fields_at(loc: tuple[Any, ...]) -> list[str]:
             continue
         model = _unwrap(field.annotation)
     if _sectioned(model):
-        return model.section_names()
+        names: list[str] = model.section_names()
+        return names
     return list(model.model_fields) if _is_model(model) else []
 
 

@@ -78,4 +78,5 @@ def record_total(offset: Any) -> int | None:
         return None
     if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
         return None  # Kafka's -1 / -2 are markers, not positions
-    return sum(values)
+    total: int = sum(values)
+    return total
