@@ -32,9 +32,9 @@ from pathlib import Path
 
 import psutil
 
+from sparkscale.apps.submit import stop, submit
 from sparkscale_lab.bench.environment import embedded_environment, write_results
 from sparkscale_lab.pipelines.loadgen import run_loadgen
-from sparkscale.apps.submit import stop, submit
 
 
 def apps_yaml(count: int) -> str:
@@ -143,7 +143,7 @@ def main() -> None:
     counts = [int(c) for c in args.cycles.split(",")]
     queries = [int(q) for q in args.queries.split(",")]
     counts += counts[-1:] * (len(queries) - len(counts))
-    rows = [row for q, c in zip(queries, counts) for row in measure(q, c)]
+    rows = [row for q, c in zip(queries, counts, strict=False) for row in measure(q, c)]
     before = {r["queries"]: r for r in rows if r["variant"] == "before"}
     table = "\n".join([
         "| managed queries | variant | cycles | cycle p50 (s) | cycle p99 (s) | max (s) | p50 after/before | "

@@ -15,13 +15,13 @@ import argparse
 import threading
 import time
 
-from sparkscale_lab.bench.environment import embedded_environment, write_results
-from sparkscale.monitors.collector import CollectOptions, collect_snapshot
-from sparkscale_lab.pipelines.check import unprocessed_records
-from sparkscale_lab.pipelines.loadgen import run_loadgen
 from sparkscale.apps.submit import stop, submit
+from sparkscale.monitors.collector import CollectOptions, collect_snapshot
 from sparkscale.policies.ds2 import estimate
 from sparkscale.redisconn import connect
+from sparkscale_lab.bench.environment import embedded_environment, write_results
+from sparkscale_lab.pipelines.check import unprocessed_records
+from sparkscale_lab.pipelines.loadgen import run_loadgen
 
 
 def app_yaml(name: str, executors: int) -> str:

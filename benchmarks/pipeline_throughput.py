@@ -19,14 +19,14 @@ import statistics
 import time
 
 from sparkscale import zkconn
-from sparkscale_lab.bench.environment import embedded_environment, write_results
-from sparkscale.daemon.leader import LeaderElection
-from sparkscale_lab.pipelines.check import unprocessed_records
-from sparkscale_lab.pipelines.loadgen import run_loadgen
 from sparkscale.apps.submit import stop, submit
-from sparkscale_lab.pipelines.workloads import workload
+from sparkscale.daemon.leader import LeaderElection
 from sparkscale.protocol.commands import send_command, wait_ack
 from sparkscale.redisconn import connect
+from sparkscale_lab.bench.environment import embedded_environment, write_results
+from sparkscale_lab.pipelines.check import unprocessed_records
+from sparkscale_lab.pipelines.loadgen import run_loadgen
+from sparkscale_lab.pipelines.workloads import workload
 
 # Backlog per run: large enough for tens of batches at the expected rate, small enough to write fast.
 BACKLOG = {"wordcount": 150000, "dag": 1500, "taxi_top_routes": 40000}
@@ -80,13 +80,14 @@ def measure(cfg, app_name: str, pipeline: str, repeat: int) -> list[dict]:
             _wait(lambda: unprocessed_records(client, cfg, app) == 0, 900)
             drain_s = time.monotonic() - started
 
-            def batches_since() -> list[dict]:
+            def batches_since(since: str = since) -> list[dict]:
                 return [f for _, f in client.xrange(history, min=f"({since}", max="+")
                         if int(f.get("num_input_rows", 0)) > 0]
 
             # Progress events reach Redis through an asynchronous listener: wait until they account
             # for every record (or a bounded time) before reading batch durations.
-            _wait(lambda: sum(int(f["num_input_rows"]) for f in batches_since()) >= summary.records_sent, 60)
+            sent = summary.records_sent
+            _wait(lambda sent=sent: sum(int(f["num_input_rows"]) for f in batches_since()) >= sent, 60)
             batches = batches_since()
             durations = [float(f["batch_duration_ms"]) / 1000 for f in batches if "batch_duration_ms" in f]
             run = {

@@ -33,7 +33,7 @@ def synthetic_cluster(apps: int, workers: int, seed: int, landing: bool = False)
     cores = {f"worker-{k:02d}": rng.randint(8, 32) for k in range(workers)}
     used = dict.fromkeys(cores, 0)
     shape = {f"app-{k:03d}": (rng.randint(1, 4), rng.randint(1, 8)) for k in range(apps)}  # cores, executors
-    placed = {name: 0 for name in shape}
+    placed = dict.fromkeys(shape, 0)
     execs: list[PlacedExecutor] = []
     for round_ in range(8):  # one executor per app per round, so every app gets one before any gets two
         for name, (c, want) in shape.items():
@@ -44,7 +44,7 @@ def synthetic_cluster(apps: int, workers: int, seed: int, landing: bool = False)
                 placed[name] += 1
                 execs.append(PlacedExecutor(ExecutorKey(name, str(placed[name])), w, c, c * 4096))
     demands: list[AppDemand] = []
-    for name, (c, want) in shape.items():
+    for name, (c, _want) in shape.items():
         mu = rng.uniform(100, 1000)
         lam = mu * max(placed[name], 1) * rng.uniform(0.4, 0.9)
         demands.append(AppDemand(name, c, c * 4096, 1, 8, arrival_rate=lam, rate_per_executor=mu,

@@ -108,7 +108,7 @@ class CycleLineRenderer:
         if isinstance(event_dict, Mapping) and event_dict.get("event") == "cycle":
             try:
                 return cycle_line(event_dict)
-            except Exception:  # noqa: BLE001 - a log line must never break the daemon's cycle
+            except Exception:  # a log line must never break the daemon's cycle
                 pass
         return self.fallback(logger, method_name, event_dict)
 

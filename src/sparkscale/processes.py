@@ -6,6 +6,7 @@ look again, and stopping a stranger's process is the one thing `down`/`stop` mus
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import psutil
@@ -34,16 +35,12 @@ def stop_trees(procs: list[psutil.Process], grace_s: float = STOP_GRACE_S) -> No
         except psutil.Error:
             family.append(proc)
     for p in family:
-        try:
+        with contextlib.suppress(psutil.Error):
             p.terminate()
-        except psutil.Error:
-            pass
     _, alive = psutil.wait_procs(family, timeout=grace_s)
     for p in alive:
-        try:
+        with contextlib.suppress(psutil.Error):
             p.kill()
-        except psutil.Error:
-            pass
     psutil.wait_procs(alive, timeout=5)
 
 

@@ -115,7 +115,7 @@ class Registry(Generic[T]):
                     loaded = entry.load()
                     if not isinstance(loaded, ModuleType) and self.adopt is not None:
                         self.adopt(loaded)
-                except Exception as exc:  # noqa: BLE001 - logged; the rest stay usable
+                except Exception as exc:  # logged; the rest stay usable
                     log.error("registry.plugin_failed", kind=self.kind, group=self.group, entry_point=entry.name,
                               value=entry.value, error=f"{type(exc).__name__}: {exc}")
 

@@ -23,7 +23,6 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
 from sparkscale import zkconn
-from sparkscale_lab.bench.daemon_process import DaemonProcess
 from sparkscale.cli import main
 from sparkscale.config import Config, load_config
 from sparkscale.config.secrets import REDIS_PASSWORD_ENV, ZOOKEEPER_AUTH_ENV
@@ -31,6 +30,7 @@ from sparkscale.localenv import LocalEnvironment
 from sparkscale.localenv.ports import isolated_overrides
 from sparkscale.protocol.znodes import leader_path
 from sparkscale.redisconn import connect
+from sparkscale_lab.bench.daemon_process import DaemonProcess
 from tests.conftest import wait_until
 
 pytestmark = pytest.mark.integration
@@ -57,7 +57,7 @@ def private_file(path: Path, text: str) -> Path:
 
 
 def cli_sets(overrides: list[str]) -> list[str]:
-    return sum((["--set", o] for o in overrides), [])
+    return [a for o in overrides for a in ("--set", o)]
 
 
 @pytest.fixture(scope="module")

@@ -25,13 +25,13 @@ def test_quick_chaos_run_recovers_from_each_fault_without_loss(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "sparkscale", "bench", "chaos", "--quick", "--faults", ",".join(FAULTS),
          "--rate", "500", "--out", str(out)],
-        capture_output=True, text=True, timeout=1400)
+        capture_output=True, text=True, timeout=1400, check=False)
     results = json.loads((out / "results.json").read_text())
     story = f"exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
     assert results["failed_runs"] == [], story
     assert [r["fault"] for r in results["runs"]] == list(FAULTS), story
     for run in results["runs"]:
-        assert RUN_KEYS <= run.keys(), run.keys()
+        assert run.keys() >= RUN_KEYS, run.keys()
         summary = {k: run[k] for k in RUN_KEYS}
         assert run["recovered"] and run["recovery_s"] is not None, summary
         assert run["pre_fault_rps"] > 0, summary

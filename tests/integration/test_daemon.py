@@ -23,19 +23,19 @@ import pytest
 from click.testing import CliRunner
 from kazoo.client import KazooClient
 
-from sparkscale_lab.bench.daemon_process import DaemonProcess as BenchDaemonProcess
+from sparkscale.apps.submit import stop, submit
 from sparkscale.cli import main
 from sparkscale.config import Config, load_config
 from sparkscale.daemon.action_log import ActionLog
 from sparkscale.daemon.leader import current_leader
 from sparkscale.monitors.spark_rest import SparkRestError, driver_rest
-from sparkscale_lab.pipelines.check import drained, verify_app
-from sparkscale_lab.pipelines.loadgen import run_loadgen
-from sparkscale.apps.submit import stop, submit
 from sparkscale.protocol.commands import send_command, wait_ack
 from sparkscale.protocol.fencing import read_live_lock
 from sparkscale.protocol.znodes import agent_epoch_path
 from sparkscale.redisconn import connect
+from sparkscale_lab.bench.daemon_process import DaemonProcess as BenchDaemonProcess
+from sparkscale_lab.pipelines.check import drained, verify_app
+from sparkscale_lab.pipelines.loadgen import run_loadgen
 from tests.conftest import wait_until
 
 pytestmark = pytest.mark.integration

@@ -45,7 +45,7 @@ def setup(embedded_env, tmp_path):
 
 
 def test_absent_app_is_reported_sighup_reloads_and_metrics_are_served(setup):
-    cfg, path, _overrides, work = setup
+    _cfg, _path, _overrides, work = setup
     daemon = DaemonProcess(setup, "life")
     try:
         wait_until(lambda: len(daemon.events("cycle.app_absent", app="ghost")) >= 2, 60, "ghost reported absent")

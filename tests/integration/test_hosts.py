@@ -21,15 +21,15 @@ from collections.abc import Iterator
 import pytest
 from click.testing import CliRunner
 
+from sparkscale.apps.submit import submit
 from sparkscale.cli import main
 from sparkscale.config import Config
+from sparkscale.model.snapshot import Snapshot
 from sparkscale.monitors.collector import AppNotRunningError, CollectOptions, NoQueriesYet, collect_snapshot
 from sparkscale.monitors.host import executor_processes
 from sparkscale.monitors.spark_master import get_json
 from sparkscale.monitors.spark_rest import SparkRestError, driver_rest, host_of
 from sparkscale_lab.pipelines.loadgen import run_loadgen
-from sparkscale.apps.submit import submit
-from sparkscale.model.snapshot import Snapshot
 from tests.conftest import wait_until
 from tests.integration.two_hosts import WORKER_HOSTS, two_host_environment
 

@@ -10,10 +10,10 @@ from collections import Counter
 import pytest
 
 from sparkscale.config import Config, load_config
-from sparkscale_lab.pipelines.loadgen import SecondReport, run_loadgen
-from sparkscale_lab.pipelines.records import TAXI_FIELDS
 from sparkscale.protocol.keys import input_stream_key
 from sparkscale.protocol.keys import loadgen_runs_key as runs_key
+from sparkscale_lab.pipelines.loadgen import SecondReport, run_loadgen
+from sparkscale_lab.pipelines.records import TAXI_FIELDS
 from tests.conftest import wait_until
 
 pytestmark = pytest.mark.integration
@@ -116,7 +116,7 @@ def test_max_duration_cuts_the_profile_short(cfg, redis_server):
     assert len(summary.reports) == 1 and summary.reports[0].interval_s == 0.5
 
 
-@pytest.mark.parametrize("pipeline, fields", [("dag", {"value", "key"}), ("taxi_top_routes", None)])
+@pytest.mark.parametrize(("pipeline", "fields"), [("dag", {"value", "key"}), ("taxi_top_routes", None)])
 def test_other_workloads_write_their_fields(redis_server, pipeline, fields):
     prefix = f"test-loadgen-{uuid.uuid4().hex[:8]}:"
     cfg = load_config(

@@ -60,7 +60,7 @@ def test_up_runs_a_spark_job_and_down_leaves_nothing(tmp_path, redis_server):
             [str(tools.spark_submit), "--master", cfg.spark.master_url, "--conf", "spark.cores.max=1",
              "--conf", "spark.executor.memory=512m", "--conf", "spark.ui.enabled=false", str(job)],
             capture_output=True, text=True, timeout=300,
-            env={**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"},
+            env={**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}, check=False
         )
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert "SUM 499500" in proc.stdout
@@ -74,7 +74,7 @@ def test_up_runs_a_spark_job_and_down_leaves_nothing(tmp_path, redis_server):
         assert sorted(env.recorded_pids()) == pids_before
 
         # status through the CLI: a table naming every service with its pid; exit 0.
-        result = CliRunner().invoke(main, ["cluster", "status", *sum((["--set", o] for o in overrides), [])])
+        result = CliRunner().invoke(main, ["cluster", "status", *[a for o in overrides for a in ("--set", o)]])
         assert result.exit_code == 0, result.output
         for s in statuses:
             assert s.name in result.output and str(s.pid) in result.output
@@ -91,7 +91,7 @@ def test_up_runs_a_spark_job_and_down_leaves_nothing(tmp_path, redis_server):
     assert redis_server.client().ping()
     after = env.status()
     assert not any(s.running for s in after)
-    result = CliRunner().invoke(main, ["cluster", "status", *sum((["--set", o] for o in overrides), [])])
+    result = CliRunner().invoke(main, ["cluster", "status", *[a for o in overrides for a in ("--set", o)]])
     assert result.exit_code == 1 and "stopped" in result.output
 
 

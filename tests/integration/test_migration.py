@@ -10,13 +10,13 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from sparkscale.apps.submit import stop, submit
 from sparkscale.cli import main
 from sparkscale.config import Config, load_config
 from sparkscale.daemon.action_log import ActionLog
+from sparkscale.redisconn import connect
 from sparkscale_lab.pipelines.check import drained, verify_app
 from sparkscale_lab.pipelines.loadgen import run_loadgen
-from sparkscale.apps.submit import stop, submit
-from sparkscale.redisconn import connect
 from tests.conftest import wait_until
 
 pytestmark = pytest.mark.integration
@@ -90,7 +90,7 @@ def fresh(cfg: Config, app: str) -> None:
     shutil.rmtree(checkpoint_root(cfg, cfg.app(app)), ignore_errors=True)
 
 
-@pytest.mark.parametrize("app,query,rate", [("mwc", "counts", 400), ("mstar", "dag", 60)])
+@pytest.mark.parametrize(("app", "query", "rate"), [("mwc", "counts", 400), ("mstar", "dag", 60)])
 def test_each_strategy_rescales_state_4_to_8_to_2_without_loss(setup, app, query, rate):
     """DCR, CCR, then DSM (whose recomputed batch may duplicate, so it goes last), each under its own
     constant load; after each, drain and verify everything the app was ever sent."""
@@ -110,7 +110,7 @@ def test_each_strategy_rescales_state_4_to_8_to_2_without_loss(setup, app, query
             loader = threading.Thread(target=run_loadgen, args=(cfg, app, f"constant:{rate}"), daemon=True,
                                       kwargs={"seed": 20 + n, "stop": stop_load})
             loader.start()
-            wait_until(lambda: state_partitions(cfg, app, query) == partitions, 90,
+            wait_until(lambda partitions=partitions: state_partitions(cfg, app, query) == partitions, 90,
                        f"batches with {partitions} partitions under load")
             for target in ([4] if partitions != 4 else []) + [8, 2]:
                 out = migrate(setup, app, target, strategy)
@@ -122,10 +122,10 @@ def test_each_strategy_rescales_state_4_to_8_to_2_without_loss(setup, app, query
                 # Followed afterwards (`migrate` returns once done; `--list` measures what is still
                 # pending): what arrived before the request is processed.
                 migration = result["figures"]["migration"]
-                wait_until(lambda: listed_follow_up(setup, app, migration).get("catch_up_s") is not None, 60,
-                           f"{strategy}: the catch-up of {migration} in migrate --list")
+                wait_until(lambda migration=migration: listed_follow_up(setup, app, migration).get("catch_up_s")
+                           is not None, 60, f"{strategy}: the catch-up of {migration} in migrate --list")
                 partitions = target
-                wait_until(lambda: state_partitions(cfg, app, query) == partitions, 60,
+                wait_until(lambda partitions=partitions: state_partitions(cfg, app, query) == partitions, 60,
                            f"{strategy}: batches with {partitions} partitions")
             stop_load.set()
             loader.join()
@@ -150,8 +150,8 @@ def test_a_new_executor_shape_restarts_the_whole_app_without_loss(setup):
     outlives the restart (the next submit keeps it); nothing is lost or duplicated."""
     import threading
 
-    from sparkscale.monitors.spark_rest import driver_rest
     from sparkscale.apps.submit import running, stored_shape
+    from sparkscale.monitors.spark_rest import driver_rest
 
     cfg, path, overrides = setup
     app, query = "mwc", "counts"
@@ -270,8 +270,8 @@ def test_sigkill_at_each_ccr_phase_then_the_next_leader_completes_it(setup, tmp_
     from kazoo.client import KazooClient
 
     from sparkscale.actuators.migration import JournalStore
-    from sparkscale_lab.bench.migration_faults import FAULT_HOLD_ENV
     from sparkscale.daemon import manual
+    from sparkscale_lab.bench.migration_faults import FAULT_HOLD_ENV
     from tests.integration.test_daemon import DaemonProcess
 
     cfg, path, overrides = setup
@@ -313,7 +313,7 @@ def test_sigkill_at_each_ccr_phase_then_the_next_leader_completes_it(setup, tmp_
             # The next daemon (no fault) takes over, reads the journal and finishes the migration.
             successor = DaemonProcess(daemon_setup, f"r{n}")
             daemons.append(successor)
-            final = wait_until(lambda: (j := store.read()) is not None and j.id == killed_id
+            final = wait_until(lambda killed_id=killed_id: (j := store.read()) is not None and j.id == killed_id
                                and j.status != "running" and j, 180, f"the migration killed at {phase} to end")
             successor.stop()
             # A graceful stop (exit 0), not the SIGKILL stop() falls back to: a daemon that took over a
@@ -323,7 +323,7 @@ def test_sigkill_at_each_ccr_phase_then_the_next_leader_completes_it(setup, tmp_
             assert final.status in ("done", "rolled_back"), (phase, final.status, final.detail)
             if final.status == "done":
                 partitions = target
-            wait_until(lambda: state_partitions(cfg, app, query) == partitions, 90,
+            wait_until(lambda partitions=partitions: state_partitions(cfg, app, query) == partitions, 90,
                        f"batches with {partitions} partitions after the kill at {phase}")
         stop_load.set()
         loader.join()

@@ -11,16 +11,16 @@ from datetime import datetime
 import pytest
 from click.testing import CliRunner
 
+from sparkscale.apps.submit import stop, submit
 from sparkscale.cli.offline import snapshot_command
 from sparkscale.config import Config, load_config
+from sparkscale.model.snapshot import Snapshot
 from sparkscale.monitors.collector import AppNotRunningError, CollectOptions, collect_snapshot, read_progress
 from sparkscale.monitors.host import executor_processes
-from sparkscale_lab.pipelines.loadgen import SecondReport, run_loadgen
-from sparkscale.apps.submit import stop, submit
 from sparkscale.policies.base import get_policy
 from sparkscale.policies.history import DecisionHistory
 from sparkscale.redisconn import connect
-from sparkscale.model.snapshot import Snapshot
+from sparkscale_lab.pipelines.loadgen import SecondReport, run_loadgen
 from tests.conftest import wait_until
 
 pytestmark = pytest.mark.integration

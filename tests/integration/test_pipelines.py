@@ -12,21 +12,21 @@ import pytest
 from click.testing import CliRunner
 from kazoo.client import KazooClient
 
-from sparkscale.cli import main
-from sparkscale.config import Config, load_config
-from sparkscale_lab.pipelines.check import drained, verify_app
-from sparkscale_lab.pipelines.loadgen import run_loadgen
 from sparkscale.apps.driver_record import current_driver
 from sparkscale.apps.run_files import started_marker
 from sparkscale.apps.submit import running, stop, submit
-from sparkscale_lab.pipelines.verify import read_input_records, read_keyed_sink
-from sparkscale_lab.pipelines.workloads.taxi import expected_output as taxi_expected
-from sparkscale_lab.pipelines.workloads.taxi import top_routes
+from sparkscale.cli import main
+from sparkscale.config import Config, load_config
 from sparkscale.protocol.commands import send_command, wait_ack
 from sparkscale.protocol.keys import progress_key
 from sparkscale.protocol.sinks import SinkTarget
 from sparkscale.protocol.streams import StreamOffsets, read_source_status, stream_heads
 from sparkscale.redisconn import connect
+from sparkscale_lab.pipelines.check import drained, verify_app
+from sparkscale_lab.pipelines.loadgen import run_loadgen
+from sparkscale_lab.pipelines.verify import read_input_records, read_keyed_sink
+from sparkscale_lab.pipelines.workloads.taxi import expected_output as taxi_expected
+from sparkscale_lab.pipelines.workloads.taxi import top_routes
 from tests.conftest import leader_lock, wait_until
 
 pytestmark = pytest.mark.integration

@@ -1,7 +1,7 @@
 """The Redis Streams source and the Redis sinks, end to end, on a real Redis and a local Spark.
 
-One SparkSession for the module (local[2], RocksDB state as a managed app's driver has it: apps/submit.py); each test uses its own
-app name, so Redis keys never collide, and its own checkpoints under tmp_path.
+One SparkSession for the module (local[2], RocksDB state as a managed app's driver has it: apps/submit.py); each test
+uses its own app name, so Redis keys never collide, and its own checkpoints under tmp_path.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ import redis
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from sparkscale.protocol.sinks import SinkTarget
+from sparkscale.protocol.streams import live_backlog, read_source_status
 from sparkscale_lab.pipelines import redis_source, sinks
 from sparkscale_lab.pipelines.redis_source import split_cap
 from sparkscale_lab.pipelines.redis_source_options import RedisStreamsOptions
@@ -27,8 +29,6 @@ from sparkscale_lab.pipelines.verify import (
     read_keyed_sink,
     read_record_sink,
 )
-from sparkscale.protocol.sinks import SinkTarget
-from sparkscale.protocol.streams import live_backlog, read_source_status
 from tests.conftest import RedisServer, wait_until
 
 pytestmark = pytest.mark.integration

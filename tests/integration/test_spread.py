@@ -14,6 +14,7 @@ executors over 2 workers on their own addresses (127.0.0.2, 127.0.0.3), a daemon
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from collections.abc import Iterator
@@ -23,7 +24,7 @@ import psutil
 import pytest
 from click.testing import CliRunner
 
-from sparkscale_lab.bench.daemon_process import DaemonProcess
+from sparkscale.apps.submit import submit
 from sparkscale.cli import main
 from sparkscale.config import Config
 from sparkscale.daemon.action_log import ActionLog
@@ -31,10 +32,10 @@ from sparkscale.localenv import LocalEnvironment
 from sparkscale.monitors.cluster_view import fetch_cluster_view
 from sparkscale.monitors.spark_master import SparkUnreachable
 from sparkscale.monitors.spark_rest import SparkRestError, driver_rest
+from sparkscale.redisconn import connect
+from sparkscale_lab.bench.daemon_process import DaemonProcess
 from sparkscale_lab.pipelines.check import drained, verify_app
 from sparkscale_lab.pipelines.loadgen import run_loadgen
-from sparkscale.apps.submit import submit
-from sparkscale.redisconn import connect
 from tests.conftest import wait_until
 from tests.integration.two_hosts import WORKER_HOSTS, two_host_environment
 
@@ -93,10 +94,8 @@ def kill_worker(cfg: Config, name: str) -> int:
     worker = psutil.Process(status.pid)
     children = worker.children(recursive=True)
     for proc in [worker, *children]:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             proc.kill()
-        except psutil.NoSuchProcess:
-            pass
     psutil.wait_procs([worker, *children], timeout=10)
     return len(children)
 
@@ -110,7 +109,7 @@ def spread_moves(cfg: Config) -> list:
 
 def test_the_daemon_restores_the_spread_after_a_worker_comes_back(spread_env):
     cfg, path, overrides, work = spread_env
-    one_each = {host: 1 for host in WORKER_HOSTS}
+    one_each = dict.fromkeys(WORKER_HOSTS, 1)
     submit(cfg, APP, path, overrides)
     daemon = DaemonProcess(path, overrides, work / "daemon.jsonl", "spread-daemon")
     stop_load = threading.Event()

@@ -19,19 +19,19 @@ import os
 import threading
 import time
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from sparkscale.actuators.migration import JournalStore
-from sparkscale_lab.bench.clicksinks import committed_files
-from sparkscale.config import load_config
 from sparkscale.apps.submit import stop, submit
+from sparkscale.config import load_config
 from sparkscale.protocol.keys import progress_key
 from sparkscale.protocol.queries import read_queries
 from sparkscale.redisconn import connect
 from sparkscale.zkconn import client as zk_client
+from sparkscale_lab.bench.clicksinks import committed_files
 from tests.conftest import wait_until
 from tests.integration.test_foreign_jobs import cli
 
@@ -40,7 +40,7 @@ pytestmark = pytest.mark.integration
 SCRIPT = Path(__file__).resolve().parent.parent / "fixtures" / "ads.py"
 APP = "ads"
 QUERIES = ("joined", "sessions", "deduped")
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 class Feed:

@@ -27,18 +27,18 @@ import psutil
 import pytest
 from click.testing import CliRunner
 
-from sparkscale_lab.bench.clickcheck import wait_for_outputs
-from sparkscale_lab.bench.daemon_process import DaemonProcess
-from sparkscale_lab.bench.filefeed import land_files
+from sparkscale.apps.submit import ROCKSDB_PROVIDER, PipelineError, running, stop, submit
 from sparkscale.cli import main
 from sparkscale.config import load_config
 from sparkscale.daemon.action_log import ActionLog
 from sparkscale.localenv.preflight import check_tools
 from sparkscale.monitors.spark_rest import SparkRestError, driver_rest
-from sparkscale.apps.submit import ROCKSDB_PROVIDER, PipelineError, running, stop, submit
 from sparkscale.protocol.keys import progress_key
 from sparkscale.protocol.queries import read_queries
 from sparkscale.redisconn import connect
+from sparkscale_lab.bench.clickcheck import wait_for_outputs
+from sparkscale_lab.bench.daemon_process import DaemonProcess
+from sparkscale_lab.bench.filefeed import land_files
 from tests.conftest import wait_until
 
 pytestmark = pytest.mark.integration
@@ -168,7 +168,7 @@ def test_an_unmodified_script_is_scaled_and_migrated_without_loss(setup):
                    f"a scale-up of clicks after the step up (fed at {fed_at:.0f})",
                    story=lambda: decisions_told(daemon))
         cycles = daemon.events("cycle", app=APP)
-        assert any(set(q["query"] for q in e.get("queries", [])) == {"page_windows", "user_totals"}
+        assert any({q["query"] for q in e.get("queries", [])} == {"page_windows", "user_totals"}
                    for e in cycles), cycles[-1:]
 
         # CCR on one query, DSM on the other, through the leading daemon, while the other keeps

@@ -7,10 +7,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from sparkscale.apps.submit import stop
 from sparkscale.config import Config, load_config
 from sparkscale.localenv import LocalEnvironment
 from sparkscale.localenv.ports import isolated_overrides
-from sparkscale.apps.submit import stop
 
 WORKER_HOSTS = ("127.0.0.2", "127.0.0.3")
 

@@ -106,7 +106,7 @@ class FakeZk:
         if path not in self.nodes:
             raise NoNodeError(path)
         node = self.nodes[path]
-        if version != -1 and version != node.version:
+        if version not in (-1, node.version):
             raise BadVersionError(path)
         node.data, node.version = value, node.version + 1
         self.writes.append((path, value))
@@ -162,7 +162,7 @@ class FakeTransaction:
         if node is None:
             return NoNodeError()
         version = args[1] if kind == "check" else args[2]
-        return BadVersionError() if version != -1 and version != node.version else None
+        return BadVersionError() if version not in (-1, node.version) else None
 
 
 def hold_lock(zk: FakeZk, root: str, app: str, epoch: int, session: int | None = None) -> str:

@@ -120,8 +120,8 @@ def test_the_state_store_provider_is_read_from_the_checkpoint_and_decides_migrat
     assert state_store_provider(tmp_path) == hdfs
     assert state_store_provider(tmp_path / "nothing") is None
     info = QueryInfo(name="q", id="1", run_id="r", status="active", checkpoint=f"file:{tmp_path}", restartable=True,
-                     state_store_provider=hdfs, sources=("file",), source_descriptions=(f"FileStreamSource[{tmp_path}]",),
-                     committed=True)
+                     state_store_provider=hdfs, sources=("file",),
+                     source_descriptions=(f"FileStreamSource[{tmp_path}]",), committed=True)
     assert not info.migratable and "its state store is HDFSBackedStateStoreProvider" in info.why_not_migratable()
     rocks = info.__class__(**{**info.__dict__, "state_store_provider": hdfs.replace(
         "HDFSBackedStateStoreProvider", "RocksDBStateStoreProvider")})

@@ -165,7 +165,7 @@ def test_a_bad_history_is_refused_naming_the_field(tmp_path, change, fragment):
 def test_a_history_round_trips():
     history = DecisionHistory.from_dict(_history())
     assert DecisionHistory.from_dict(history.to_dict()) == history
-    with pytest.raises(HistoryError, match="^history: expected an object"):
+    with pytest.raises(HistoryError, match=r"^history: expected an object"):
         DecisionHistory.from_dict([])
 
 

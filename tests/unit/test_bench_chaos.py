@@ -13,6 +13,8 @@ import pytest
 import redis
 from click.testing import CliRunner
 
+from sparkscale.cli import main
+from sparkscale.config import load_config
 from sparkscale_lab.bench import chaos
 from sparkscale_lab.bench.chaos import CHAOS_YAML, ChaosSpec, SteadyLoad, app_name, app_yaml, passed, watch
 from sparkscale_lab.bench.chaos_faults import FAULT_NAMES, FAULTS, FaultContext, FaultError, get_fault
@@ -27,8 +29,6 @@ from sparkscale_lab.bench.chaos_report import (
     reference_rate,
 )
 from sparkscale_lab.bench.timeline import Sample, rates
-from sparkscale.cli import main
-from sparkscale.config import load_config
 
 FAULT_AT = 60.0
 
@@ -107,7 +107,7 @@ def test_the_registry_holds_the_seven_faults_in_order():
         get_fault("disk_full")
 
 
-@pytest.mark.parametrize("fault,why", [("driver_kill", "has no running driver"), ("redis_restart", "redis is not"),
+@pytest.mark.parametrize(("fault", "why"), [("driver_kill", "has no running driver"), ("redis_restart", "redis is not"),
                                        ("zookeeper_restart", "zookeeper is not running")])
 def test_a_fault_with_nothing_to_damage_is_refused_not_guessed(tmp_path, fault, why):
     """No environment and no driver recorded under the run dir: nothing is killed or stopped."""

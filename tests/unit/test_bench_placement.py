@@ -11,6 +11,9 @@ import os
 import pytest
 from click.testing import CliRunner
 
+from sparkscale.cli import main
+from sparkscale.config import load_config
+from sparkscale.policies.placement.edrp_model import EdrpSettings
 from sparkscale_lab.bench import placement as bench
 from sparkscale_lab.bench.measures import Segment, SloLimits, measure
 from sparkscale_lab.bench.placement import PlacementSpec, apps_yaml, bench_yaml, summary, tree_cpu_s
@@ -30,9 +33,6 @@ from sparkscale_lab.bench.placement_measures import (
 )
 from sparkscale_lab.bench.placement_report import median_table, placement_table
 from sparkscale_lab.bench.timeline import Sample
-from sparkscale.cli import main
-from sparkscale.config import load_config
-from sparkscale.policies.placement.edrp_model import EdrpSettings
 
 # -- busy share, imbalance ---------------------------------------------------------------------------
 

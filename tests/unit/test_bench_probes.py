@@ -8,6 +8,10 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
+from sparkscale.config import AppConfig, load_config
+from sparkscale.monitors.progress_reports import ProgressReport
+from sparkscale.protocol.keys import input_stream_key, progress_history_key, progress_key
+from sparkscale.protocol.queries import QueryInfo, queries_key
 from sparkscale_lab.bench.clickcheck import ClickCheck
 from sparkscale_lab.bench.clickexpected import Expected
 from sparkscale_lab.bench.probes import (
@@ -19,10 +23,6 @@ from sparkscale_lab.bench.probes import (
     stated_backlog,
 )
 from sparkscale_lab.bench.scaling_workloads import click_record_losses
-from sparkscale.config import AppConfig, load_config
-from sparkscale.monitors.progress_reports import ProgressReport
-from sparkscale.protocol.keys import input_stream_key, progress_history_key, progress_key
-from sparkscale.protocol.queries import QueryInfo, queries_key
 
 T0 = 1_800_000_000.0  # epoch seconds of the hand-made reports
 
@@ -42,7 +42,7 @@ class FakeRedis:
     def hgetall(self, key: str) -> dict[str, str]:
         return dict(self.hashes.get(key, {}))
 
-    def xrange(self, key: str, min: str = "-", max: str = "+", count: int | None = None) -> list:  # noqa: A002
+    def xrange(self, key: str, min: str = "-", max: str = "+", count: int | None = None) -> list:
         out = []
         for entry_id, fields in self.streams.get(key, []):
             if min != "-" and (_id(entry_id) <= _id(min[1:]) if min.startswith("(") else _id(entry_id) < _id(min)):
@@ -155,7 +155,7 @@ def test_a_file_probe_takes_the_slowest_query_and_the_worst_stated_backlog(tmp_p
                                                                 for i, f in enumerate(reports)]
         client.hashes[progress_key("p:", name, q)] = reports[-1]
     probe = FileProbe(cfg, app, inp)
-    arrived, processed, lasts = probe.counts(client)
+    arrived, processed, _lasts = probe.counts(client)
     assert (arrived, processed) == (5, 3)  # 5 landed; the slow query has read a.json only
     assert not probe.drained(client)
     # Latency: the slow query's batch 0 ended at T0 + 10 s, its file landed at T0: 10 s, the worst.

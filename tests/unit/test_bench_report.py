@@ -6,9 +6,9 @@ import json
 
 from click.testing import CliRunner
 
+from sparkscale.cli import main
 from sparkscale_lab.bench.measures import ScalingAction, SloLimits, measure, segments
 from sparkscale_lab.bench.timeline import Sample
-from sparkscale.cli import main
 from sparkscale_lab.pipelines.profiles import parse_profile
 
 PROFILE = "steps:10@20s,40@20s,10@20s"
@@ -167,8 +167,7 @@ def test_bench_scaling_checks_cases_before_running(tmp_path):
 
 
 def test_bench_scaling_defaults_to_the_whole_matrix_and_quick_to_one_short_run(tmp_path, monkeypatch):
-    import sparkscale_lab.bench.report as report
-    import sparkscale_lab.bench.scaling as scaling
+    from sparkscale_lab.bench import report, scaling
 
     specs = []
     monkeypatch.setattr(scaling, "run_bench", lambda spec, out, command, resume=False: specs.append(spec))

@@ -8,10 +8,10 @@ import math
 import pytest
 from click.testing import CliRunner
 
-from sparkscale_lab.bench.sim_graph import SOURCE, parse_graph
-from sparkscale_lab.bench.simulate import SimSpec, build_app, simulate
 from sparkscale.cli import main
 from sparkscale.config import load_config
+from sparkscale_lab.bench.sim_graph import SOURCE, parse_graph
+from sparkscale_lab.bench.simulate import SimSpec, build_app, simulate
 
 
 def test_graph_specs():

@@ -9,6 +9,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
+from sparkscale.cli import main
+from sparkscale.config import load_config
 from sparkscale_lab.bench import userjob
 from sparkscale_lab.bench.userjob_tables import (
     CycleSample,
@@ -24,8 +26,6 @@ from sparkscale_lab.bench.userjob_tables import (
     render_markdown,
     schedule,
 )
-from sparkscale.cli import main
-from sparkscale.config import load_config
 
 QUERIES = ("page_windows", "user_totals")
 

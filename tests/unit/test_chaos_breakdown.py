@@ -9,6 +9,9 @@ from types import SimpleNamespace
 import pytest
 from click.testing import CliRunner
 
+from sparkscale.cli import main
+from sparkscale.config import load_config
+from sparkscale.monitors.progress_reports import ProgressReport
 from sparkscale_lab.bench.chaos import CHAOS_YAML, ChaosSpec, app_name, app_yaml, planned_runs
 from sparkscale_lab.bench.chaos_breakdown import (
     Breakdown,
@@ -21,9 +24,6 @@ from sparkscale_lab.bench.chaos_breakdown import (
 )
 from sparkscale_lab.bench.chaos_variants import CHANGELOG_CONF, VARIANT_NAMES, plan_runs, run_label
 from sparkscale_lab.bench.timeline import Sample
-from sparkscale.cli import main
-from sparkscale.config import load_config
-from sparkscale.monitors.progress_reports import ProgressReport
 
 T0 = 1_900_000_000.0  # the run's start, epoch seconds
 FAULT = T0 + 70.0
@@ -42,7 +42,7 @@ def test_parse_all_executors_keeps_dead_ones_and_leaves_the_driver_out():
     assert (dead.id, dead.remove_reason, new.id, new.removed_at_s) == ("0", "Remote RPC client disassociated.", "2",
                                                                        None)
     assert dead.removed_at_s is not None and new.added_at_s - dead.removed_at_s == pytest.approx(4.25)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="expected a JSON list, got dict"):
         parse_executor_spans({"not": "a list"})
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import itertools
 import json
 import os
 import threading
@@ -103,12 +104,12 @@ def test_land_files_counts_names_event_times_and_manifest(tmp_path):
     assert all(isinstance(r["ms"], int) and r["page"].startswith("/") for r in records)
     # The manifest sits next to the directory and lists every file with its records.
     assert result.manifest_path == tmp_path / "in.manifest.json"
-    assert manifest_files(result.manifest_path) == {n: 10 for n in names}
+    assert manifest_files(result.manifest_path) == dict.fromkeys(names, 10)
     run = filefeed.read_manifest(result.manifest_path)["runs"][0]
     assert run["seed"] == 7 and run["records"] == 40 and run["start_ts"] == "2025-01-01T00:00:00.000Z"
     # Landing order is event-time order, with mtimes at least 1 ms apart (Spark's resolution).
     mtimes = [(folder / n).stat().st_mtime_ns for n in names]
-    assert all(b - a >= 1_000_000 for a, b in zip(mtimes, mtimes[1:], strict=False))
+    assert all(b - a >= 1_000_000 for a, b in itertools.pairwise(mtimes))
 
 
 def test_land_files_is_deterministic_by_seed(tmp_path):

@@ -41,7 +41,7 @@ def test_an_unknown_app_is_a_bad_request_naming_the_configured_ones(client):
 def test_an_unknown_migration_is_a_bad_request_and_nothing_is_written(client, monkeypatch):
     zk = StartedZk()
     monkeypatch.setattr(sparkscale.zkconn, "client", lambda _cfg: zk)
-    with pytest.raises(BadRequest, match="no journaled migration mig-1 to resume .*a: none"):
+    with pytest.raises(BadRequest, match=r"no journaled migration mig-1 to resume .*a: none"):
         client.operate_migration(None, "mig-1", abort=False, timeout_s=1)
     assert zk.writes == []
 

@@ -76,8 +76,8 @@ class FakeRedis:
     def hgetall(self, key: str) -> dict[str, str]:
         return self.hashes.get(key, {})
 
-    def xrange(self, key: str, min: str, max: str) -> list[tuple[str, dict]]:  # noqa: A002 - redis-py's names
-        since_ms = int(min.split("-")[0])
+    def xrange(self, key: str, min: str, max: str) -> list[tuple[str, dict]]:  # redis-py's names
+        since_ms = int(min.split("-", maxsplit=1)[0])
         return [(i, f) for i, f in self.streams.get(key, []) if int(i.split("-")[0]) >= since_ms]
 
     def close(self) -> None:
@@ -159,7 +159,7 @@ def test_unnamed_query_jobs_are_found_by_query_id(world):
 
 
 def test_no_queries_yet_and_an_unknown_query(world):
-    with pytest.raises(collector.NoQueriesYet, match="no query 'nope'.*counts, gone, other"):
+    with pytest.raises(collector.NoQueriesYet, match=r"no query 'nope'.*counts, gone, other"):
         collector.collect_snapshots(world.cfg, "wc", "nope")
     world.redis.hashes.clear()
     with pytest.raises(collector.NoQueriesYet, match="published no running query yet"):

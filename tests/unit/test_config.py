@@ -93,7 +93,7 @@ def test_several_problems_are_all_reported(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "text, key, fragment",
+    ("text", "key", "fragment"),
     [
         ("apps:\n  - name: a\n    min_executors: 5\n    max_executors: 2\n", "apps.0", "min_executors (5) is above"),
         ("apps:\n  - name: a\n  - name: a\n", "apps", "appears twice"),
@@ -178,7 +178,7 @@ def test_check_config_cli_exit_codes_and_messages(tmp_path):
 def test_console_script_is_installed_and_exits_2_on_a_bad_file(tmp_path):
     bad = write(tmp_path, "policy:\n  target_utilization: 2\n")
     exe = Path(sys.executable).parent / "sparkscale"
-    proc = subprocess.run([str(exe), "check-config", str(bad)], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([str(exe), "check-config", str(bad)], capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 2
     assert "policy.target_utilization" in proc.stderr
 

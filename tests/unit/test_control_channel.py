@@ -32,7 +32,7 @@ def test_command_round_trips_through_its_znode_form():
 
 
 @pytest.mark.parametrize(
-    "data, fragment",
+    ("data", "fragment"),
     [
         (b"not json", "^command: invalid JSON"),
         (b"[1, 2]", r"^command: expected an object \(got list\)"),
@@ -76,7 +76,7 @@ def test_an_older_senders_command_without_expires_at_stays_valid():
     assert "expires_at" not in json.loads(old.to_json())  # written back as it came
     timeless = Command.from_znode("cmd-0000000002", json.dumps({"type": "report", "epoch": 3}).encode())
     assert timeless.deadline is None and timeless.overdue_s(1e12) is None  # neither time: never stale
-    with pytest.raises(CommandFormatError, match="^command expires_at: expected a number"):
+    with pytest.raises(CommandFormatError, match=r"^command expires_at: expected a number"):
         Command.from_znode("cmd-0000000003", json.dumps({**body, "expires_at": "soon"}).encode())
 
 
@@ -152,16 +152,16 @@ def test_prune_plan_drops_old_acks_each_after_its_command():
 
 def test_prune_plan_keeps_the_newest_acks_and_never_a_fresh_one():
     now = 10_000.0
-    acks = {name: now - 100 for name in names(*range(1, 8))}
+    acks = dict.fromkeys(names(*range(1, 8)), now - 100)
     plan = prune_plan(acks, {}, handled_seq=7, now=now, keep=3)
     assert plan == [("acks", n) for n in names(1, 2, 3, 4)]  # the 4 oldest: 3 stay
-    young = {name: now - 1 for name in names(*range(1, 8))}
+    young = dict.fromkeys(names(*range(1, 8)), now - 1)
     assert prune_plan(young, {}, handled_seq=7, now=now, keep=3) == []  # their senders may be reading them
 
 
 def test_prune_plan_drops_handled_commands_whose_ack_is_gone_but_never_a_pending_one():
     now = 10_000.0
-    commands = {n: now - 60 for n in names(4, 5, 6)}
+    commands = dict.fromkeys(names(4, 5, 6), now - 60)
     commands["not-a-command"] = now - 9999
     plan = prune_plan({}, commands, handled_seq=5, now=now)
     assert plan == [("commands", "cmd-0000000004"), ("commands", "cmd-0000000005")]

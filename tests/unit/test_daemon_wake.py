@@ -5,7 +5,7 @@ ZooKeeper clients are created but never used here."""
 from __future__ import annotations
 
 import threading
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from apscheduler.schedulers.base import STATE_STOPPED
 
@@ -16,7 +16,7 @@ from tests.conftest import wait_until
 
 def test_a_woken_app_runs_its_next_cycle_now():
     daemon = Daemon(Config())
-    later = datetime.now(timezone.utc) + timedelta(hours=1)
+    later = datetime.now(UTC) + timedelta(hours=1)
     daemon.scheduler.add_job(lambda: None, "interval", hours=2, id="cycle:x", next_run_time=later)
     daemon.scheduler.start(paused=True)
     try:
@@ -24,7 +24,7 @@ def test_a_woken_app_runs_its_next_cycle_now():
         daemon._wake_app("gone")  # an app removed meanwhile is ignored
         assert daemon._wake.is_set()
         daemon._run_woken_apps()
-        assert daemon.scheduler.get_job("cycle:x").next_run_time <= datetime.now(timezone.utc)
+        assert daemon.scheduler.get_job("cycle:x").next_run_time <= datetime.now(UTC)
         assert daemon._apps_to_wake == set()
     finally:
         daemon.scheduler.shutdown(wait=False)
@@ -48,7 +48,7 @@ def test_a_cycle_that_wakes_an_app_while_the_daemon_stops_does_not_hang_the_stop
     # An interval job like the daemon's cycles (a one-shot job's removal after its run races the
     # shutdown inside APScheduler itself, which is not what this test is about).
     daemon.scheduler.add_job(cycle, "interval", hours=1, id="cycle:waker",
-                             next_run_time=datetime.now(timezone.utc))
+                             next_run_time=datetime.now(UTC))
     daemon.scheduler.start()
     wait_until(running.is_set, 30, "the cycle to run")
     shutdown = threading.Thread(target=daemon.scheduler.shutdown, kwargs={"wait": True}, daemon=True)

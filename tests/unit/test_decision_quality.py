@@ -159,7 +159,7 @@ def test_a_lightly_loaded_window_teaches_nothing_about_scalability():
 
 
 def test_nothing_is_judged_before_its_due_time():
-    pending, log, store, learned = evaluate("ds2", 30.0, due_at=1e13)
+    pending, log, _store, learned = evaluate("ds2", 30.0, due_at=1e13)
     assert len(pending) == 1 and log.outcomes == [] and learned == []
 
 

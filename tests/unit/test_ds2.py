@@ -328,9 +328,9 @@ def test_registry_refuses_a_second_policy_under_a_taken_name():
 
 def test_invalid_parameters_are_refused():
     snap = snapshot(lecture_ops(), LECTURE_EDGES)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"target_utilization must be in \(0, 1\], got 0"):
         estimate(snap, target_utilization=0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="need 1 <= min_parallelism <= max_parallelism, got 5, 2"):
         estimate(snap, min_parallelism=5, max_parallelism=2)
 
 

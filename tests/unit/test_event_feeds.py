@@ -33,9 +33,9 @@ from sparkscale.daemon.action_log import OutcomeRecord
 from sparkscale.daemon.feeds import LogFeed, MetricsFeed, OutcomeFeed, StatusFeed
 from sparkscale.daemon.metrics import DaemonMetrics
 from sparkscale.model.plan import Action, Observation, Plan
+from sparkscale.model.snapshot import Snapshot
 from sparkscale.policies.capacity import SHORT_FIGURE, SHORT_WARNING
 from sparkscale.policies.outcomes import CAPACITY, Expectation
-from sparkscale.model.snapshot import Snapshot
 
 UP = Action.scale_executors(2, 4, "scale up: 4 cores needed")
 PLAN = Plan("ds2", "clicks", actions=(UP,), explanation=("DS2 over 3 operators",))

@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
+from sparkscale.apps.submit import spark_conf
 from sparkscale.config import AppConfig, Config
+from sparkscale.model.snapshot import Snapshot
 from sparkscale.monitors.executor_figures import ExecutorWork, app_extension, executor_figures, window_work
 from sparkscale.monitors.snapshot_builder import SnapshotInputs, build_snapshot, finished_batches
 from sparkscale.monitors.spark_rest import host_of, parse_executors, parse_jobs, parse_stage_attempts, parse_time_s
-from sparkscale.apps.submit import spark_conf
 from sparkscale.policies.threshold import metrics_of
-from sparkscale.model.snapshot import Snapshot
 
 REST = Path(__file__).parent / "fixtures" / "rest"
 T0 = parse_time_s("2026-11-22T05:00:00.000GMT")

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from sparkscale.actuators.executors import ExecutorChange, _Failed
-from sparkscale.config import ActuatorConfig, Config
 from sparkscale.apps.submit import spark_conf
+from sparkscale.config import ActuatorConfig, Config
 from sparkscale.model.plan import Action
 
 

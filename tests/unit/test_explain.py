@@ -155,12 +155,12 @@ class StreamRedis:
         self.streams[key] = keep
         return len(entries) - len(keep)
 
-    def xrange(self, key: str, min: str = "-", max: str = "+") -> list[tuple[str, dict[str, str]]]:  # noqa: A002
+    def xrange(self, key: str, min: str = "-", max: str = "+") -> list[tuple[str, dict[str, str]]]:
         low = (-1, -1) if min == "-" else _key(min)
         high = (float("inf"), 0) if max == "+" else _key(max)
         return [e for e in self.streams.get(key, []) if low <= _key(e[0]) <= high]
 
-    def xrevrange(self, key: str, max: str = "+", min: str = "-") -> list[tuple[str, dict[str, str]]]:  # noqa: A002
+    def xrevrange(self, key: str, max: str = "+", min: str = "-") -> list[tuple[str, dict[str, str]]]:
         return list(reversed(self.xrange(key, min, max)))
 
 

@@ -79,7 +79,7 @@ def test_a_policy_registered_here_runs_through_the_planner_with_its_own_config(s
     assert load_config(None, ["policy.shrink.by=2"]).policy.section("shrink").by == 2
     with pytest.raises(ConfigError, match=r"policy\.shrink\.by"):
         load_config(None, ["policy.shrink.by=0"])
-    with pytest.raises(ConfigError, match="policy.name"):
+    with pytest.raises(ConfigError, match=r"policy.name"):
         load_config(None, ["policy.name=not_registered"])
 
 

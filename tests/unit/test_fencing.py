@@ -30,7 +30,7 @@ def test_the_holder_is_the_lowest_sequence_among_lock_contenders():
     assert holder_node(names) == "a9__lock__0000000007" and holder_epoch(names) == 7
     assert holder_epoch([]) is None and holder_epoch(["stray"]) is None
     assert lock_epoch("0123abcd__lock__0000000042") == 42  # the daemon names its epoch the same way
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="'not-a-lock' is not a kazoo lock znode name"):
         lock_epoch("not-a-lock")
 
 

@@ -243,7 +243,7 @@ def test_observations_round_trip_and_merge():
     merged = plan.with_actions((), (), figures={"backlog": 5, "x": None})
     assert merged.explanation == ("why",) and len(merged.observation.figures) == 2
     assert merged.observation.to_dict() == {"query": "q", "figures": {"backlog": 5, "x": None}}
-    with pytest.raises(ValueError, match="^observation: expected an object"):
+    with pytest.raises(ValueError, match=r"^observation: expected an object"):
         Observation.from_dict(["not", "an", "object"])  # type: ignore[arg-type]
     assert Plan("p", "a").observation == Observation() and Observation.from_dict(None) == Observation()
 

@@ -39,7 +39,7 @@ class CountingRedis(FakeRedis):
         super().__init__(entries)
         self.reads = 0
 
-    def xrange(self, key: str, min: str, max: str) -> list[tuple[str, dict[str, str]]]:  # noqa: A002
+    def xrange(self, key: str, min: str, max: str) -> list[tuple[str, dict[str, str]]]:
         self.reads += 1
         return super().xrange(key, min, max)
 
@@ -55,7 +55,7 @@ def history(last_t: int) -> CountingRedis:
     return CountingRedis(entries)
 
 
-def done_journal(follow_up: dict[str, Any] | None = None, id: str = "mig-1", app: str = "a",  # noqa: A002
+def done_journal(follow_up: dict[str, Any] | None = None, id: str = "mig-1", app: str = "a",
                  done: float = DONE) -> Journal:
     j = Journal(id=id, app=app, query="q", strategy="ccr", from_partitions=4, to_partitions=8, requested_at=REQUEST,
                 by="t", epoch=3, status="done", next="done",

@@ -123,7 +123,7 @@ def test_a_manual_migration_request_carries_its_shape_and_refuses_a_malformed_on
             "shape": {"executor_cores": 2, "executor_memory_mb": 1024}}
     request = ManualRequest.from_znode("req-1", json.dumps(body).encode())
     assert request.to is None and request.executor_shape.executor_memory_mb == 1024
-    with pytest.raises(ValueError, match="^shape: expected the keys executor_cores, executor_memory_mb"):
+    with pytest.raises(ValueError, match=r"^shape: expected the keys executor_cores, executor_memory_mb"):
         ManualRequest.from_znode("req-2", json.dumps({**body, "shape": {"cores": 2}}).encode())
 
 
@@ -166,7 +166,7 @@ def test_a_deposed_leader_cannot_write_and_says_so():
     with capture_logs() as events, pytest.raises(JournalFenced, match="lock znode of epoch 3 is gone"):
         store.write(j)
     assert stored(zk).detail == ""  # nothing written
-    assert [e for e in events if e["event"] == "migration.fenced"][0]["reason"].startswith("the writer's lock")
+    assert next(e for e in events if e["event"] == "migration.fenced")["reason"].startswith("the writer's lock")
 
 
 def test_a_journal_changed_by_a_successor_is_not_overwritten():
@@ -181,9 +181,9 @@ def test_a_journal_changed_by_a_successor_is_not_overwritten():
     with pytest.raises(JournalFenced, match="changed since version 0"):
         store.write(journal("ccr", requested=100.0))
     assert stored(zk).epoch == 9
+    stale = JournalStore(zk, "/ss", "a")
+    stale.version = -1  # it read no journal, then one appeared
     with pytest.raises(JournalFenced, match="created by another leader"):
-        stale = JournalStore(zk, "/ss", "a")
-        stale.version = -1  # it read no journal, then one appeared
         stale.write(taken)
 
 

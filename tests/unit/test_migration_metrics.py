@@ -29,8 +29,8 @@ RESUME = 109.9  # CCR: restarted at 109.8, resumed at 109.9
 
 
 def timeline(**over) -> MigrationTimeline:
-    base = dict(requested_at_s=REQUEST, new_run_id="new", old_run_id="old", new_run_since_s=101.0,
-                released_at_s=RESUME, input_at_request=10030, input_at_release=10990)
+    base = {"requested_at_s": REQUEST, "new_run_id": "new", "old_run_id": "old", "new_run_since_s": 101.0,
+            "released_at_s": RESUME, "input_at_request": 10030, "input_at_release": 10990}
     return MigrationTimeline(**{**base, **over})
 
 
@@ -233,8 +233,8 @@ class FakeRedis:
     def __init__(self, entries: list[dict[str, str]]):
         self.entries = [(f"{int(float(e['published_at']) * 1000)}-0", e) for e in entries]
 
-    def xrange(self, key: str, min: str, max: str) -> list[tuple[str, dict[str, str]]]:  # noqa: A002 - redis-py's names
-        lo = int(min.split("-")[0])
+    def xrange(self, key: str, min: str, max: str) -> list[tuple[str, dict[str, str]]]:  # redis-py's names
+        lo = int(min.split("-", maxsplit=1)[0])
         return [(i, e) for i, e in self.entries if int(i.split("-")[0]) >= lo]
 
 

@@ -10,12 +10,10 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-
-import sparkscale.zkconn
 from click.testing import CliRunner
 from structlog.testing import capture_logs
 
-from sparkscale_lab.bench.migration_faults import FAULT_FAIL_ENV, install
+import sparkscale.zkconn
 from sparkscale.actuators.migration import (
     JournalFenced,
     MigrationError,
@@ -25,6 +23,7 @@ from sparkscale.actuators.migration import (
 from sparkscale.config import Config
 from sparkscale.model.journal import Journal
 from sparkscale.protocol.commands import AckTimeout
+from sparkscale_lab.bench.migration_faults import FAULT_FAIL_ENV, install
 from tests.unit.fakezk import FakeZk, hold_lock
 
 ROOT = Config().zookeeper.root
@@ -125,11 +124,11 @@ def test_a_failed_restart_after_the_repartition_finishes_forward_done_degraded()
     assert steps(done) == [("forward", "start_query", True), ("forward", "resume_sources", True)]
     assert (agent.running, agent.checkpoint, agent.paused) == (True, 8, False)
     assert "done" not in done.phases and done.marks["metrics"]["total_s"] is None
-    assert [e for e in events if e["event"] == "migration.done_degraded"][0]["phase"] == "restarted"
+    assert next(e for e in events if e["event"] == "migration.done_degraded")["phase"] == "restarted"
 
 
 def test_the_test_hook_fails_a_phase_before_its_step_and_the_recovery_is_not_failed(monkeypatch):
-    runner, agent, zk, _leading, journal = make("dcr")
+    runner, agent, _zk, _leading, journal = make("dcr")
     monkeypatch.setenv(FAULT_FAIL_ENV, "restarted")
     install()
     done = runner.run(journal)
@@ -141,7 +140,7 @@ def test_the_test_hook_fails_a_phase_before_its_step_and_the_recovery_is_not_fai
 
 
 def test_a_repartition_whose_answer_was_lost_counts_as_done_and_finishes_forward():
-    runner, agent, zk, _leading, journal = make("ccr")
+    runner, agent, _zk, _leading, journal = make("ccr")
     agent.fail("repartition", 8, times=1, error=AckTimeout("no ack within 0.05 s"),
                then=lambda: setattr(agent, "checkpoint", 8))  # done by the agent, the answer lost
     done = runner.run(journal)
@@ -283,7 +282,7 @@ def needing_attention() -> tuple[MigrationRunner, FakeAgent, FakeZk, Journal]:
 
 
 def test_resume_of_a_migration_that_needs_attention_goes_on_to_done():
-    runner, agent, zk, journal = needing_attention()
+    runner, agent, zk, _journal = needing_attention()
     assert agent.checkpoint == 4  # the rollback's repartition ran before its start failed
     done = runner.resume("mig-1")
     assert done.status == "done" and stored(zk).status == "done"
@@ -293,7 +292,7 @@ def test_resume_of_a_migration_that_needs_attention_goes_on_to_done():
 
 
 def test_abort_of_a_migration_that_needs_attention_rolls_it_back():
-    runner, agent, zk, journal = needing_attention()
+    runner, agent, zk, _journal = needing_attention()
     aborted = runner.abort("mig-1")
     assert aborted.status == "aborted" and stored(zk).status == "aborted"
     assert steps(aborted)[0] == ("back", "stop_query", True)
@@ -303,7 +302,7 @@ def test_abort_of_a_migration_that_needs_attention_rolls_it_back():
 
 
 def test_abort_goes_forward_when_the_way_back_fails():
-    runner, agent, zk, journal = needing_attention()
+    runner, agent, _zk, _journal = needing_attention()
     agent.fail("repartition", 4)
     aborted = runner.abort("mig-1")
     assert aborted.status == "aborted" and aborted.marks["recovery"]["attempts"][-1]["way"] == "forward"
@@ -312,7 +311,7 @@ def test_abort_goes_forward_when_the_way_back_fails():
 
 
 def test_abort_of_a_migration_left_before_the_repartition_restarts_and_resumes():
-    runner, agent, zk, _leading, journal = make("ccr")
+    runner, agent, _zk, _leading, journal = make("ccr")
     journal.phases["paused"] = 101.0
     journal.next = "stopped"
     runner._write(journal)
@@ -324,7 +323,7 @@ def test_abort_of_a_migration_left_before_the_repartition_restarts_and_resumes()
 
 
 def test_an_unknown_or_ended_migration_is_refused_naming_its_id():
-    runner, agent, zk, _leading, journal = make("ccr")
+    runner, _agent, _zk, _leading, journal = make("ccr")
     with pytest.raises(UnknownMigration, match="no migration mig-9 of a to resume: it has no journal"):
         runner.resume("mig-9")
     runner.run(journal)
@@ -338,8 +337,8 @@ def test_an_unknown_or_ended_migration_is_refused_naming_its_id():
 def test_a_new_migration_waits_for_the_operator():
     from sparkscale.actuators.migration import MigrationBusy
 
-    runner, agent, zk, journal = needing_attention()
-    with pytest.raises(MigrationBusy, match="needs attention.*--resume mig-1"):
+    runner, _agent, _zk, _journal = needing_attention()
+    with pytest.raises(MigrationBusy, match=r"needs attention.*--resume mig-1"):
         runner.start("q", 2, "ccr", "t")
 
 
@@ -463,7 +462,7 @@ def test_the_actuator_reports_done_degraded_as_done_and_an_abort_with_its_count(
 
 
 def test_the_operators_resume_of_a_recovery_left_by_a_dead_runner_walks_on_to_done():
-    runner, agent, zk, leading, journal = make("ccr")
+    runner, agent, zk, _leading, journal = make("ccr")
     agent.fail("start_query", 8, times=2, then=lambda: leading_lost(runner) if agent.sent.count(
         ("start_query", 8)) == 2 else None)
     with pytest.raises(MigrationError, match="no longer the leader"):

@@ -88,7 +88,7 @@ def test_action_log_records_round_trip(record: DecisionRecord, outcome: OutcomeR
     assert back == record and back.plan.observation == record.plan.observation
     assert OutcomeRecord.from_dict(through_text(outcome.to_dict())) == outcome
     assert LOGGED_JSON.loads(json.dumps(logged.to_dict())) == logged
-    assert list(logged.to_dict())[0] == "id"
+    assert next(iter(logged.to_dict())) == "id"
 
 
 @ROUND_TRIP
@@ -112,9 +112,9 @@ def test_status_and_manual_requests_round_trip(status: AppStatus, request: Manua
 
 
 @pytest.mark.parametrize(("read", "data", "message"), [
-    (lambda d: DecisionHistory.from_dict(d), {"cores_claimed_elsewhere": -1},
+    (DecisionHistory.from_dict, {"cores_claimed_elsewhere": -1},
      "cores_claimed_elsewhere: expected an integer >= 0"),
-    (lambda d: DecisionHistory.from_dict(d), {"decisions": [{"decided_at": 1.0, "plan": {"policy": "p", "app": "a",
+    (DecisionHistory.from_dict, {"decisions": [{"decided_at": 1.0, "plan": {"policy": "p", "app": "a",
                                                              "actions": [{"type": "warn"}]}}]},
      "decisions[0].plan.actions[0]: a warn action needs reason"),
     (lambda d: Journal.from_json(json.dumps(d).encode()), {"id": "m", "app": "a", "query": "q", "strategy": "dcr",

@@ -220,7 +220,7 @@ def test_downtime_weight_keeps_deployment() -> None:
     balanced run does ("terminating this extra replica is not worth more downtime")."""
     a = app("a", cores=1, lam=50.0, state=10**9)
     model = cluster(W3, [(a, [1, 1, 1])])
-    base = dict(r_max_s=0.2, c_max=12.0, td_max_s=60.0)
+    base = {"r_max_s": 0.2, "c_max": 12.0, "td_max_s": 60.0}
     eager = solve(model, paper_settings(w_r=0.5, w_c=0.5, w_d=0.0, **base)).plan
     careful = solve(model, paper_settings(w_r=0.05, w_c=0.05, w_d=0.9, **base)).plan
     assert len(eager.counts) == 1 and eager.counts[0].executors_target < 3

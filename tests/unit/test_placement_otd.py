@@ -55,10 +55,10 @@ def execs(placement: dict[ExecutorKey, str]) -> tuple[PlacedExecutor, ...]:
 def two_nodes(landing: dict | None = None, wb: Worker | None = None, apps: dict | None = None) -> ClusterModel:
     """§A.5: e1, e2 on node A (worker WA), e3, e4 on node B (worker WB); both workers low-load."""
     keys = [ExecutorKey((apps or {}).get(i, "app"), str(i)) for i in (1, 2, 3, 4)]
-    remap = dict(zip((E1, E2, E3, E4), keys))
+    remap = dict(zip((E1, E2, E3, E4), keys, strict=False))
     traffic = tuple(Traffic(remap[t.src], remap[t.dst], t.bytes_per_s) for t in CC)
     return ClusterModel(workers=(worker("WA", "A", 0.2), wb or worker("WB", "B", 0.3)),
-                        executors=execs(dict(zip(keys, ("WA", "WA", "WB", "WB")))),
+                        executors=execs(dict(zip(keys, ("WA", "WA", "WB", "WB"), strict=False))),
                         traffic=traffic, landing=landing or {})
 
 
@@ -76,7 +76,7 @@ def moved(model: ClusterModel, k: ExecutorKey, target: str) -> ClusterModel:
 
 # -- eqs. (4) and (5) on the worked example --------------------------------------------------------
 
-@pytest.mark.parametrize("k, own, other, as_own, as_other", [
+@pytest.mark.parametrize(("k", "own", "other", "as_own", "as_other"), [
     (E1, "A", "B", -8.0, 8.0), (E2, "A", "B", 1.0, -1.0), (E3, "B", "A", -5.0, 5.0), (E4, "B", "A", 4.0, -4.0)])
 def test_as_and_asc_table(k, own, other, as_own, as_other):
     model = two_nodes()
@@ -87,7 +87,7 @@ def test_as_and_asc_table(k, own, other, as_own, as_other):
 
 
 def test_pair_traffic_sums_both_directions_and_skips_self():
-    model = dataclasses.replace(two_nodes(), traffic=CC + (Traffic(E3, E1, 4.0), Traffic(E2, E2, 99.0)))
+    model = dataclasses.replace(two_nodes(), traffic=(*CC, Traffic(E3, E1, 4.0), Traffic(E2, E2, 99.0)))
     pairs = pair_traffic(model)
     assert pairs[frozenset((E1, E3))] == 14.0
     assert frozenset((E2,)) not in pairs

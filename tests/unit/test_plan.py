@@ -1,5 +1,5 @@
-"""Plans: the plan JSON `sparkscale plan --json` prints, exactly, actions' keys per type, the text table; and the decision
-history policies receive."""
+"""Plans: the plan JSON `sparkscale plan --json` prints, exactly, actions' keys per type, the text table; and the
+decision history policies receive."""
 
 from __future__ import annotations
 

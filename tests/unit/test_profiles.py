@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 
 import pytest
 
@@ -25,7 +26,7 @@ def _numeric_integral(profile, t_s: float, steps: int = 20000) -> float:
 
 
 @pytest.mark.parametrize(
-    "spec, rate, duration_s",
+    ("spec", "rate", "duration_s"),
     [
         ("1000", 1000.0, None),
         ("constant:2000", 2000.0, None),
@@ -135,7 +136,7 @@ def test_diurnal_accepts_seconds_and_shape_is_documented_by_hours():
 
 
 @pytest.mark.parametrize(
-    "spec, reason",
+    ("spec", "reason"),
     [
         ("", "empty spec"),
         ("fast", "neither a rate"),
@@ -160,7 +161,7 @@ def test_diurnal_accepts_seconds_and_shape_is_documented_by_hours():
     ],
 )
 def test_bad_specs_name_the_spec_and_the_accepted_forms(spec, reason):
-    with pytest.raises(ValueError) as info:
+    with pytest.raises(ValueError, match=re.escape(repr(spec))) as info:
         parse_profile(spec)
     message = str(info.value)
     assert repr(spec) in message

@@ -38,7 +38,7 @@ def _take(source, n: int) -> list[dict[str, str]]:
 
 
 @pytest.mark.parametrize(
-    "make", [lambda s: WordcountRecords(s), lambda s: DagRecords(s, 50), lambda s: TaxiRecords(s)]
+    "make", [WordcountRecords, lambda s: DagRecords(s, 50), TaxiRecords]
 )
 def test_deterministic_given_a_seed(make):
     assert _take(make(7), 200) == _take(make(7), 200)
@@ -74,7 +74,7 @@ def test_dag_values_and_keys():
     keys = Counter(r["key"] for r in records)
     assert set(keys) == {str(k) for k in range(7)}
     assert all(0 <= int(r["value"]) < DagRecords.VALUE_RANGE for r in records)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"key_space must be at least 1 \(got 0\)"):
         DagRecords(0, key_space=0)
 
 
@@ -90,15 +90,15 @@ def test_record_source_follows_the_app_config():
 
 
 def test_grid_constants():
-    assert CELL_LAT_DEG == pytest.approx(0.5 / 111.2)
+    assert pytest.approx(0.5 / 111.2) == CELL_LAT_DEG
     assert CELL_LON_DEG * 111.2 * math.cos(math.radians(GRID_CELL1_LAT)) == pytest.approx(0.5)
-    assert CELL_LON_DEG == pytest.approx(0.0060, abs=1e-5)  # ~83.3 km a degree of longitude
-    assert GRID_EAST_LON - GRID_WEST_LON == pytest.approx(300 * CELL_LON_DEG)
-    assert GRID_NORTH_LAT - GRID_SOUTH_LAT == pytest.approx(300 * CELL_LAT_DEG)
+    assert pytest.approx(0.0060, abs=1e-5) == CELL_LON_DEG  # ~83.3 km a degree of longitude
+    assert pytest.approx(300 * CELL_LON_DEG) == GRID_EAST_LON - GRID_WEST_LON
+    assert pytest.approx(300 * CELL_LAT_DEG) == GRID_NORTH_LAT - GRID_SOUTH_LAT
 
 
 @pytest.mark.parametrize(
-    "lon, lat, cell",
+    ("lon", "lat", "cell"),
     [
         (GRID_CELL1_LON, GRID_CELL1_LAT, (1, 1)),  # the documented centre of cell 1.1
         (-73.985, 40.758, (156, 160)),  # Times Square
@@ -119,7 +119,7 @@ EPS = 1e-9
 
 
 @pytest.mark.parametrize(
-    "lon, lat, cell",
+    ("lon", "lat", "cell"),
     [
         # West and north edges belong to the grid; east and south edges do not.
         (GRID_WEST_LON + EPS, GRID_NORTH_LAT - EPS, (1, 1)),

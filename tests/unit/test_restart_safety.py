@@ -21,9 +21,9 @@ FILE = "FileStreamSource[file:/data/in]"
 
 
 def query(**over: object) -> QueryInfo:
-    base = dict(name="q", id="id-q", run_id="r", status="active", checkpoint="file:/ck/q", restartable=True,
-                committed=True, sources=("file",), source_descriptions=(FILE,),
-                state_store_provider="org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
+    base = {"name": "q", "id": "id-q", "run_id": "r", "status": "active", "checkpoint": "file:/ck/q",
+            "restartable": True, "committed": True, "sources": ("file",), "source_descriptions": (FILE,),
+            "state_store_provider": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"}
     return QueryInfo(**{**base, **over})  # type: ignore[arg-type]
 
 
@@ -154,7 +154,7 @@ def runner_over(*infos: QueryInfo, lossy: bool = False) -> tuple[MigrationRunner
 
 def test_a_migration_of_a_socket_query_is_refused_before_anything_is_sent():
     runner, sent = runner_over(query(sources=("socket",), source_descriptions=(SOCKET,)))
-    with pytest.raises(MigrationError, match="TextSocketV2.*new connection"):
+    with pytest.raises(MigrationError, match=r"TextSocketV2.*new connection"):
         runner.start("q", 8, "ccr", "t")
     assert sent == [] and runner.store.read() is None  # nothing paused, stopped or journaled
 
@@ -164,17 +164,17 @@ def test_a_new_executor_shape_is_refused_when_any_query_would_restart_without_it
 
     runner, sent = runner_over(query(), query(name="id-u", session_checkpoint=True))
     runner.restart_app = lambda: None
-    with pytest.raises(MigrationError, match="query id-u .*queryName"):
+    with pytest.raises(MigrationError, match=r"query id-u .*queryName"):
         runner.start("q", 8, "dsm", "t", shape=ExecutorShape(2, 2048))
     assert sent == []
 
 
 def test_the_lossy_override_is_logged_on_every_use():
-    runner, sent = runner_over(query(sources=("socket",), source_descriptions=(SOCKET,)), lossy=True)
+    runner, _sent = runner_over(query(sources=("socket",), source_descriptions=(SOCKET,)), lossy=True)
     runner.run = lambda journal: journal  # type: ignore[method-assign]
     with capture_logs() as logs:
         runner.start("q", 8, "dsm", "t")
-    assert [e for e in logs if e["event"] == "migration.lossy_restart_allowed"][0]["sources"] == [SOCKET]
+    assert next(e for e in logs if e["event"] == "migration.lossy_restart_allowed")["sources"] == [SOCKET]
 
 
 # -- a restarted query that sees no input is restored, not degraded ----------------------------------
@@ -275,7 +275,7 @@ def test_a_new_shape_with_the_override_logs_every_query_it_restarts_without_repl
     from sparkscale.apps.submit import ExecutorShape
 
     socket = query(name="lines", sources=("socket",), source_descriptions=(SOCKET,))
-    runner, sent = runner_over(query(), socket, lossy=True)
+    runner, _sent = runner_over(query(), socket, lossy=True)
     runner.restart_app = lambda: None
     runner.run = lambda journal: journal  # type: ignore[method-assign]
     with capture_logs() as logs:

@@ -157,9 +157,9 @@ def test_a_redis_username_needs_a_password(tmp_path, monkeypatch):
 def test_ca_file_needs_tls_and_must_exist(tmp_path):
     ca = tmp_path / "ca.pem"
     ca.write_text("-----BEGIN CERTIFICATE-----\n")
-    with pytest.raises(ConfigError, match="redis.tls: true"):
+    with pytest.raises(ConfigError, match=r"redis.tls: true"):
         load_config(None, [f"redis.ca_file={ca}"])
-    with pytest.raises(ConfigError, match="redis.ca_file"):
+    with pytest.raises(ConfigError, match=r"redis.ca_file"):
         load_config(None, ["redis.tls=true", f"redis.ca_file={tmp_path / 'absent.pem'}"])
     assert load_config(None, ["redis.tls=true", f"redis.ca_file={ca}"]).redis.ca_file == str(ca)
 
@@ -170,7 +170,7 @@ def test_no_secret_in_the_config_repr_or_its_json_dump(tmp_path):
     cfg = load_config(None, overrides)
     dumped = json.dumps(cfg.model_dump(mode="json"))
     shown = CliRunner().invoke(main, ["check-config", str(config_file(tmp_path, "")), "--show",
-                                      *sum((["--set", o] for o in overrides), [])])
+                                      *[a for o in overrides for a in ("--set", o)]])
     assert shown.exit_code == 0, shown.output
     for text in (repr(cfg), str(cfg), dumped, shown.output):
         assert PASSWORD not in text and "zk-Pa55" not in text
@@ -192,8 +192,8 @@ def captured(monkeypatch) -> list[dict]:
 
 def test_connect_without_auth_passes_exactly_what_it_did(captured):
     redisconn.connect(RedisConfig())
-    assert captured == [dict(host="127.0.0.1", port=6380, db=0, decode_responses=True,
-                             socket_timeout=5.0, socket_connect_timeout=5.0)]
+    assert captured == [{"host": "127.0.0.1", "port": 6380, "db": 0, "decode_responses": True,
+                         "socket_timeout": 5.0, "socket_connect_timeout": 5.0}]
 
 
 def test_connect_passes_username_password_and_tls(tmp_path, captured):

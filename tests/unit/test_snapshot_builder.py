@@ -14,6 +14,7 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 from click.testing import CliRunner
@@ -87,8 +88,8 @@ def test_jobs_parsed_with_batches_stages_and_times():
 
 
 def test_executors_exclude_the_driver_and_inactive_ones():
-    data = load(HANDMADE, "executors.json") + [{"id": "3", "hostPort": "127.0.0.1:1", "isActive": False,
-                                                 "totalCores": 1}]
+    data = [*load(HANDMADE, "executors.json"),
+            {"id": "3", "hostPort": "127.0.0.1:1", "isActive": False, "totalCores": 1}]
     executors = parse_executors(data)
     assert [(e.id, e.host, e.cores) for e in executors] == [("1", "127.0.0.1", 1), ("2", "127.0.0.1", 1)]
     assert parse_applications(load(HANDMADE, "applications.json"))[0].id == "app-20261122050000-0001"
@@ -271,9 +272,9 @@ class _FlakyHandler(BaseHTTPRequestHandler):
     """Answers 503 to the first `failures` requests, then the JSON list [1]; 404 under /missing."""
 
     failures = 2
-    seen: list[str] = []
+    seen: ClassVar[list[str]] = []
 
-    def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+    def do_GET(self) -> None:
         type(self).seen.append(self.path)
         if self.path.startswith("/api/v1/missing"):
             self.send_error(404)

@@ -69,7 +69,7 @@ def test_merge_refuses_snapshots_of_several_apps_or_a_query_twice():
         merge_snapshots([query_snapshot("a"), other])
     with pytest.raises(ValueError, match="twice"):
         merge_snapshots([query_snapshot("a"), query_snapshot("a")])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="no snapshot to merge"):
         merge_snapshots([])
 
 

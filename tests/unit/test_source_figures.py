@@ -4,12 +4,12 @@ Kafka offsets, a file source's backlog from its listing, and a source that tells
 from __future__ import annotations
 
 import json
-
 from dataclasses import replace
 
 import pytest
 
 from sparkscale.config import AppConfig, PolicyConfig
+from sparkscale.model.snapshot import OperatorFigures, Snapshot
 from sparkscale.monitors.progress_reports import ProgressReport, parse_progress_time
 from sparkscale.monitors.source_figures import (
     InstanceKey,
@@ -25,7 +25,6 @@ from sparkscale.policies.history import DecisionHistory
 from sparkscale.policies.outcomes import keeps_up
 from sparkscale.policies.threshold import metrics_of
 from sparkscale.protocol.queries import SourceReport
-from sparkscale.model.snapshot import OperatorFigures, Snapshot
 
 TAKEN_AT = 120.0
 WINDOW_S = 30.0

@@ -12,11 +12,11 @@ import time
 
 import pytest
 
-from sparkscale.config import DriversConfig, load_config
 from sparkscale.apps import supervisor as supervisor_mod
 from sparkscale.apps.driver_record import current_driver
 from sparkscale.apps.run_files import pipelines_dir, started_marker
 from sparkscale.apps.supervisor import RestartBudget, run_supervised
+from sparkscale.config import DriversConfig, load_config
 
 # A stand-in driver: writes the started marker (as agent/bootstrap.py does once the queries run)
 # unless told not to, then exits with the code its run number is given in PLAN.
@@ -61,7 +61,7 @@ def env(tmp_path, monkeypatch):
 
 
 def test_a_driver_that_crashes_after_starting_is_restarted_until_it_ends_normally(env):
-    cfg, run, launched, runs = env
+    _cfg, run, launched, runs = env
     code = run([{"start": True, "code": 1}, {"start": True, "code": -9 % 256}, {"start": True, "code": 0}])
     assert code == 0
     assert runs.read_text() == "3" and len(set(launched)) == 3
@@ -70,25 +70,25 @@ def test_a_driver_that_crashes_after_starting_is_restarted_until_it_ends_normall
 def test_a_crashed_driver_that_removed_its_marker_on_the_way_out_is_still_restarted(env):
     # SIGKILL of spark-submit's JVM orphans the Python driver, whose `finally` removes the marker
     # before the supervisor looks: the supervisor remembers that it saw the queries start.
-    cfg, run, launched, runs = env
+    _cfg, run, _launched, runs = env
     code = run([{"start": True, "code": 137, "run_s": 1.5, "unlink": True}, {"start": True, "code": 0}])
     assert code == 0 and runs.read_text() == "2"
 
 
 def test_a_driver_that_fails_before_its_queries_start_is_not_restarted(env):
-    cfg, run, launched, runs = env
+    _cfg, run, _launched, runs = env
     assert run([{"start": False, "code": 3}, {"start": True, "code": 0}]) == 3
     assert runs.read_text() == "1"
 
 
 def test_the_supervisor_gives_up_after_max_restarts_within_the_window(env):
-    cfg, run, launched, runs = env
+    cfg, run, _launched, runs = env
     assert run([{"start": True, "code": 7}]) == 7
     assert runs.read_text() == str(1 + cfg.drivers.max_restarts)
 
 
 def test_stop_ends_the_running_driver_and_the_supervisor_returns_0(env):
-    cfg, run, launched, runs = env
+    cfg, run, launched, _runs = env
     stop = threading.Event()
     result: list[int] = []
     thread = threading.Thread(target=lambda: result.append(run([{"start": True, "code": 0, "run_s": 60}], stop)))
@@ -119,7 +119,7 @@ def test_drivers_config_refuses_a_unit_without_the_app():
 
 
 def test_after_a_crash_a_failed_relaunch_is_retried_within_the_budget(env, monkeypatch):
-    cfg, run, launched, runs = env
+    _cfg, run, _launched, runs = env
     real = supervisor_mod.launch_driver
     calls = {"n": 0}
 
@@ -136,6 +136,6 @@ def test_after_a_crash_a_failed_relaunch_is_retried_within_the_budget(env, monke
 
 
 def test_after_a_crash_a_relaunch_that_fails_before_starting_is_retried(env):
-    cfg, run, launched, runs = env
+    _cfg, run, _launched, runs = env
     assert run([{"start": True, "code": 1}, {"start": False, "code": 1}, {"start": True, "code": 0}]) == 0
     assert runs.read_text() == "3"

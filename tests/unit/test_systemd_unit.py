@@ -58,7 +58,7 @@ def _systemd_analyze() -> str:
     for cmd in ([*sudo, "apt-get", "install", "-y", "-qq", "--no-install-recommends", "systemd"],
                 [*sudo, "apt-get", "update", "-qq"],
                 [*sudo, "apt-get", "install", "-y", "-qq", "--no-install-recommends", "systemd"]):
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, check=False)
         attempts.append(f"$ {' '.join(cmd)} -> exit {proc.returncode}\n{proc.stderr[-2000:]}")
         if cmd[-1] == "systemd" and proc.returncode == 0 and shutil.which("systemd-analyze"):
             return shutil.which("systemd-analyze")
@@ -114,7 +114,7 @@ def test_systemd_analyze_verify_is_clean(tmp_path):
     # --man=no: do not look up Documentation= man pages; --generators=no: do not run the machine's
     # generators (they need a booted system and only add noise about other units).
     proc = subprocess.run([analyze, "verify", "--man=no", "--generators=no", str(copy)],
-                          capture_output=True, text=True, timeout=120, env={**os.environ, "LC_ALL": "C"})
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "LC_ALL": "C"}, check=False)
     # Problems with the unit are printed as "<path>:<line>: ..." or "<unit name>: ...", often with
     # exit status 0 (an unknown key is only a warning): any line naming the unit is a finding.
     # Lines about the machine's other units are not this test's business.
@@ -132,7 +132,7 @@ def test_verify_does_catch_a_broken_unit(tmp_path):
     copy = tmp_path / UNIT.name
     copy.write_text(broken)
     proc = subprocess.run([analyze, "verify", "--man=no", "--generators=no", str(copy)],
-                          capture_output=True, text=True, timeout=120, env={**os.environ, "LC_ALL": "C"})
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "LC_ALL": "C"}, check=False)
     ours = [line for line in proc.stderr.splitlines() if UNIT.name in line]
     assert any("WatchdogSecs" in line for line in ours), proc.stderr
     assert any("notifyy" in line for line in ours), proc.stderr
@@ -162,7 +162,7 @@ def test_systemd_analyze_verify_is_clean_for_a_driver_instance(tmp_path):
     copy = tmp_path / "sparkscale-app@wordcount.service"
     copy.write_text(text)
     proc = subprocess.run([analyze, "verify", "--man=no", "--generators=no", str(copy)],
-                          capture_output=True, text=True, timeout=120, env={**os.environ, "LC_ALL": "C"})
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "LC_ALL": "C"}, check=False)
     ours = [line for line in proc.stderr.splitlines() if "sparkscale-app@" in line]
     report = f"systemd-analyze verify exited {proc.returncode}; stderr:\n{proc.stderr}\nstdout:\n{proc.stdout}"
     assert proc.returncode == 0, report

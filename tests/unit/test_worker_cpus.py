@@ -84,7 +84,7 @@ def test_a_missing_taskset_is_a_preflight_error_only_when_workers_are_pinned(mon
     monkeypatch.setattr(preflight, "java_major_version", lambda path: 17)
     monkeypatch.setattr(preflight, "ZOOKEEPER_JAR", preflight.Path(__file__))  # whatever this machine has
     assert check_tools("java", pin_cpus=False).taskset is None
-    with pytest.raises(PreflightError, match="taskset is missing .*cluster.worker_cpus.*util-linux"):
+    with pytest.raises(PreflightError, match=r"taskset is missing .*cluster.worker_cpus.*util-linux"):
         check_tools("java", pin_cpus=True)
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from sparkscale_lab.pipelines.workloads import Workload, register_workload, registered_workloads, workload
 from sparkscale.registry import WORKLOADS
+from sparkscale_lab.pipelines.workloads import Workload, register_workload, registered_workloads, workload
 
 
 def _build(_ctx: object) -> list:

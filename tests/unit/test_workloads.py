@@ -35,7 +35,7 @@ def test_dag_copies_are_deterministic_and_average_the_selectivity():
     assert mean(dag.copies(u, 0.25, 1) for u in uids) == pytest.approx(0.25, abs=0.05)
 
 
-@pytest.mark.parametrize("shape, per_record", [("linear", 1), ("diamond", 3), ("star", 2)])
+@pytest.mark.parametrize(("shape", "per_record"), [("linear", 1), ("diamond", 3), ("star", 2)])
 def test_dag_oracle_follows_the_shape(shape, per_record):
     app = AppConfig(name="d", pipeline="dag", dag={"shape": shape, "selectivity": 1.0})
     records = [{"uid": f"r-{i}", "key": str(i % 3), "value": "1"} for i in range(9)]
@@ -62,7 +62,7 @@ def test_taxi_oracle_counts_a_trip_in_every_sliding_window_that_contains_it():
     ends = sorted(k.split("|")[0] for k in counts)
     assert len(ends) == 30
     assert ends[0] == "2013-01-01 00:11:00" and ends[-1] == "2013-01-01 00:40:00"
-    assert set(k.split("|")[1] for k in counts) == {"150.160-151.161"}
+    assert {k.split("|")[1] for k in counts} == {"150.160-151.161"}
 
 
 def test_taxi_oracle_window_boundaries_are_start_inclusive():

@@ -24,9 +24,9 @@ if TYPE_CHECKING:
     import redis
     from kazoo.client import KazooClient
 
+    from sparkscale.apps.submit import ExecutorShape
     from sparkscale.config import AppConfig, Config
     from sparkscale.monitors.spark_rest import SparkRestClient
-    from sparkscale.apps.submit import ExecutorShape
 
 log = structlog.get_logger(__name__)
 
@@ -130,7 +130,7 @@ def register_actuator(cls: A) -> A:
 def actuator_for(action_type: str) -> Actuator:
     """A fresh instance of the actuator registered for `action_type`."""
     try:
-        cls = ACTUATORS.get(action_type)
+        cls: type[Actuator] = ACTUATORS.get(action_type)
     except KeyError:
         known = ", ".join(sorted(ACTUATORS.names())) or "none"
         raise KeyError(f"no actuator for action type {action_type!r} (registered: {known})") from None

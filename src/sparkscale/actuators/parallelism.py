@@ -7,6 +7,7 @@ query."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any, ClassVar
 
@@ -87,8 +88,6 @@ def follow_up_once(ctx: ActuationContext, store: JournalStore, journal: Journal)
         log.warning("migration.follow_up_unread", app=ctx.app.name, id=journal.id, error=str(exc))
         seen = None
     mark(journal, seen, now)
-    try:
+    with contextlib.suppress(MigrationError):  # fenced (logged): no longer the leader, whose journal it now is
         store.write(journal)
-    except MigrationError:  # fenced (logged): no longer the leader, whose journal it now is
-        pass
     return {**(seen.figures if seen else {}), "follow_up": journal.marks[FOLLOW_UP]["status"]}

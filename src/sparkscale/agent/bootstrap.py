@@ -5,7 +5,8 @@ spark-submit runs this file; it gets the managed session (the conf spark-submit 
 the query hooks and starts the agent (`attach`), then runs the operator's script with runpy, so the
 script's own `SparkSession.builder.getOrCreate()` returns that session and every query it starts
 is known to the agent. An example pipeline (`apps[].pipeline`, a workload plug-in) names a script
-too (`apps/workloads.py`) and takes exactly this path. Exit code: the script's (SystemExit), 1 if it raised, 2 for a bad config.
+too (`apps/workloads.py`) and takes exactly this path. Exit code: the script's (SystemExit), 1 if it
+raised, 2 for a bad config.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def run_script(app: str, script: str, args: list[str]) -> int:
     except SystemExit as exc:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)
-    except BaseException as exc:  # noqa: BLE001 - the user's error is reported, then the driver ends
+    except BaseException as exc:  # the user's error is reported, then the driver ends
         log.error("driver.script_failed", app=app, script=script, error=f"{type(exc).__name__}: {exc}",
                   traceback="".join(traceback.format_exception(exc)))
         return 1

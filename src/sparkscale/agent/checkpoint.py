@@ -79,7 +79,7 @@ def repartition_state(spark: Any, checkpoint: Path, partitions: int, enforce_exa
     started = time.monotonic()
     try:
         spark._streamingCheckpointManager.repartition(str(checkpoint), partitions, enforce_exactly_once_sink)
-    except Exception as exc:  # noqa: BLE001 - only "already that many" is an answer; the rest propagate
+    except Exception as exc:  # only "already that many" is an answer; the rest propagate
         # A failed repartition leaves its batch's offsets without a commit, and Spark then refuses
         # to start the query (STREAMING_UNFINISHED_REPARTITION_DETECTED, seen on 4.3.0): set it aside
         # so that the query can start again on its old count.
@@ -236,6 +236,7 @@ def state_store_provider(checkpoint: Path) -> str | None:
         return None
     try:
         lines = (checkpoint / "offsets" / str(batches[-1])).read_text().splitlines()
-        return json.loads(lines[1])["conf"].get("spark.sql.streaming.stateStore.providerClass")
+        provider: str | None = json.loads(lines[1])["conf"].get("spark.sql.streaming.stateStore.providerClass")
+        return provider
     except (OSError, IndexError, KeyError, TypeError, ValueError):
         return None

@@ -56,7 +56,8 @@ class StartedQuery:
             self.writer.option("checkpointLocation", self.checkpoint)
         if one_batch:
             if self.trigger is None:
-                raise RuntimeError(f"the trigger of query {self.name!r} is unknown: it cannot be put back after one batch")
+                raise RuntimeError(f"the trigger of query {self.name!r} is unknown: "
+                                   "it cannot be put back after one batch")
             self.writer.trigger(once=True)
         try:
             query = getattr(self.writer, f"_sparkscale_original_{self.method}")(*self.args, **self.kwargs)
@@ -144,7 +145,7 @@ def _resolved_checkpoint(query: StreamingQuery) -> str | None:
     or where it cannot be read (another wrapper)."""
     try:
         root = str(query._jsq.streamingQuery().resolvedCheckpointRoot())
-    except Exception:  # noqa: BLE001 - Spark Connect or a mock: restart as the user's writer says
+    except Exception:  # Spark Connect or a mock: restart as the user's writer says
         return None
     return None if is_temporary(root) else root
 
@@ -153,20 +154,19 @@ def _trigger(query: StreamingQuery) -> Any:
     """The Java Trigger the query runs with (None where it cannot be read)."""
     try:
         return query._jsq.streamingQuery().trigger()
-    except Exception:  # noqa: BLE001 - Spark Connect or a mock: no run of one batch for it
+    except Exception:  # Spark Connect or a mock: no run of one batch for it
         return None
 
 
 HOOKS = QueryHooks()
-_installed = False
+_installed: list[QueryHooks] = []  # the hooks installed, at most one: install() is idempotent
 
 
 def install(hooks: QueryHooks = HOOKS) -> QueryHooks:
     """Wrap the writer and the waits (idempotent). Must run before the user's code starts queries."""
-    global _installed
     if _installed:
         return hooks
-    _installed = True
+    _installed.append(hooks)
     for method in ("start", "toTable"):
         original = getattr(DataStreamWriter, method)
         setattr(DataStreamWriter, f"_sparkscale_original_{method}", original)
@@ -197,7 +197,7 @@ def install(hooks: QueryHooks = HOOKS) -> QueryHooks:
             result = await_any(self, remaining)
             if timeout is not None and not result:
                 return result
-            if hooks.stopping.is_set() or hooks.agent_stops == seen and not hooks.held:
+            if hooks.stopping.is_set() or (hooks.agent_stops == seen and not hooks.held):
                 return result
             # A query the agent stopped for a migration ended the wait: that is not the user's end.
             self.resetTerminated()
@@ -214,7 +214,7 @@ def _recording(method: str, original: Callable[..., StreamingQuery], hooks: Quer
         query = original(self, *args, **kwargs)
         try:
             hooks.record(self, method, args, kwargs, query)
-        except Exception as exc:  # noqa: BLE001 - never break the user's start
+        except Exception as exc:  # never break the user's start
             log.warning("agent.query_record_failed", error=str(exc))
         return query
 

@@ -12,6 +12,7 @@ target, because standalone mode has no scale-in of its own. What the commands do
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -167,10 +168,8 @@ class ControlAgent:
                 log.warning("agent.remove_listener_failed", error=str(exc))
             self._listener = None
         self.zk.remove_listener(self._on_zk_state)
-        try:
+        with contextlib.suppress(NoNodeError, KazooException):
             self.zk.delete(self._agent)
-        except (NoNodeError, KazooException):
-            pass
         try:
             # Only our own registration: a driver submitted after us may already have replaced it.
             key = driver_key(self.cfg.redis.key_prefix, self.app.name)
@@ -247,11 +246,11 @@ class ControlAgent:
             except KazooException as exc:
                 # Connection loss: the same commands are looked at again on the next wake-up.
                 log.warning("agent.zk_error", app=self.app.name, error=repr(exc))
-            except Exception:  # noqa: BLE001 - keep following commands whatever one of them did
+            except Exception:  # keep following commands whatever one of them did
                 log.exception("agent.worker_error", app=self.app.name)
             try:
                 self.target.reconcile()
-            except Exception as exc:  # noqa: BLE001 - the worker must outlive a failed JVM call
+            except Exception as exc:  # the worker must outlive a failed JVM call
                 log.warning("agent.reconcile_failed", app=self.app.name, error=_first_line(exc))
 
     def _process_pending(self) -> None:
@@ -308,7 +307,7 @@ class ControlAgent:
         except CommandRefused as exc:
             log.warning("agent.command_refused", app=self.app.name, command=name, reason=str(exc))
             return Ack(ok=False, detail=str(exc), done_at=time.time())
-        except Exception as exc:  # noqa: BLE001 - py4j/JVM/Redis failures all become a failed ack
+        except Exception as exc:  # py4j/JVM/Redis failures all become a failed ack
             log.exception("agent.command_failed", app=self.app.name, command=name, type=command.type)
             return Ack(ok=False, detail=f"{type(exc).__name__}: {_first_line(exc)}", done_at=time.time())
         log.info(

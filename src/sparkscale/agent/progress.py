@@ -56,7 +56,7 @@ class ProgressPublisher(StreamingQueryListener):
             info = self._infos.get(name)
             if info is not None and not info.restartable:
                 self.publish_info(replace(info, restartable=True, updated_at=time.time()))
-        except Exception as exc:  # noqa: BLE001 - never break the user's start
+        except Exception as exc:  # never break the user's start
             log.warning("agent.query_info_failed", error=str(exc))
 
     # -- query list -------------------------------------------------------------------------------
@@ -88,8 +88,9 @@ class ProgressPublisher(StreamingQueryListener):
         if self._spark is None:
             return None
         try:
-            return self._spark.conf.get(SESSION_CHECKPOINT_CONF, None)
-        except Exception:  # noqa: BLE001 - no session conf to read: no session default
+            root: str | None = self._spark.conf.get(SESSION_CHECKPOINT_CONF, None)
+            return root
+        except Exception:  # no session conf to read: no session default
             return None
 
     def publish_info(self, info: QueryInfo) -> None:
@@ -106,14 +107,14 @@ class ProgressPublisher(StreamingQueryListener):
                 return None, False, None
             execution = query._jsq.streamingQuery()
             root = str(execution.resolvedCheckpointRoot())
-        except Exception:  # noqa: BLE001 - a query gone or another wrapper: unknown, not fatal
+        except Exception:  # a query gone or another wrapper: unknown, not fatal
             return None, False, None
         trigger_s = None
         try:
             trigger = execution.trigger()
             if "ProcessingTime" in str(trigger.getClass().getSimpleName()):
                 trigger_s = int(trigger.intervalMs()) / 1000.0 or None
-        except Exception:  # noqa: BLE001 - another trigger kind: none to report
+        except Exception:  # another trigger kind: none to report
             trigger_s = None
         return root, is_temporary(root), trigger_s
 
@@ -126,7 +127,7 @@ class ProgressPublisher(StreamingQueryListener):
         log.info("agent.query_started", query=event.name, query_id=str(event.id))
         try:
             self.publish_info(self.query_info(str(event.id), event.name, str(event.runId), "active"))
-        except Exception as exc:  # noqa: BLE001 - a listener that raises is dropped by Spark
+        except Exception as exc:  # a listener that raises is dropped by Spark
             log.warning("agent.query_info_failed", error=str(exc))
 
     def onQueryProgress(self, event: Any) -> None:
@@ -161,7 +162,7 @@ class ProgressPublisher(StreamingQueryListener):
                                restartable=restartable, status="active", state_store_provider=provider,
                                source_descriptions=descriptions, committed=True)
                 self.publish_info(info)
-        except Exception as exc:  # noqa: BLE001 - a listener that raises is dropped by Spark
+        except Exception as exc:  # a listener that raises is dropped by Spark
             log.warning("agent.progress_publish_failed", error=str(exc))
 
     def onQueryIdle(self, event: Any) -> None:
@@ -178,7 +179,7 @@ class ProgressPublisher(StreamingQueryListener):
             if info is not None:
                 updated = replace(info, status=status, error=event.exception, updated_at=time.time())
             self.publish_info(updated)
-        except Exception as exc:  # noqa: BLE001 - a listener that raises is dropped by Spark
+        except Exception as exc:  # a listener that raises is dropped by Spark
             log.warning("agent.query_info_failed", error=str(exc))
 
 

@@ -8,6 +8,7 @@ none of its queries runs. `report` is the driver's whole view, for the daemon an
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -118,10 +119,8 @@ class QueryControl:
             last = query.lastProgress
             if last and last.get("sink"):
                 self.sinks[name] = str(last["sink"].get("description", ""))
-            try:
+            with contextlib.suppress(Exception):  # another wrapper (Spark Connect): fall back to what was published
                 self.checkpoints[name] = str(query._jsq.streamingQuery().resolvedCheckpointRoot())
-            except Exception:  # noqa: BLE001 - another wrapper (Spark Connect): fall back to what was published
-                pass
         if name not in self.checkpoints:
             info = read_queries(self.redis, self.cfg.redis.key_prefix, self.app.name).get(name)
             if info is not None and info.checkpoint:
@@ -290,7 +289,7 @@ class QueryControl:
                                  "started: it cannot run that batch to its end before the repartition")
         try:
             run = started.restart(one_batch=True)
-        except Exception as exc:  # noqa: BLE001 - a refused start is the command's answer
+        except Exception as exc:  # a refused start is the command's answer
             raise CommandRefused(f"query {name!r}: could not run its interrupted batch {pending[0]}: {exc}") from None
         log.info("agent.finishing_batch", query=name, batches=pending)
         ended = run._jsq.awaitTermination(int(timeout_s * 1000))  # the Java wait: the hooks' would wait on the hold

@@ -51,7 +51,7 @@ class RestartBudget:
             self._crashes.popleft()
         if len(self._crashes) >= self._cfg.max_restarts:
             return None
-        delay = min(self._cfg.restart_delay_s * 2 ** len(self._crashes), self._cfg.max_restart_delay_s)
+        delay: float = min(self._cfg.restart_delay_s * 2 ** len(self._crashes), self._cfg.max_restart_delay_s)
         self._crashes.append(now)
         return delay
 
@@ -67,7 +67,7 @@ def run_supervised(cfg: Config, app_name: str, config_path: str | None, override
         marker.unlink(missing_ok=True)
         try:
             proc = launch_driver(cfg, app_name, config_path, overrides)
-        except Exception as exc:  # noqa: BLE001 - Redis down (the stored shape), Java missing, ...
+        except Exception as exc:  # Redis down (the stored shape), Java missing, ...
             if restarts == 0:
                 raise  # the first start: `pipeline submit` reports it
             code, reason = 1, f"the driver could not be launched: {exc!r}"

@@ -36,7 +36,8 @@ def register_workload(w: Workload) -> Workload:
     TypeError."""
     if not isinstance(w, Workload):
         raise TypeError(f"a workload needs name, query and script, got {w!r}")
-    return WORKLOADS.register(w.name, w)
+    registered: Workload = WORKLOADS.register(w.name, w)
+    return registered
 
 
 def registered_workloads() -> tuple[str, ...]:

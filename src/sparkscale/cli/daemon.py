@@ -181,7 +181,7 @@ def migration_follow_ups(cfg: Config, client: redis.Redis, logged: Any) -> dict[
         zk.start(timeout=10)
         journal = JournalStore(zk, cfg.zookeeper.root, logged.decision.app).read()
     except (KazooTimeoutError, KazooException) as exc:
-        return {m: f"not known: ZooKeeper at {cfg.zookeeper.hosts} is unreachable ({exc})" for m in wanted}
+        return dict.fromkeys(wanted, f"not known: ZooKeeper at {cfg.zookeeper.hosts} is unreachable ({exc})")
     finally:
         zk.stop()
     return follow_ups(cfg, client, journal, wanted, time.time())

@@ -45,7 +45,8 @@ def registered_policy(_ctx: click.Context, _param: click.Parameter, value: str |
 @click.option("--history", "history_path", type=click.Path(dir_okay=False), default=None,
               help="A decision history (JSON, as `sparkscale actions --history` writes) to decide with.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a dotted config key.")
-@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON (type, app, actions, explanation, figures) instead of a table.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the plan as JSON (type, app, actions, explanation, figures) instead of a table.")
 def plan_command(snapshot_path: str, config_path: str | None, policy: str | None, history_path: str | None,
                  overrides: tuple[str, ...], as_json: bool) -> None:
     """Print the plan a policy makes for the snapshot file SNAPSHOT (nothing is changed): one

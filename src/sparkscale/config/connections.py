@@ -126,7 +126,7 @@ class ZooKeeperConfig(_Section):
     @field_validator("root")
     @classmethod
     def _root(cls, value: str) -> str:
-        if not value.startswith("/") or value != "/" and value.endswith("/"):
+        if not value.startswith("/") or (value != "/" and value.endswith("/")):
             raise ValueError("expected an absolute znode path such as /sparkscale")
         return value
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import functools
 import types
 import typing
 from pathlib import Path
@@ -63,7 +64,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         problem = f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})"
         raise ConfigError([ConfigProblem(str(path), "", problem)]) from None
     try:
-        document = yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader)
+        document = yaml.load(text, Loader=_Loader)  # a SafeLoader
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
@@ -78,18 +79,20 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return document
 
 
-_DEFAULTS_JSON: dict[str, Any] | None = None
+@functools.cache
+def _defaults_json() -> dict[str, Any]:
+    """The defaults as JSON, built once: an override's key is checked against them."""
+    return Config().model_dump(mode="json")
 
 
 def _apply_override(raw: dict[str, Any], item: str) -> str:
     """Apply one `dotted.key=value` to the raw config; list items are addressed by index or name."""
-    global _DEFAULTS_JSON
     key, sep, text = item.partition("=")
     key = key.strip()
     if not sep or not key:
         raise ConfigError([ConfigProblem("--set", item, "expected KEY=VALUE, e.g. policy.target_utilization=0.7")])
     try:
-        value = yaml.load(text, Loader=_Loader) if text.strip() else ""  # noqa: S506 (a SafeLoader)
+        value = yaml.load(text, Loader=_Loader) if text.strip() else ""  # a SafeLoader
     except yaml.YAMLError as exc:
         if text.strip().startswith(("{", "[")):  # meant as a list or mapping: say what is wrong with it
             problem = getattr(exc, "problem", None) or str(exc)
@@ -99,12 +102,10 @@ def _apply_override(raw: dict[str, Any], item: str) -> str:
         raise ConfigError([ConfigProblem("--set", key, "invalid YAML: nested too deeply")]) from None
     if isinstance(value, (dict, list)) and not text.strip().startswith(("{", "[")):
         value = text  # `prefix=foo:` is the string "foo:", not the mapping {"foo": None}
-    if _DEFAULTS_JSON is None:
-        _DEFAULTS_JSON = Config().model_dump(mode="json")
     parts = key.split(".")
     resolved: list[str] = []  # the key as validation errors will name it (list items by index)
     node: Any = raw
-    default: Any = _DEFAULTS_JSON
+    default: Any = _defaults_json()
     for i, part in enumerate(parts):
         last = i == len(parts) - 1
         if isinstance(node, list):
@@ -194,7 +195,8 @@ def _fields_at(loc: tuple[Any, ...]) -> list[str]:
             continue
         model = _unwrap(field.annotation)
     if _sectioned(model):
-        return model.section_names()
+        names: list[str] = model.section_names()
+        return names
     return list(model.model_fields) if _is_model(model) else []
 
 

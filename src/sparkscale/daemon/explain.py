@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from sparkscale.daemon.action_log import ActionLog, LoggedDecision
@@ -241,7 +241,7 @@ def _when(t: float | None) -> str:
     """UTC, as the daemon's log lines stamp their events."""
     if t is None:
         return "-"
-    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _secs(s: float | None) -> str | None:

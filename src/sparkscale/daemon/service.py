@@ -11,10 +11,11 @@ identity (`RESTART_SECTIONS`) need a restart.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import redis
 import structlog
@@ -228,11 +229,9 @@ class Daemon:
         with self._apps_to_wake_lock:
             woken, self._apps_to_wake = self._apps_to_wake, set()
         for app_name in sorted(woken):
-            try:
+            with contextlib.suppress(JobLookupError):  # the app was removed meanwhile: nothing to wake
                 self.scheduler.modify_job(f"cycle:{app_name}", next_run_time=_now())
-            except JobLookupError:  # the app was removed meanwhile: nothing to wake
-                pass
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)

@@ -27,10 +27,12 @@ def free_port() -> int:
                 sock.bind(("127.0.0.1", port))
             except OSError:
                 continue
-            return sock.getsockname()[1]
+            bound: int = sock.getsockname()[1]
+            return bound
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        any_port: int = sock.getsockname()[1]
+        return any_port
 
 
 def _ephemeral_low() -> int:

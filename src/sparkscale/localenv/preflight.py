@@ -88,7 +88,7 @@ def check_tools(java: str = "java", configured_spark_home: str | None = None, pi
 
 def java_major_version(java_path: str) -> int:
     try:
-        out = subprocess.run([java_path, "-version"], capture_output=True, text=True, timeout=30)
+        out = subprocess.run([java_path, "-version"], capture_output=True, text=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return 0
     match = re.search(r'version "(\d+)(?:\.(\d+))?', out.stderr + out.stdout)

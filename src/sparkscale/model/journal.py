@@ -198,7 +198,7 @@ class Journal:
     # phase -> completed at (seconds since the epoch); keys are Phase names, typed as the strings the
     # strategies' phase tables hold
     phases: dict[Annotated[str, one_of(Phase)], float] = field(default_factory=dict)
-    marks: JournalMarks = field(default_factory=lambda: JournalMarks())
+    marks: JournalMarks = field(default_factory=JournalMarks)
     detail: str = ""
     # A new executor shape (apps/submit.py's ExecutorShape fields; actuators/migration/journal.py's
     # new_shape): a whole-app restart.

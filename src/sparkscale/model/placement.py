@@ -115,12 +115,12 @@ class Placement:
                 memory_mb=optional_integer(worker.get("memory_mb"), join(at, "memory_mb"), 0, MAX_MEMORY_MB) or 0,
             ))
         seen: dict[str, str] = {}
-        for i, worker in enumerate(workers):
-            for executor in worker.executors:
+        for i, slots in enumerate(workers):
+            for executor in slots.executors:
                 if executor in seen:
                     raise FieldError(f"{workers_path}[{i}].executors", f"executor {executor!r} is also on worker "
                                      f"{seen[executor]!r}")
-                seen[executor] = worker.id
+                seen[executor] = slots.id
         unreachable_path = join(path, "unreachable")
         unreachable = tuple(string(w, f"{unreachable_path}[{i}]")
                             for i, w in enumerate(list_at(obj.get("unreachable", []), unreachable_path)))

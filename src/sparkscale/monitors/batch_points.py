@@ -31,7 +31,7 @@ class BatchPoint:
         sources = report.sources
         parts = [p for s in sources if (p := _positions(s)) is not None]
         if any(s.kind == "file" for s in sources) and len(parts) == len(sources):
-            processed, arrived, behind = (sum(column) for column in zip(*parts))
+            processed, arrived, behind = (sum(column) for column in zip(*parts, strict=False))
             return cls(committed_at_s=committed, started_at_s=committed, run_id=report.run_id,
                        rows=report.num_input_rows, processed_position=processed, arrived_position=arrived,
                        backlog_records=behind, source_kinds=tuple(s.kind for s in sources))
@@ -78,4 +78,5 @@ def record_total(offset: Any) -> int | None:
         return None
     if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
         return None  # Kafka's -1 / -2 are markers, not positions
-    return sum(values)
+    total: int = sum(values)
+    return total

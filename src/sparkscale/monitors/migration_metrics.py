@@ -17,6 +17,7 @@ history entry ids Redis's; on one host they agree, across hosts their skew enter
 from __future__ import annotations
 
 import bisect
+import itertools
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -135,14 +136,14 @@ def stabilisation(points: list[BatchPoint], timeline: MigrationTimeline, start_s
                                 if p.arrived_position is not None)
     elif new and all(p.backlog_records is not None for p in new):
         basis = "backlog"
-        expected_knots = [(t, r + (p.backlog_records or 0)) for (t, r), p in zip(out_knots, new)]
+        expected_knots = [(t, r + (p.backlog_records or 0)) for (t, r), p in zip(out_knots, new, strict=False)]
     else:
         basis = "pre_migration_output"
         constant = _rate_before(points, timeline)
         if constant is None:
             return Stabilisation(None, None, "the sources report neither positions nor backlog, and no output "
                                  f"rate was seen in the {LOOKBACK_S:g} s before the request")
-    gaps = [b[0] - a[0] for a, b in zip(out_knots, out_knots[1:])]
+    gaps = [b[0] - a[0] for a, b in itertools.pairwise(out_knots)]
     rate_window_s = max(RATE_WINDOW_S, 3 * statistics.median(gaps)) if gaps else RATE_WINDOW_S
     end_s = min(out_knots[-1][0], expected_knots[-1][0] if expected_knots else float("inf")) if out_knots else start_s
     run_from: float | None = None

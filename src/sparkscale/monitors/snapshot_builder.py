@@ -26,6 +26,7 @@ each rests on (and "backlog unknown") is in `extensions["source"]`.
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
@@ -181,7 +182,7 @@ def build_snapshot(inputs: SnapshotInputs) -> Snapshot:
     return Snapshot(
         app=inputs.app, query=inputs.query, taken_at=inputs.taken_at, window_s=inputs.window_s,
         executors=executor_figures(inputs.executors, work, inputs.taken_at, inputs.window_s),
-        operators=tuple(operators), edges=tuple(zip(ids, ids[1:], strict=False)),
+        operators=tuple(operators), edges=tuple(itertools.pairwise(ids)),
         trigger_interval_s=inputs.trigger_interval_s, batch_duration_s=_batch_duration_s(used, used_progress),
         extensions=extensions,
     )

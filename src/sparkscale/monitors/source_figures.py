@@ -100,7 +100,7 @@ def estimate_sources(batches: Sequence[WindowBatch], reports: Sequence[ProgressR
     latest = _latest(reports, taken_at)
     keys = _instance_keys([*(b.report for b in batches if b.report), *samples, *([latest] if latest else [])],
                           batches)
-    read = {k: 0 for k in keys}
+    read = dict.fromkeys(keys, 0)
     counted = {"progress": 0, "tasks": 0}
     for batch in batches:
         if batch.report is not None:

@@ -57,7 +57,8 @@ def register_policy(cls: P | None = None, *, replace: bool = False) -> P | Calla
             raise TypeError(f"{klass.__qualname__} has no `name` (a non-empty str class attribute)")
         if not callable(getattr(klass, "decide", None)):
             raise TypeError(f"{klass.__qualname__} has no `decide` method")
-        return POLICIES.register(name, klass, replace=replace)
+        registered: P = POLICIES.register(name, klass, replace=replace)
+        return registered
 
     return add(cls) if cls is not None else add
 
@@ -69,7 +70,8 @@ def get_policy(name: str) -> Policy:
 
 def policy_class(name: str) -> PolicyFactory:
     """The class registered as `name` (built-in modules and plug-ins are imported on demand)."""
-    return POLICIES.get(name)
+    factory: PolicyFactory = POLICIES.get(name)
+    return factory
 
 
 def registered_policies() -> tuple[str, ...]:

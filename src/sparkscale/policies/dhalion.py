@@ -40,6 +40,7 @@ Every plan records its figures, the diagnosis and the expected outcome in its ty
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections.abc import Sequence
@@ -140,7 +141,7 @@ def detect_backpressure(snapshot: Snapshot, history: DecisionHistory, figures: L
         series.append((snapshot.taken_at, figures.backlog))
         values = [b for _, b in series]
         # Grew: never fell, and ended higher than it started.
-        if all(b >= a for a, b in zip(values, values[1:], strict=False)) and values[-1] > values[0]:
+        if all(b >= a for a, b in itertools.pairwise(values)) and values[-1] > values[0]:
             trend = tuple(values)
             span = series[-1][0] - series[0][0]
             growth = (values[-1] - values[0]) / span if span > 0 else 0.0

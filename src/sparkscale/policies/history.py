@@ -9,6 +9,7 @@ depended on history, the capacity guard's included, can be replayed offline.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -161,7 +162,7 @@ class DecisionHistory:
 
     def __post_init__(self) -> None:
         decisions = tuple(self.decisions)
-        if any(b.decided_at < a.decided_at for a, b in zip(decisions, decisions[1:], strict=False)):
+        if any(b.decided_at < a.decided_at for a, b in itertools.pairwise(decisions)):
             raise ValueError("decisions must be in time order, oldest first")
         object.__setattr__(self, "decisions", decisions)
         object.__setattr__(self, "partitions", dict(self.partitions))

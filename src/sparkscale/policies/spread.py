@@ -133,28 +133,33 @@ def spread_moves(plan: Plan, given: GuardInput, guards: GuardsConfig) -> Plan:
     if isinstance(spread, str):
         return plan.with_actions(plan.actions, [f"spread: not checked: {spread}"])
     seen = f"spread: {spread.describe()}"
-    if spread.target is None:
-        return plan.with_actions(plan.actions, [f"{seen}; no worker below {spread.cap} has room for one more "
-                                                "executor: nothing to move"])
-    if plan.changes:
-        return plan.with_actions(plan.actions, [f"{seen}; not moved: this cycle's plan changes "
-                                                f"{', '.join(a.summary() for a in plan.changes)} already"])
-    requested = given.requested
-    if requested is not None and requested > given.executors:
-        return plan.with_actions(plan.actions, [f"{seen}; not moved: {requested - given.executors} of the "
-                                                f"{requested} executors asked for are still starting"])
-    last = last_move(given.history, given.now - guards.spread_hold_s)
-    if last is not None and _unchanged(last, spread):
-        return plan.with_actions(plan.actions, [
-            f"{seen}; held: the move {given.now - last.decided_at:g} s ago left the counts as they were (still "
-            "under way, failed, or the master placed the replacement on a crowded worker again); next try "
-            f"{guards.spread_hold_s:g} s after it (guards.spread_hold_s)"])
+    why_not = _why_not_moved(plan, given, guards, spread)
+    if why_not is not None:
+        return plan.with_actions(plan.actions, [f"{seen}; {why_not}"])
     move = Action.replace_executor(spread.newest, _reason(spread, placement))
     return plan.with_actions(
         [*plan.actions, move], [f"{seen}: move executor {spread.newest} off {spread.crowded.id}"],
         diagnosis=SPREAD_DIAGNOSIS,
         figures={"spread_executors": spread.executors, "spread_workers": spread.workers,
                  "spread_excess": spread.excess, "spread_at_risk": round(spread.at_risk, 4)})
+
+
+def _why_not_moved(plan: Plan, given: GuardInput, guards: GuardsConfig, spread: Spread) -> str | None:
+    """Why this cycle leaves a broken spread as it is (None: move an executor now)."""
+    if spread.target is None:
+        return f"no worker below {spread.cap} has room for one more executor: nothing to move"
+    if plan.changes:
+        return f"not moved: this cycle's plan changes {', '.join(a.summary() for a in plan.changes)} already"
+    requested = given.requested
+    if requested is not None and requested > given.executors:
+        return (f"not moved: {requested - given.executors} of the {requested} executors asked for are "
+                "still starting")
+    last = last_move(given.history, given.now - guards.spread_hold_s)
+    if last is not None and _unchanged(last, spread):
+        return (f"held: the move {given.now - last.decided_at:g} s ago left the counts as they were (still "
+                "under way, failed, or the master placed the replacement on a crowded worker again); next try "
+                f"{guards.spread_hold_s:g} s after it (guards.spread_hold_s)")
+    return None
 
 
 def last_move(history: DecisionHistory, since: float) -> PastDecision | None:

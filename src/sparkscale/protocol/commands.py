@@ -179,7 +179,7 @@ def send_command(
         f"{commands_path(root, app)}/{COMMAND_PREFIX}", command.to_json(), ephemeral=True, sequence=True,
         makepath=True,
     )
-    name = path.rsplit("/", 1)[1]
+    name: str = path.rsplit("/", 1)[1]
     log.info("control.command_sent", app=app, command=name, type=type, args=command.args, epoch=epoch,
              ttl_s=ttl_s)
     return name
@@ -195,7 +195,7 @@ def wait_for_znode(zk_client: KazooClient, path: str, timeout_s: float) -> bytes
         # wait below only guards against a watch lost with a ZooKeeper session.
         if zk_client.exists(path, watch=lambda _event: changed.set()) is not None:
             try:
-                data, _stat = zk_client.get(path)
+                data: bytes = zk_client.get(path)[0]
             except NoNodeError:  # removed between exists and get (cleanup): keep waiting
                 continue
             return data

@@ -1,7 +1,8 @@
 """Where a sink writes: the Redis server and the key names of one query's output.
 
-The sinks (`sparkscale_lab/pipelines/sinks.py`, in the driver and its executors) write under these names and the
-verifier (`sparkscale_lab/pipelines/verify.py`, `sparkscale_lab/pipelines/check.py`, on the head node) reads them back, so the names
+The sinks (`sparkscale_lab/pipelines/sinks.py`, in the driver and its executors) write under these names and
+the verifier (`sparkscale_lab/pipelines/verify.py`, `sparkscale_lab/pipelines/check.py`, on the head node) reads
+them back, so the names
 are part of the shared key vocabulary and live here, without PySpark. The layout itself (what each
 key holds) is documented with the sinks.
 """

@@ -81,7 +81,7 @@ def stream_heads(client: redis.Redis, keys: Sequence[str]) -> list[StreamHead]:
 
 
 def backlog_by_partition(heads: Sequence[StreamHead], offsets: StreamOffsets) -> list[int]:
-    return [max(h.entries_added - n, 0) for h, n in zip(heads, offsets.counts)]
+    return [max(h.entries_added - n, 0) for h, n in zip(heads, offsets.counts, strict=False)]
 
 
 def live_backlog(client: redis.Redis, prefix: str, app: str, query: str, partitions: int) -> list[int]:

@@ -17,6 +17,7 @@ results.json, results.md, a timeline per run.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -29,7 +30,12 @@ from typing import Any
 import redis
 import structlog
 
-from sparkscale_lab.bench.migration_faults import FAULT_HOLD_ENV
+from sparkscale.apps.submit import stop, submit
+from sparkscale.config import AppConfig, Config, load_config
+from sparkscale.daemon.action_log import ActionLog
+from sparkscale.localenv import LocalEnvironment
+from sparkscale.monitors.spark_rest import SparkRestClient, SparkRestError, driver_rest
+from sparkscale.redisconn import connect
 from sparkscale_lab.bench.chaos_breakdown import measure
 from sparkscale_lab.bench.chaos_faults import FAULT_NAMES, FAULTS, Fault, FaultContext, get_fault
 from sparkscale_lab.bench.chaos_report import (
@@ -44,17 +50,12 @@ from sparkscale_lab.bench.chaos_variants import DEFAULT, Variant, get_variant, p
 from sparkscale_lab.bench.daemon_process import DaemonProcess
 from sparkscale_lab.bench.demo import _drain, _wait_settled
 from sparkscale_lab.bench.environment import BenchEnv, embedded_environment, wait_for
+from sparkscale_lab.bench.migration_faults import FAULT_HOLD_ENV
 from sparkscale_lab.bench.probes import StreamLatencyProbe
 from sparkscale_lab.bench.scaling import DAEMON_YAML, logged_actions
 from sparkscale_lab.bench.timeline import Recorder, Sample, rates
-from sparkscale.config import AppConfig, Config, load_config
-from sparkscale.daemon.action_log import ActionLog
-from sparkscale.localenv import LocalEnvironment
-from sparkscale.monitors.spark_rest import SparkRestClient, SparkRestError, driver_rest
 from sparkscale_lab.pipelines.check import verify_app
 from sparkscale_lab.pipelines.loadgen import run_loadgen
-from sparkscale.apps.submit import stop, submit
-from sparkscale.redisconn import connect
 
 log = structlog.get_logger(__name__)
 
@@ -158,10 +159,8 @@ class FollowingProbe:
     def look(self, client: redis.Redis, rest: SparkRestClient, t0: float) -> Sample:
         sample = self.inner.look(client, self.rest or rest, t0)
         if sample.executors is None:
-            try:
+            with contextlib.suppress(SparkRestError):  # not registered again yet: the next look tries
                 self.rest = driver_rest(self.cfg, self.app, timeout_s=2, retries=0)
-            except SparkRestError:
-                pass  # not registered again yet: the next look tries
         return sample
 
 
@@ -282,7 +281,7 @@ def _attempt(spec: ChaosSpec, name: str, variant: str, env: BenchEnv, work: Path
     """One run; a failure is recorded under `failed_runs` and the bench goes on with the next."""
     try:
         results["runs"].append(run_fault(spec, get_fault(name), env, work / run_label(name, variant), variant))
-    except Exception as exc:  # noqa: BLE001 - one failed fault must not end the others
+    except Exception as exc:  # one failed fault must not end the others
         log.exception("chaos.fault_failed", fault=name, variant=variant)
         results["failed_runs"].append({"fault": name, "variant": variant, "error": repr(exc)})
 
@@ -323,7 +322,7 @@ def run_chaos(spec: ChaosSpec, out_dir: Path, command: str) -> dict[str, Any]:
                 with embedded_environment(f"sparkscale-chaos-{label}-", app_yaml(app_name(name, variant), variant),
                                           CHAOS_YAML) as env:
                     _attempt(spec, name, variant, env, work, results)
-            except Exception as exc:  # noqa: BLE001 - an environment that did not start: the next one may
+            except Exception as exc:  # an environment that did not start: the next one may
                 log.exception("chaos.environment_failed", fault=name, variant=variant)
                 results["failed_runs"].append({"fault": name, "variant": variant, "error": repr(exc)})
             save()

@@ -23,13 +23,13 @@ from typing import Any
 import redis
 import structlog
 
-from sparkscale_lab.bench.timeline import Sample
 from sparkscale.config import Config
 from sparkscale.monitors.collector import read_progress
 from sparkscale.monitors.progress_reports import ProgressReport
 from sparkscale.monitors.spark_rest import SparkRestError, driver_rest, parse_time_s
-from sparkscale_lab.pipelines.workloads import workload
 from sparkscale.redisconn import connect
+from sparkscale_lab.bench.timeline import Sample
+from sparkscale_lab.pipelines.workloads import workload
 
 log = structlog.get_logger(__name__)
 

@@ -11,6 +11,7 @@ does not restart a killed worker: the app recovers on the remaining one (`worker
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -20,15 +21,15 @@ from dataclasses import dataclass, field
 import psutil
 import structlog
 
-from sparkscale_lab.bench.chaos_report import event_time
-from sparkscale_lab.bench.daemon_process import DaemonProcess
+from sparkscale.apps.driver_record import current_driver
 from sparkscale.config import Config
 from sparkscale.localenv import LocalEnvironment
 from sparkscale.monitors.host import executor_processes
 from sparkscale.monitors.spark_rest import driver_rest
-from sparkscale.apps.driver_record import current_driver
-from sparkscale_lab.pipelines.workloads import workload
 from sparkscale.processes import stop_trees
+from sparkscale_lab.bench.chaos_report import event_time
+from sparkscale_lab.bench.daemon_process import DaemonProcess
+from sparkscale_lab.pipelines.workloads import workload
 
 log = structlog.get_logger(__name__)
 
@@ -130,10 +131,8 @@ def _ancestors(proc: psutil.Process) -> set[int]:
 
 def _kill_all(procs: list[psutil.Process]) -> None:
     for p in procs:
-        try:
+        with contextlib.suppress(psutil.Error):  # already gone with its parent
             p.kill()
-        except psutil.Error:
-            pass  # already gone with its parent
     psutil.wait_procs(procs, timeout=10)
 
 

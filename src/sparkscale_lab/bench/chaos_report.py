@@ -217,7 +217,7 @@ BREAKDOWN_ROWS: list[tuple[str, Callable[[Mapping[str, Any]], str]]] = [
     ("batch before the fault, median wall (ms)", lambda r: _num(r.get("pre_fault_batch_ms"), 0)),
     ("recovery to 90 % (s)", lambda r: _num(r.get("recovery_s"))),
     ("executors before the fault", lambda r: _num(r.get("executors_before"), 0)),
-    ("pre-fault / reference (records/s)", lambda r: _rates(r)),
+    ("pre-fault / reference (records/s)", _rates),
     ("lost / duplicated", lambda r: f"{r['lost']} / {r['duplicated']}"),
     ("detected by", lambda r: _clip(r.get("detected_by"), 60).replace("|", "/") or "-"),
 ]

@@ -25,6 +25,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from sparkscale_lab.bench.clickexpected import Expected, expected_outputs
 from sparkscale_lab.bench.clicksinks import (  # noqa: F401 - re-exported: the readers are part of the oracle's API
     SINK_LOG_DIR,
     USER_TOTALS_DIR,
@@ -38,7 +39,6 @@ from sparkscale_lab.bench.clicksinks import (  # noqa: F401 - re-exported: the r
     read_user_totals,
     read_windows,
 )
-from sparkscale_lab.bench.clickexpected import Expected, expected_outputs
 from sparkscale_lab.bench.filefeed import default_manifest_path, manifest_files
 
 _SHOWN = 5

@@ -19,19 +19,19 @@ from pathlib import Path
 
 import structlog
 
-from sparkscale_lab.bench.daemon_process import DaemonProcess
-from sparkscale_lab.bench.measures import SloLimits, measure, segments
-from sparkscale_lab.bench.scaling import logged_actions
-from sparkscale_lab.bench.timeline import Recorder
+from sparkscale.apps.submit import running, stop, submit
 from sparkscale.config import Config
 from sparkscale.daemon.action_log import ActionLog
 from sparkscale.localenv import LocalEnvironment
 from sparkscale.monitors.spark_rest import SparkRestError, driver_rest
+from sparkscale.redisconn import connect
+from sparkscale_lab.bench.daemon_process import DaemonProcess
+from sparkscale_lab.bench.measures import SloLimits, measure, segments
+from sparkscale_lab.bench.scaling import logged_actions
+from sparkscale_lab.bench.timeline import Recorder
 from sparkscale_lab.pipelines.check import unprocessed_records, verify_app
 from sparkscale_lab.pipelines.loadgen import run_loadgen
 from sparkscale_lab.pipelines.profiles import parse_profile
-from sparkscale.apps.submit import running, stop, submit
-from sparkscale.redisconn import connect
 
 log = structlog.get_logger(__name__)
 

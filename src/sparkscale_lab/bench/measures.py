@@ -10,6 +10,7 @@ diagnostic only). Lost and duplicated records come from the verifier.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -152,7 +153,7 @@ def observed_actions(samples: Sequence[Sample], merge_s: float = 10.0) -> list[S
 def direction_changes(actions: Sequence[ScalingAction]) -> int:
     """How often the executor count turned around (up then down, or down then up): oscillation."""
     dirs = [a.direction for a in actions if a.kind == "scale_executors" and a.done and a.direction]
-    return sum(1 for a, b in zip(dirs, dirs[1:], strict=False) if a != b)
+    return sum(1 for a, b in itertools.pairwise(dirs) if a != b)
 
 
 def input_rates(samples: Sequence[Sample], load_at: Callable[[float], float],
@@ -209,7 +210,7 @@ def steady_reversals(actions: Sequence[ScalingAction], segs: Sequence[Segment]) 
     """Direction changes whose two actions fall in the same segment: the controller turned round
     while the load stood still (a turn across a load change is a response to it)."""
     done = [a for a in actions if a.kind == "scale_executors" and a.done and a.direction]
-    return sum(1 for a, b in zip(done, done[1:], strict=False)
+    return sum(1 for a, b in itertools.pairwise(done)
                if a.direction != b.direction and segment_of(segs, a.t_s) is not None
                and segment_of(segs, a.t_s) == segment_of(segs, b.t_s))
 

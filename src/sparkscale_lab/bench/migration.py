@@ -26,16 +26,16 @@ from typing import Any
 import structlog
 
 from sparkscale.actuators.migration import registered_strategies
+from sparkscale.apps.submit import stop, submit
+from sparkscale.monitors.migration_followup import FOLLOW_UP, PENDING
+from sparkscale.monitors.migration_metrics import measure_after
+from sparkscale.protocol.keys import progress_key
+from sparkscale.redisconn import connect
 from sparkscale_lab.bench.environment import BenchEnv, embedded_environment
 from sparkscale_lab.bench.markdown import markdown_table
 from sparkscale_lab.bench.timeline import Recorder, Sample
-from sparkscale.monitors.migration_followup import FOLLOW_UP, PENDING
-from sparkscale.monitors.migration_metrics import measure_after
 from sparkscale_lab.pipelines.check import drained, verify_app
 from sparkscale_lab.pipelines.loadgen import run_loadgen
-from sparkscale.apps.submit import stop, submit
-from sparkscale.protocol.keys import progress_key
-from sparkscale.redisconn import connect
 
 log = structlog.get_logger(__name__)
 
@@ -74,7 +74,7 @@ def migrate(env: BenchEnv, partitions: int, strategy: str, stable_window_s: floa
     for s in [*env.overrides, f"migration.stable_window_s={stable_window_s}",
               f"migration.measure_timeout_s={stable_window_s + MEASURE_MARGIN_S:g}", "logging.stderr=false"]:
         argv += ["--set", s]
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
     lines = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
     if out.returncode != 0 or not lines or not lines[-1].get("ok"):
         raise RuntimeError(f"migrate {strategy} -> {partitions} failed: {out.stdout[-2000:]} {out.stderr[-2000:]}")

@@ -29,6 +29,14 @@ from typing import Any
 import psutil
 import structlog
 
+from sparkscale.apps.submit import stop, submit
+from sparkscale.config import Config
+from sparkscale.daemon.action_log import ActionLog
+from sparkscale.localenv import LocalEnvironment
+from sparkscale.monitors.cluster_view import fetch_cluster_view
+from sparkscale.monitors.spark_master import SparkUnreachable
+from sparkscale.monitors.spark_rest import SparkRestError, driver_rest
+from sparkscale.redisconn import connect
 from sparkscale_lab.bench.chaos import SteadyLoad
 from sparkscale_lab.bench.daemon_process import DaemonProcess
 from sparkscale_lab.bench.demo import _drain, _wait_settled
@@ -51,15 +59,7 @@ from sparkscale_lab.bench.placement_measures import (
 from sparkscale_lab.bench.probes import StreamLatencyProbe
 from sparkscale_lab.bench.scaling import DAEMON_YAML
 from sparkscale_lab.bench.timeline import Recorder
-from sparkscale.config import Config
-from sparkscale.daemon.action_log import ActionLog
-from sparkscale.localenv import LocalEnvironment
-from sparkscale.monitors.cluster_view import fetch_cluster_view
-from sparkscale.monitors.spark_master import SparkUnreachable
-from sparkscale.monitors.spark_rest import SparkRestError, driver_rest
 from sparkscale_lab.pipelines.check import verify_app
-from sparkscale.apps.submit import stop, submit
-from sparkscale.redisconn import connect
 
 log = structlog.get_logger(__name__)
 
@@ -367,7 +367,7 @@ def run_placement_bench(spec: PlacementSpec, out_dir: Path, command: str) -> dic
         for placement in spec.placements:
             try:
                 results["runs"].append(run_placement(spec, placement, repeat, work))
-            except Exception as exc:  # noqa: BLE001 - one failed run must not end the others
+            except Exception as exc:  # one failed run must not end the others
                 log.exception("placement_bench.run_failed", placement=placement, repeat=repeat)
                 results["failed_runs"].append({"placement": placement, "repeat": repeat, "error": repr(exc)})
             save()

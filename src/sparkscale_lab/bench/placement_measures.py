@@ -15,14 +15,15 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from sparkscale_lab.bench.measures import Segment, SloLimits, measure
-from sparkscale_lab.bench.timeline import Sample
 from sparkscale.monitors.spark_rest import parse_time_s
 from sparkscale.policies.placement.edrp_model import EdrpSettings, cost_bound, weighted_terms
+from sparkscale_lab.bench.measures import Segment, SloLimits, measure
+from sparkscale_lab.bench.timeline import Sample
 
 ProcessKey = tuple[int, float]  # (pid, create_time): a recycled pid is another process
 
@@ -140,7 +141,7 @@ def stalls_s(samples: Sequence[Sample], start_s: float, end_s: float, min_stall_
         return []
     out: list[float] = []
     since = inside[0].t_s
-    for prev, cur in zip(inside, inside[1:], strict=False):
+    for prev, cur in itertools.pairwise(inside):
         if cur.processed_records > prev.processed_records:
             if cur.t_s - since >= min_stall_s:
                 out.append(round(cur.t_s - since, 3))

@@ -10,12 +10,12 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")  # files only: the daemon's host has no display
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from sparkscale_lab.bench.measures import SloLimits, backlog_seconds, input_rates, segments  # noqa: E402
-from sparkscale_lab.bench.scaling_results import case_runs, scaling_cases  # noqa: E402
-from sparkscale_lab.bench.timeline import Sample, rates  # noqa: E402
-from sparkscale_lab.pipelines.profiles import parse_profile  # noqa: E402
+from sparkscale_lab.bench.measures import SloLimits, backlog_seconds, input_rates, segments
+from sparkscale_lab.bench.scaling_results import case_runs, scaling_cases
+from sparkscale_lab.bench.timeline import Sample, rates
+from sparkscale_lab.pipelines.profiles import parse_profile
 
 
 def timeline(samples: list[Sample], actions: list[dict], title: str, path: Path, profile: str | None = None,

@@ -26,6 +26,9 @@ from typing import Any
 
 import structlog
 
+from sparkscale.apps.submit import stop, submit
+from sparkscale.daemon.action_log import ActionLog
+from sparkscale.redisconn import connect
 from sparkscale_lab.bench.daemon_process import DaemonProcess
 from sparkscale_lab.bench.environment import BenchEnv, embedded_environment, wait_for
 from sparkscale_lab.bench.measures import (
@@ -48,10 +51,7 @@ from sparkscale_lab.bench.scaling_workloads import (
     make_workload,
 )
 from sparkscale_lab.bench.timeline import Recorder, Sample
-from sparkscale.daemon.action_log import ActionLog
 from sparkscale_lab.pipelines.profiles import parse_profile
-from sparkscale.apps.submit import stop, submit
-from sparkscale.redisconn import connect
 
 log = structlog.get_logger(__name__)
 
@@ -204,7 +204,7 @@ def _scale_executors(env: BenchEnv, to: int) -> None:
             "--config", env.config_path]
     for s in [*env.overrides, "logging.stderr=false"]:
         argv += ["--set", s]
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
     if out.returncode != 0:
         raise RuntimeError(f"scale-executors --to {to} failed: {out.stdout} {out.stderr}")
 
@@ -351,7 +351,7 @@ def run_bench(spec: BenchSpec, out_dir: Path, command: str, resume: bool = False
                 try:
                     run = run_controller(spec, case, controller, repeat, calibration, work)
                     results["runs"].append(run.to_dict())
-                except Exception as exc:  # noqa: BLE001 - one failed run must not end hours of benchmark
+                except Exception as exc:  # one failed run must not end hours of benchmark
                     log.exception("bench.run_failed", case=case.name, controller=controller, repeat=repeat)
                     results["failed_runs"].append({"case": case.name, "controller": controller, "repeat": repeat,
                                                    "error": repr(exc)})

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from sparkscale.config import Config
+from sparkscale.redisconn import connect
 from sparkscale_lab.bench.clickcheck import ClickCheck, wait_for_outputs
 from sparkscale_lab.bench.clickexpected import Expected, expected_outputs
 from sparkscale_lab.bench.environment import BenchEnv
@@ -29,11 +31,9 @@ from sparkscale_lab.bench.filefeed import land_files
 from sparkscale_lab.bench.probes import FileProbe, StreamLatencyProbe
 from sparkscale_lab.bench.timeline import Probe
 from sparkscale_lab.bench.userjob import DEFAULT_SCRIPT, UserJobSpec
-from sparkscale.config import Config
 from sparkscale_lab.pipelines.check import drained, verify_app
 from sparkscale_lab.pipelines.loadgen import run_loadgen
 from sparkscale_lab.pipelines.profiles import parse_profile
-from sparkscale.redisconn import connect
 
 APP = "bench"
 
@@ -187,8 +187,8 @@ class PipelineWorkload:
 @dataclass(frozen=True)
 class ClicksSettings:
     """The fixture's arguments and the feed. 25 ms a record (the cost that
-    shows Spark's dynamic allocation at work): 15 records/s need 0.4 cores, 60 need 1.5. A file per half second, up to 16
-    files a batch, so that a batch behind can catch up (4 a batch keep pace at a 2 s trigger)."""
+    shows Spark's dynamic allocation at work): 15 records/s need 0.4 cores, 60 need 1.5. A file per half second, up
+    to 16 files a batch, so that a batch behind can catch up (4 a batch keep pace at a 2 s trigger)."""
 
     lookup_ms: float = 25.0
     trigger_s: int = 2

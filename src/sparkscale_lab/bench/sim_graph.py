@@ -3,6 +3,7 @@ the source first, and the edges between them, from a short spec (GRAPH_FORMS).""
 
 from __future__ import annotations
 
+import itertools
 import random
 from dataclasses import dataclass
 
@@ -44,13 +45,13 @@ def parse_graph(spec: str, seed: int = 0) -> Graph:
                   "dag-diamond": [("a", SOURCE), ("b", "a"), ("c", "a"), ("d", "b"), ("d", "c")],
                   "dag-star": [("a", SOURCE), ("b", SOURCE), ("hub", "a"), ("hub", "b"), ("x", "hub"),
                                ("y", "hub")]}[kind]
-        ops = [SOURCE] + list(dict.fromkeys(d for d, _u in shapes))
+        ops = [SOURCE, *dict.fromkeys(d for d, _u in shapes)]
         return Graph(tuple(ops), tuple((u, d) for d, u in shapes))
     if kind in ("linear", "star") and len(numbers) == 1 and numbers[0] >= (1 if kind == "linear" else 3):
         n = numbers[0]
         if kind == "linear":
             ops = [SOURCE, *(f"op{i}" for i in range(n))]
-            return Graph(tuple(ops), tuple(zip(ops, ops[1:], strict=False)))
+            return Graph(tuple(ops), tuple(itertools.pairwise(ops)))
         middle = [f"op{i}" for i in range(n - 2)]
         edges = [(SOURCE, "fan")] + [("fan", m) for m in middle] + [(m, "sink") for m in middle]
         return Graph((SOURCE, "fan", *middle, "sink"), tuple(edges))

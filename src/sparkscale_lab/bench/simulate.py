@@ -29,15 +29,15 @@ from typing import Any
 
 import structlog
 
+from sparkscale.config import AppConfig, Config
+from sparkscale.model.plan import Plan
+from sparkscale.model.snapshot import ExecutorFigures, InstanceFigures, OperatorFigures, Snapshot
+from sparkscale.policies.history import DecisionHistory
+from sparkscale.policies.planner import decide
 from sparkscale_lab.bench.measures import RunMeasures, ScalingAction, SloLimits, measure, segments
 from sparkscale_lab.bench.sim_graph import SOURCE, Graph, parse_graph
 from sparkscale_lab.bench.timeline import Sample
-from sparkscale.config import AppConfig, Config
 from sparkscale_lab.pipelines.profiles import LoadProfile, parse_profile
-from sparkscale.model.plan import Plan
-from sparkscale.policies.history import DecisionHistory
-from sparkscale.policies.planner import decide
-from sparkscale.model.snapshot import ExecutorFigures, InstanceFigures, OperatorFigures, Snapshot
 
 log = structlog.get_logger(__name__)
 

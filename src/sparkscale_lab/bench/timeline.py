@@ -20,10 +20,10 @@ import structlog
 
 from sparkscale.config import AppConfig, Config
 from sparkscale.monitors.spark_rest import SparkRestClient, SparkRestError, driver_rest
-from sparkscale_lab.pipelines.workloads import workload
 from sparkscale.protocol.keys import input_stream_key, progress_key
 from sparkscale.protocol.streams import StreamOffsets, read_source_status, stream_heads
 from sparkscale.redisconn import connect
+from sparkscale_lab.pipelines.workloads import workload
 
 log = structlog.get_logger(__name__)
 
@@ -56,7 +56,7 @@ class Sample:
     @classmethod
     def from_dict(cls, data: dict) -> Sample:
         """Also older results, written before the stated backlog and the latency were sampled."""
-        known = {f for f in cls.__dataclass_fields__}
+        known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in data.items() if k in known})
 
 

@@ -36,6 +36,24 @@ import sparkscale
 from sparkscale import zkconn
 from sparkscale.actuators.base import ActuationContext
 from sparkscale.actuators.migration import JournalStore, registered_strategies
+from sparkscale.apps.submit import running, stop, submit, with_stored_shape
+from sparkscale.config import Config
+from sparkscale.daemon import manual
+from sparkscale.daemon.action_log import ActionLog
+from sparkscale.daemon.leader import LeaderElection
+from sparkscale.monitors.collector import (
+    HOST_SAMPLE_S,
+    AppNotRunningError,
+    CollectOptions,
+    NoQueriesYet,
+    collect_snapshots,
+)
+from sparkscale.monitors.spark_rest import SparkRestError
+from sparkscale.policies.history import DecisionHistory
+from sparkscale.policies.planner import decide_app
+from sparkscale.protocol.keys import progress_key
+from sparkscale.protocol.streams import query_partitions
+from sparkscale.redisconn import connect
 from sparkscale_lab.bench.clickcheck import wait_for_outputs
 from sparkscale_lab.bench.environment import BenchEnv, embedded_environment, wait_for
 from sparkscale_lab.bench.filefeed import land_files
@@ -49,26 +67,8 @@ from sparkscale_lab.bench.userjob_tables import (
     render_markdown,
     schedule,
 )
-from sparkscale.config import Config
-from sparkscale.daemon import manual
-from sparkscale.daemon.action_log import ActionLog
-from sparkscale.daemon.leader import LeaderElection
-from sparkscale.monitors.collector import (
-    HOST_SAMPLE_S,
-    AppNotRunningError,
-    CollectOptions,
-    NoQueriesYet,
-    collect_snapshots,
-)
-from sparkscale.monitors.spark_rest import SparkRestError
 from sparkscale_lab.pipelines.loadgen import run_loadgen
-from sparkscale.apps.submit import running, stop, submit, with_stored_shape
 from sparkscale_lab.pipelines.workloads import workload
-from sparkscale.policies.history import DecisionHistory
-from sparkscale.policies.planner import decide_app
-from sparkscale.protocol.keys import progress_key
-from sparkscale.protocol.streams import query_partitions
-from sparkscale.redisconn import connect
 
 log = structlog.get_logger(__name__)
 

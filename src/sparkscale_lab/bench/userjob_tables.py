@@ -154,7 +154,7 @@ def phase_table(records: Sequence[MigrationRecord], strategies: Sequence[str], q
         own = get_strategy(s).phases
         for q in [*queries, "pooled"]:
             mine = [r for r in records
-                    if r.strategy == s and r.status != "refused" and (q == "pooled" or r.query == q)]
+                    if r.strategy == s and r.status != "refused" and (q in ("pooled", r.query))]
             done = [r for r in mine if r.status == "done"]
             cells = [_fmt(median([r.phases_s[p] for r in done if p in r.phases_s])) if p in own else "n/a"
                      for p in columns]

@@ -238,10 +238,10 @@ def bench_placement(placements: str, repeat: int, duration_s: float, warmup_s: f
     two workers pinned to a CPU each, the daemon (DS2) with each placement policy in turn. Worker load
     imbalance, remote shuffle bytes, the backlog SLO, downtime, EDRP's objective on what was measured,
     lost and duplicated records. Exit 1 when anything was lost or duplicated, or a run failed."""
-    from sparkscale_lab.bench.placement import PlacementSpec, estimated_duration_s, run_placement_bench
-    from sparkscale_lab.bench.report import render
     from sparkscale.config.sections import usable_cpus
     from sparkscale.policies.placement.base import registered_placements
+    from sparkscale_lab.bench.placement import PlacementSpec, estimated_duration_s, run_placement_bench
+    from sparkscale_lab.bench.report import render
 
     chosen = _names(placements, registered_placements(), "placement")
     cores = _counts(worker_cores, 2, "core counts", "--worker-cores")
@@ -313,9 +313,9 @@ def demo(cfg: Config, minutes: float, app_name: str, low_rate: int, high_rate: i
     foreground; then a summary and a timeline plot. Exit 0 when every record was verified."""
     from pathlib import Path
 
-    from sparkscale_lab.bench.demo import DEMO_TIMINGS, DemoSpec, run_demo
-    from sparkscale.localenv import EnvironmentStartError, PreflightError
     from sparkscale.apps.submit import PipelineError
+    from sparkscale.localenv import EnvironmentStartError, PreflightError
+    from sparkscale_lab.bench.demo import DEMO_TIMINGS, DemoSpec, run_demo
 
     meta = click.get_current_context().meta
     overrides = [*DEMO_TIMINGS, *meta["overrides"]]  # the user's --set wins over the demo's timings

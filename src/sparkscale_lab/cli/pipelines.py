@@ -53,8 +53,8 @@ def verify(cfg: Config, app_name: str, as_json: bool) -> None:
 
     Prints lost, duplicated and total counts; exits 1 if anything was lost or duplicated. Run it
     once the app has processed all its input (it says so when it has not)."""
-    from sparkscale_lab.pipelines.check import unprocessed_records, verify_app
     from sparkscale.redisconn import connect
+    from sparkscale_lab.pipelines.check import unprocessed_records, verify_app
 
     cfg = require_app(cfg, app_name)
     client = connect(cfg.redis)

@@ -10,11 +10,11 @@ from __future__ import annotations
 import redis
 
 from sparkscale.config import AppConfig, Config
-from sparkscale_lab.pipelines.verify import VerifyResult, compare_keyed, read_input_records, read_keyed_sink
-from sparkscale_lab.pipelines.workloads import workload
 from sparkscale.protocol.sinks import SinkTarget
 from sparkscale.protocol.streams import live_backlog
 from sparkscale.redisconn import connect
+from sparkscale_lab.pipelines.verify import VerifyResult, compare_keyed, read_input_records, read_keyed_sink
+from sparkscale_lab.pipelines.workloads import workload
 
 
 def unprocessed_records(client: redis.Redis, cfg: Config, app: AppConfig) -> int:

@@ -23,10 +23,10 @@ import redis
 import structlog
 
 from sparkscale.config import AppConfig, Config
-from sparkscale_lab.pipelines.profiles import LoadProfile, parse_profile
-from sparkscale_lab.pipelines.records import RecordSource, record_source
 from sparkscale.protocol.keys import input_stream_key, loadgen_runs_key
 from sparkscale.redisconn import connect
+from sparkscale_lab.pipelines.profiles import LoadProfile, parse_profile
+from sparkscale_lab.pipelines.records import RecordSource, record_source
 
 log = structlog.get_logger(__name__)
 

@@ -207,10 +207,7 @@ def _popular_routes() -> tuple[Route, ...]:
     routes: list[Route] = []
     while len(routes) < POPULAR_ROUTE_COUNT:
         start = (rng.randint(*_HOT_X), rng.randint(*_HOT_Y))
-        if len(routes) % 5 == 4:
-            end = _AIRPORT_CELLS[len(routes) % 2]
-        else:
-            end = (rng.randint(*_HOT_X), rng.randint(*_HOT_Y))
+        end = _AIRPORT_CELLS[len(routes) % 2] if len(routes) % 5 == 4 else (rng.randint(*_HOT_X), rng.randint(*_HOT_Y))
         if (start, end) not in routes:
             routes.append((start, end))
     return tuple(routes)

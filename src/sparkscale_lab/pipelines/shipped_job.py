@@ -11,8 +11,8 @@ import argparse
 
 from pyspark.sql import SparkSession
 
-from sparkscale.config import load_config
 from sparkscale.apps.submit import checkpoint_root
+from sparkscale.config import load_config
 from sparkscale_lab.pipelines.workloads import PipelineContext, build_workload
 
 

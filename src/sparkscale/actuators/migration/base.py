@@ -144,7 +144,8 @@ def register_strategy(cls: S) -> S:
 def get_strategy(name: str) -> MigrationStrategy:
     """The strategy registered as `name` (an instance; strategies hold no state)."""
     try:
-        return STRATEGIES.get(name)()
+        strategy: MigrationStrategy = STRATEGIES.get(name)()
+        return strategy
     except KeyError:
         raise UnknownStrategy(f"unknown strategy {name!r} (expected one of {', '.join(STRATEGIES.names())})") from None
 

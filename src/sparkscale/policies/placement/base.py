@@ -41,14 +41,16 @@ def register_placement(cls: P | None = None, *, replace: bool = False) -> P | Ca
             raise TypeError(f"{klass.__qualname__} has no `name` (a non-empty str class attribute)")
         if not callable(getattr(klass, "place", None)):
             raise TypeError(f"{klass.__qualname__} has no `place` method")
-        return PLACEMENT_POLICIES.register(name, klass, replace=replace)
+        registered: P = PLACEMENT_POLICIES.register(name, klass, replace=replace)
+        return registered
 
     return add(cls) if cls is not None else add
 
 
 def get_placement(name: str) -> PlacementPolicy:
     """A fresh instance of the placement policy registered as `name`."""
-    return PLACEMENT_POLICIES.get(name)()
+    policy: PlacementPolicy = PLACEMENT_POLICIES.get(name)()
+    return policy
 
 
 def registered_placements() -> tuple[str, ...]:

@@ -145,7 +145,7 @@ def _build(inst: Instance, s: EdrpSettings, landing: Mapping[str, str | None]) -
             m.row(delta, x0[w], x0[w])  # row 6: x - p + q = x0
             big_m += u + x0[w]
         z = {k: m.var(0, 1, True) for k in inst.counts[name]}
-        m.row({zi: 1.0 for zi in z.values()}, 1.0, 1.0)  # row 4 (EDRP eq. 19)
+        m.row(dict.fromkeys(z.values(), 1.0), 1.0, 1.0)  # row 4 (EDRP eq. 19)
         m.row({**link, **{zi: -float(k) for k, zi in z.items()}}, 0.0, 0.0)  # row 5
         if change:
             m.row({**change, g: -float(big_m)}, -np.inf, 0.0)  # row 8
@@ -299,7 +299,7 @@ def _solve(model: ClusterModel, s: EdrpSettings, soft_r: bool) -> EdrpResult:
         warnings.append(PlacementWarning("solver_limit", f"best found within {s.time_limit_s:g}s, may not be optimal"))
     elif res.status != 0 or res.x is None:
         return no_change("solver_error", f"HiGHS status {res.status}: {res.message}")
-    dep = {a.app: {w: int(round(res.x[x[a.app, w]])) if (a.app, w) in x else 0 for w in inst.workers}
+    dep = {a.app: {w: round(res.x[x[a.app, w]]) if (a.app, w) in x else 0 for w in inst.workers}
            for a in inst.apps}
     broken = _check(inst, s, dep, landing)
     if broken:

@@ -45,8 +45,9 @@ def cost_task(cost_ms: float, selectivity: float, task: int) -> Callable[[Iterat
                 time.sleep(len(frame) * cost_ms / 1000.0)  # one sleep per Arrow batch = n x cost
             if selectivity != 1.0 and len(frame):
                 repeats = frame["uid"].map(lambda uid: copies(uid, selectivity, task))
-                frame = frame.loc[frame.index.repeat(repeats)]
-            yield frame
+                yield frame.loc[frame.index.repeat(repeats)]
+            else:
+                yield frame
 
     return run
 

@@ -36,7 +36,7 @@ def build(ctx: PipelineContext) -> list[Any]:
 
     taxi = ctx.app.taxi
     trips = ctx.read_input(QUERY, TAXI_FIELDS)
-    route_udf = F.udf(lambda *values: route_id(dict(zip(TAXI_FIELDS, values))), StringType())
+    route_udf = F.udf(lambda *values: route_id(dict(zip(TAXI_FIELDS, values, strict=False))), StringType())
     routed = (
         trips.withColumn("route", route_udf(*[F.col(f) for f in TAXI_FIELDS]))
         .where(F.col("route").isNotNull())  # filter by area: both ends inside the grid
