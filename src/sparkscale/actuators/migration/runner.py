@@ -23,7 +23,7 @@ from sparkscale.actuators.migration.journal import (
 )
 from sparkscale.actuators.migration.recovery import Recovery
 from sparkscale.actuators.migration.session import MigrationSession
-from sparkscale.apps.submit import ExecutorShape
+from sparkscale.model.executor_shape import ExecutorShape
 from sparkscale.model.journal import Journal
 from sparkscale.monitors.migration_metrics import CLOCK_MARGIN_S, first_output, timeline_of
 from sparkscale.protocol.commands import AckTimeout

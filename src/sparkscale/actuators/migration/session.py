@@ -15,7 +15,8 @@ from kazoo.client import KazooClient
 
 from sparkscale.actuators.migration.base import MigrationError
 from sparkscale.actuators.migration.journal import Journal, JournalStore, PhaseCallback
-from sparkscale.apps.submit import ExecutorShape, running, store_shape
+from sparkscale.apps.submit import running, store_shape
+from sparkscale.model.executor_shape import ExecutorShape
 from sparkscale.config import AppConfig, Config
 from sparkscale.monitors.batch_points import BatchPoint
 from sparkscale.monitors.migration_metrics import read_batches
