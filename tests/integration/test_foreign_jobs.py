@@ -25,14 +25,14 @@ import pytest
 from click.testing import CliRunner
 
 from sparkscale.actuators.migration import JournalStore
-from sparkscale_lab.bench.daemon_process import DaemonProcess
+from sparkscale.apps.submit import stop, submit
 from sparkscale.cli import main
 from sparkscale.config import load_config
-from sparkscale.apps.submit import stop, submit
 from sparkscale.protocol.keys import progress_key
-from sparkscale.protocol.queries import read_queries
 from sparkscale.redisconn import connect
+from sparkscale.store.redis_queries import read_queries
 from sparkscale.zkconn import client as zk_client
+from sparkscale_lab.bench.daemon_process import DaemonProcess
 from tests.conftest import wait_until
 from tests.integration.test_user_script import active_executors
 

@@ -25,13 +25,13 @@ from pathlib import Path
 import pytest
 
 from sparkscale.actuators.migration import JournalStore
-from sparkscale_lab.bench.clicksinks import committed_files
-from sparkscale.config import load_config
 from sparkscale.apps.submit import stop, submit
+from sparkscale.config import load_config
 from sparkscale.protocol.keys import progress_key
-from sparkscale.protocol.queries import read_queries
 from sparkscale.redisconn import connect
+from sparkscale.store.redis_queries import read_queries
 from sparkscale.zkconn import client as zk_client
+from sparkscale_lab.bench.clicksinks import committed_files
 from tests.conftest import wait_until
 from tests.integration.test_foreign_jobs import cli
 

@@ -52,11 +52,11 @@ def start(client: Connection, request: MigrationRequest, timeout_s: float, on_jo
           note: Note) -> MigrationOutcome:
     """A new migration: through the leading daemon, else under the app's leader lock here."""
     from sparkscale.apps.submit import with_stored_shape
-    from sparkscale.model.executor_shape import ExecutorShape
     from sparkscale.apps.workloads import workload
     from sparkscale.daemon import manual
-    from sparkscale.protocol.queries import read_queries
+    from sparkscale.model.executor_shape import ExecutorShape
     from sparkscale.redisconn import connect
+    from sparkscale.store.redis_queries import read_queries
 
     app_name = request.app
     client = client.for_app(app_name)

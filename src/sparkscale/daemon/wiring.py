@@ -22,7 +22,7 @@ from sparkscale.control.judge import PendingOutcome
 from sparkscale.control.leadership import Leadership
 from sparkscale.control.stores import Recalled, Stores
 from sparkscale.daemon import followup, manual
-from sparkscale.daemon.action_log import DecisionRecord, executed, past_decisions, snapshot_id
+from sparkscale.daemon.action_log import DecisionMode, DecisionRecord, executed, past_decisions, snapshot_id
 from sparkscale.daemon.action_log import Mode as LoggedMode
 from sparkscale.daemon.evaluator import observations_from_log
 from sparkscale.model.action_result import ActionResult
@@ -34,7 +34,8 @@ from sparkscale.protocol.streams import query_partitions
 from sparkscale.store.base import ActionLogStore, JournalStores, ShapeStore, Store
 
 # A leader's modes as the action log has them (a leader's decision is never "standby").
-_LOGGED_MODES: dict[Mode, LoggedMode] = {"no_change": "no_change", "dry_run": "dry_run", "acted": "acted"}
+_LOGGED_MODES: dict[Mode, LoggedMode] = {"no_change": DecisionMode.NO_CHANGE, "dry_run": DecisionMode.DRY_RUN,
+                                         "acted": DecisionMode.ACTED}
 
 
 class RequestFields(TypedDict, total=False):

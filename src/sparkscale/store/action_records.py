@@ -280,7 +280,7 @@ def parse_entry(kind: str | None, body: object) -> Entry | None:
     if kind == "outcome":
         return OUTCOME_JSON.load(body)
     if kind == "result":
-        return ResultsEntry.from_dict(object_at(body, ""))
+        return ResultsEntry.from_dict(dict(object_at(body, "")))
     return None
 
 

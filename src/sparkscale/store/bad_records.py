@@ -7,6 +7,7 @@ same bad record is logged once per reader, not once a cycle.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import OrderedDict
 
@@ -43,3 +44,13 @@ def describe(problem: str | BaseException) -> str:
     text = str(problem)
     return f"{type(problem).__name__}: {text}" if text and isinstance(problem, (KeyError, TypeError)) \
         else text or type(problem).__name__
+
+
+def _refuse_constant(name: str) -> object:
+    raise ValueError(f"{name} is not a finite number")
+
+
+def load_json(data: str | bytes) -> object:
+    """A stored record's JSON, with NaN and Infinity refused (Python's json writes and reads them,
+    JSON has no such numbers, and no stored figure may be one)."""
+    return json.loads(data, parse_constant=_refuse_constant)

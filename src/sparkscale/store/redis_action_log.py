@@ -13,7 +13,7 @@ import json
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -35,7 +35,10 @@ from sparkscale.store.action_records import (
     join,
     parse_entry,
 )
-from sparkscale.store.bad_records import PROBLEMS, BadRecords
+from sparkscale.store.bad_records import PROBLEMS, BadRecords, load_json
+
+Rows = list[tuple[str, dict[str, str]]]  # a stream's entries, from a client with decode_responses=True
+Hash = dict[str, str]
 
 
 @dataclass
@@ -74,12 +77,12 @@ class RedisActionLog:
     def read(self, app: str | None = None, since: float | None = None) -> list[LoggedDecision]:
         start = f"{int(since * 1000)}-0" if since is not None else "-"
         entries: list[tuple[str, Entry]] = []
-        for raw_id, fields in self.client.xrange(self.key, min=start, max="+"):
+        for raw_id, fields in cast(Rows, self.client.xrange(self.key, min=start, max="+")):
             entry_id = text(raw_id)
             if app is not None and fields.get("app") != app:
                 continue
             try:
-                entry = parse_entry(fields.get("kind"), json.loads(fields["json"]))
+                entry = parse_entry(fields.get("kind"), load_json(fields["json"]))
             except PROBLEMS as exc:
                 self.bad.skip(self.key, entry_id, exc)
                 continue
@@ -88,7 +91,7 @@ class RedisActionLog:
         return join(entries)
 
     def snapshot(self, app: str, wanted_id: str) -> str | None:
-        for _entry_id, fields in self.client.xrevrange(snapshots_key(self.prefix, app)):
+        for _entry_id, fields in cast(Rows, self.client.xrevrange(snapshots_key(self.prefix, app))):
             if fields.get("id") == wanted_id:
                 value = fields.get("json")
                 return None if value is None else text(value)
@@ -111,9 +114,9 @@ class RedisBlocklist:
     def entries(self, now: float, app: str | None = None) -> list[BlocklistEntry]:
         out: list[BlocklistEntry] = []
         expired: list[str] = []
-        for raw_field, raw_value in self.client.hgetall(self.key).items():
+        for raw_field, raw_value in cast(Hash, self.client.hgetall(self.key)).items():
             try:
-                entry = BLOCKLIST_ENTRY_JSON.loads(text(raw_value))
+                entry = BLOCKLIST_ENTRY_JSON.load(load_json(raw_value))
             except PROBLEMS as exc:
                 self.bad.skip(self.key, text(raw_field), exc)
                 continue

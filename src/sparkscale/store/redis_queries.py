@@ -7,15 +7,16 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
+from typing import cast
 
 import redis
 
-from sparkscale.model.fields import number
+from sparkscale.model.fields import number, object_at
 from sparkscale.policies.placement.downtime import MEASURED_KINDS
 from sparkscale.protocol.keys import downtime_samples_key
 from sparkscale.protocol.queries import QueryInfo, queries_key
-from sparkscale.store.bad_records import PROBLEMS, BadRecords
-from sparkscale.store.redis_action_log import text
+from sparkscale.store.bad_records import PROBLEMS, BadRecords, load_json
+from sparkscale.store.redis_action_log import Hash, text
 
 KEEP = 20  # downtime samples per kind: the median of the last ones
 
@@ -29,7 +30,7 @@ class RedisQueries:
     def read_queries(self, app: str) -> dict[str, QueryInfo]:
         key = queries_key(self.prefix, app)
         out: dict[str, QueryInfo] = {}
-        for name, value in (self.client.hgetall(key) or {}).items():
+        for name, value in cast(Hash, self.client.hgetall(key) or {}).items():
             try:
                 out[text(name)] = QueryInfo.from_json(value)
             except PROBLEMS as exc:
@@ -53,7 +54,10 @@ class RedisDowntime:
     def add(self, kind: str, stall_s: float, state_bytes: float, app: str) -> None:
         key = downtime_samples_key(self.prefix, kind)
         entry = json.dumps({"stall_s": stall_s, "state_bytes": state_bytes, "app": app, "at": time.time()})
-        self.client.pipeline().lpush(key, entry).ltrim(key, 0, KEEP - 1).execute()
+        pipe = self.client.pipeline()
+        pipe.lpush(key, entry)
+        pipe.ltrim(key, 0, KEEP - 1)
+        pipe.execute()
 
     def load(self) -> dict[str, list[tuple[float, float]]]:
         """kind -> (stall s, state bytes), oldest first."""
@@ -61,9 +65,9 @@ class RedisDowntime:
         for kind in MEASURED_KINDS:
             key = downtime_samples_key(self.prefix, kind)
             values = []
-            for raw in reversed(self.client.lrange(key, 0, KEEP - 1)):
+            for raw in reversed(cast(list[str], self.client.lrange(key, 0, KEEP - 1))):
                 try:
-                    entry = json.loads(raw)
+                    entry = object_at(load_json(raw), "")
                     values.append((number(entry["stall_s"], "stall_s"),
                                    number(entry.get("state_bytes") or 0.0, "state_bytes")))
                 except PROBLEMS as exc:

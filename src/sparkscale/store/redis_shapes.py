@@ -5,7 +5,8 @@ parse is read as no stored shape (logged once, store/bad_records.py): the config
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+from typing import cast
 
 import redis
 
@@ -13,7 +14,7 @@ from sparkscale.model.executor_shape import ExecutorShape
 from sparkscale.model.fields import integer
 from sparkscale.protocol.keys import shape_key
 from sparkscale.store.bad_records import PROBLEMS, BadRecords
-from sparkscale.store.redis_action_log import text
+from sparkscale.store.redis_action_log import Hash, text
 
 
 @dataclass
@@ -24,7 +25,7 @@ class RedisShapes:
 
     def stored_shape(self, app: str) -> ExecutorShape | None:
         key = shape_key(self.prefix, app)
-        raw = {text(k): text(v) for k, v in (self.client.hgetall(key) or {}).items()}
+        raw = {text(k): text(v) for k, v in cast(Hash, self.client.hgetall(key) or {}).items()}
         if not raw:
             return None
         try:
@@ -35,7 +36,9 @@ class RedisShapes:
 
     def store_shape(self, app: str, shape: ExecutorShape, migration: str) -> None:
         self.client.hset(shape_key(self.prefix, app),
-                         mapping={**asdict(shape), "migration": migration, "set_at": time.time()})
+                         mapping={"executor_cores": shape.executor_cores,
+                                  "executor_memory_mb": shape.executor_memory_mb, "migration": migration,
+                                  "set_at": time.time()})
 
 
 def parse_shape(raw: dict[str, str]) -> ExecutorShape:

@@ -31,14 +31,14 @@ from urllib.parse import urlparse
 
 import redis
 
-from sparkscale_lab.bench.timeline import Sample, executors_of, look
 from sparkscale.config import AppConfig, Config
 from sparkscale.monitors.collector import read_progress
 from sparkscale.monitors.progress_reports import ProgressReport, parse_progress_time
 from sparkscale.monitors.spark_rest import SparkRestClient
-from sparkscale_lab.pipelines.workloads import workload
 from sparkscale.protocol.keys import input_stream_key, progress_key
-from sparkscale.protocol.queries import read_queries
+from sparkscale.store.redis_queries import read_queries
+from sparkscale_lab.bench.timeline import Sample, executors_of, look
+from sparkscale_lab.pipelines.workloads import workload
 
 HISTORY_OVERLAP_S = 60.0  # each look re-reads this much progress history (batches are deduplicated)
 

@@ -28,8 +28,8 @@ from sparkscale.model.journal import Journal
 from sparkscale.monitors.migration_metrics import CLOCK_MARGIN_S, first_output, timeline_of
 from sparkscale.protocol.commands import AckTimeout
 from sparkscale.protocol.keys import datastore_key
-from sparkscale.protocol.queries import read_queries
 from sparkscale.protocol.streams import StreamOffsets, read_source_status
+from sparkscale.store.redis_queries import read_queries
 
 log = structlog.get_logger(__name__)
 
