@@ -9,7 +9,6 @@ import uuid
 import pytest
 from click.testing import CliRunner
 
-from sparkscale.actuators.base import ActionResult
 from sparkscale.cli import main
 from sparkscale.config import ActionLogConfig, load_config
 from sparkscale.daemon.action_log import (
@@ -20,6 +19,7 @@ from sparkscale.daemon.action_log import (
     OutcomeRecord,
 )
 from sparkscale.daemon.downtime_tracker import KEEP, DowntimeStore, DowntimeTracker
+from sparkscale.model.action_result import ActionResult
 from sparkscale.model.plan import Action, Plan
 from sparkscale.policies.outcomes import BlockedAction, Expectation
 from sparkscale.policies.placement.downtime import DowntimeModel

@@ -21,9 +21,9 @@ from sparkscale.apps.submit import checkpoint_root, stop, submit
 from sparkscale.config import Config, load_config
 from sparkscale.protocol.commands import Ack, send_command, wait_ack
 from sparkscale.protocol.keys import partitions_key
-from sparkscale.protocol.queries import read_queries
 from sparkscale.protocol.znodes import agent_path
 from sparkscale.redisconn import connect
+from sparkscale.store.redis_queries import read_queries
 from sparkscale_lab.pipelines.check import drained, verify_app
 from sparkscale_lab.pipelines.loadgen import run_loadgen
 from tests.conftest import leader_lock, wait_until

@@ -29,8 +29,8 @@ from sparkscale.apps.submit import stop, submit
 from sparkscale.cli import main
 from sparkscale.config import load_config
 from sparkscale.protocol.keys import progress_key
-from sparkscale.protocol.queries import read_queries
 from sparkscale.redisconn import connect
+from sparkscale.store.redis_queries import read_queries
 from sparkscale.zkconn import client as zk_client
 from sparkscale_lab.bench.daemon_process import DaemonProcess
 from tests.conftest import wait_until

@@ -28,8 +28,8 @@ from sparkscale.actuators.migration import JournalStore
 from sparkscale.apps.submit import stop, submit
 from sparkscale.config import load_config
 from sparkscale.protocol.keys import progress_key
-from sparkscale.protocol.queries import read_queries
 from sparkscale.redisconn import connect
+from sparkscale.store.redis_queries import read_queries
 from sparkscale.zkconn import client as zk_client
 from sparkscale_lab.bench.clicksinks import committed_files
 from tests.conftest import wait_until

@@ -34,8 +34,8 @@ from sparkscale.daemon.action_log import ActionLog
 from sparkscale.localenv.preflight import check_tools
 from sparkscale.monitors.spark_rest import SparkRestError, driver_rest
 from sparkscale.protocol.keys import progress_key
-from sparkscale.protocol.queries import read_queries
 from sparkscale.redisconn import connect
+from sparkscale.store.redis_queries import read_queries
 from sparkscale_lab.bench.clickcheck import wait_for_outputs
 from sparkscale_lab.bench.daemon_process import DaemonProcess
 from sparkscale_lab.bench.filefeed import land_files

@@ -9,10 +9,10 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from sparkscale.actuators.base import ActionResult
 from sparkscale.daemon.action_log import BlocklistEntry, DecisionMode, DecisionRecord, LoggedDecision, OutcomeRecord
 from sparkscale.daemon.manual import ManualRequest, ManualResult, RequestType
 from sparkscale.daemon.status import AppStatus, QueryView, Role
+from sparkscale.model.action_result import ActionResult
 from sparkscale.model.journal import Journal, JournalStatus, Phase
 from sparkscale.model.plan import Action, ActionType, ExpectedOutcome, Observation, Plan
 from sparkscale.model.snapshot import ExecutorFigures, InstanceFigures, OperatorFigures, Snapshot

@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 import redis
 
-from sparkscale.actuators.base import ActionResult
 from sparkscale.config import AppConfig, Config
 from sparkscale.control.act import InFlight, TakenIn
 from sparkscale.control.autoscaler import Autoscaler
@@ -32,6 +31,7 @@ from sparkscale.control.state import AppState
 from sparkscale.control.stores import Recalled, Stores
 from sparkscale.daemon import background
 from sparkscale.daemon.background import BackgroundExecutor
+from sparkscale.model.action_result import ActionResult
 from sparkscale.model.journal import Journal
 from sparkscale.model.plan import Action, Plan
 from sparkscale.model.snapshot import Snapshot

@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
-from sparkscale.actuators.base import ActionResult
 from sparkscale.config import AppConfig, Config
 from sparkscale.control.decision import Decision
 from sparkscale.control.judge import PendingOutcome
 from sparkscale.daemon.action_log import DecisionRecord, LoggedDecision, OutcomeRecord
 from sparkscale.daemon.wiring import ActionLogDecisions, ActuationContexts
+from sparkscale.model.action_result import ActionResult
 from sparkscale.model.plan import Action, Plan
 from sparkscale.model.snapshot import Snapshot
 from sparkscale.policies.outcomes import CAPACITY, Expectation

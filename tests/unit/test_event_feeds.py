@@ -12,7 +12,6 @@ import redis
 from prometheus_client.parser import text_string_to_metric_families
 from structlog.testing import capture_logs
 
-from sparkscale.actuators.base import ActionResult
 from sparkscale.control.decision import Decision
 from sparkscale.control.events import (
     ActionCrashed,
@@ -32,6 +31,7 @@ from sparkscale.daemon import status as app_status
 from sparkscale.daemon.action_log import OutcomeRecord
 from sparkscale.daemon.feeds import LogFeed, MetricsFeed, OutcomeFeed, StatusFeed
 from sparkscale.daemon.metrics import DaemonMetrics
+from sparkscale.model.action_result import ActionResult
 from sparkscale.model.plan import Action, Observation, Plan
 from sparkscale.model.snapshot import Snapshot
 from sparkscale.policies.capacity import SHORT_FIGURE, SHORT_WARNING

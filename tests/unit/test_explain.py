@@ -10,11 +10,11 @@ import pytest
 from click.testing import CliRunner
 
 import sparkscale.redisconn
-from sparkscale.actuators.base import ActionResult
 from sparkscale.cli import main
 from sparkscale.config import ActionLogConfig
 from sparkscale.daemon.action_log import ActionLog, DecisionRecord, LoggedDecision, OutcomeRecord
 from sparkscale.daemon.explain import explain_dict, explain_text, parse_decision_id, query_figures
+from sparkscale.model.action_result import ActionResult
 from sparkscale.model.plan import Action, ExpectedOutcome, Observation, Plan
 from sparkscale.model.snapshot import Snapshot
 from sparkscale.model.snapshot_merge import merge_snapshots

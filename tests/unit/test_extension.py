@@ -17,10 +17,11 @@ from click.testing import CliRunner
 from pydantic import Field
 
 from sparkscale import registry as registry_module
-from sparkscale.actuators.base import ActionResult, ActuationContext, dispatch, register_actuator
+from sparkscale.actuators.base import ActuationContext, dispatch, register_actuator
 from sparkscale.cli.offline import plan_command
 from sparkscale.config import AppConfig, Config, ConfigError, ConfigSection, load_config
 from sparkscale.model import plan as plan_module
+from sparkscale.model.action_result import ActionResult
 from sparkscale.model.plan import Action, Observation, Plan, register_action_type
 from sparkscale.model.snapshot import Snapshot, load_snapshot
 from sparkscale.policies.base import register_policy, registered_policies

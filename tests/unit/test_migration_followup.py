@@ -16,10 +16,11 @@ from structlog.testing import capture_logs
 
 import sparkscale.redisconn
 import sparkscale.zkconn
-from sparkscale.actuators.base import ActionResult, ActuationContext
+from sparkscale.actuators.base import ActuationContext
 from sparkscale.config import ActionLogConfig, Config
 from sparkscale.daemon import followup
 from sparkscale.daemon.action_log import ActionLog, DecisionRecord
+from sparkscale.model.action_result import ActionResult
 from sparkscale.model.journal import Journal
 from sparkscale.model.plan import Action, Plan
 from sparkscale.monitors.migration_followup import MEASURED, PENDING

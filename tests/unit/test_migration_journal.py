@@ -104,7 +104,7 @@ def test_a_dcr_whose_sources_cannot_pause_reports_no_drain():
 
 
 def test_a_journal_with_a_new_executor_shape_round_trips_and_an_old_one_has_none():
-    from sparkscale.apps.submit import ExecutorShape
+    from sparkscale.model.executor_shape import ExecutorShape
 
     j = journal("ccr")
     assert new_shape(j) is None
@@ -202,7 +202,7 @@ def test_a_writer_that_never_held_the_lock_at_its_epoch_is_refused_before_writin
 def test_transaction_refusal_reads_zookeepers_answers():
     from kazoo.exceptions import BadVersionError, NoNodeError, RolledBackError, RuntimeInconsistency
 
-    from sparkscale.actuators.migration.journal import transaction_refusal
+    from sparkscale.store.zk_journal import transaction_refusal
 
     assert transaction_refusal([True, object()], 2, 3) is None
     assert "epoch 3 is gone" in transaction_refusal([NoNodeError(), RuntimeInconsistency()], 2, 3)

@@ -480,9 +480,10 @@ def test_a_daemon_cycle_without_a_live_query_sets_the_metric_and_serves_the_oper
     """A stranded migration's query is stopped: the agent lists no live query, yet the attention
     metric is set and `--resume` / `--abort` requests are answered (here: one naming another id)."""
     from sparkscale.control.state import AppState
-    from sparkscale.daemon import manual, service, wiring
+    from sparkscale.daemon import manual, service
     from sparkscale.daemon import status as app_status
     from sparkscale.monitors.collector import NoQueriesYet
+    from sparkscale.store.redis_shapes import RedisShapes
 
     cfg = Config.model_validate({"apps": [{"name": "a", "pipeline": "wordcount"}]})
     zk = FakeZk()
@@ -495,7 +496,7 @@ def test_a_daemon_cycle_without_a_live_query_sets_the_metric_and_serves_the_oper
                                  migration="mig-2")
     daemon.elections["a"] = SimpleNamespace(try_acquire=lambda: True, epoch=3, is_leader=True)
     daemon.autoscaler.states["a"] = AppState(elected_epoch=3)
-    monkeypatch.setattr(wiring, "with_stored_shape", lambda app, client, prefix: app)
+    monkeypatch.setattr(RedisShapes, "stored_shape", lambda self, app: None)
     daemon.autoscaler.collector = lambda cfg, app: (_ for _ in ()).throw(NoQueriesYet("a"))
     monkeypatch.setattr(app_status, "publish", lambda *args, **kwargs: None)
     assert daemon.autoscaler.cycle("a") == "no_queries"

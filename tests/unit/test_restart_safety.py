@@ -160,7 +160,7 @@ def test_a_migration_of_a_socket_query_is_refused_before_anything_is_sent():
 
 
 def test_a_new_executor_shape_is_refused_when_any_query_would_restart_without_its_state():
-    from sparkscale.apps.submit import ExecutorShape
+    from sparkscale.model.executor_shape import ExecutorShape
 
     runner, sent = runner_over(query(), query(name="id-u", session_checkpoint=True))
     runner.restart_app = lambda: None
@@ -272,7 +272,7 @@ def test_an_interrupted_batch_that_cannot_be_finished_refuses_the_repartition(tm
 
 
 def test_a_new_shape_with_the_override_logs_every_query_it_restarts_without_replay():
-    from sparkscale.apps.submit import ExecutorShape
+    from sparkscale.model.executor_shape import ExecutorShape
 
     socket = query(name="lines", sources=("socket",), source_descriptions=(SOCKET,))
     runner, _sent = runner_over(query(), socket, lossy=True)

@@ -12,11 +12,12 @@ this package are found by name, third-party ones through the entry-point group
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar, runtime_checkable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 import structlog
 
+from sparkscale.model.action_result import ActionResult
 from sparkscale.model.plan import Action
 from sparkscale.registry import ACTUATORS
 
@@ -24,38 +25,11 @@ if TYPE_CHECKING:
     import redis
     from kazoo.client import KazooClient
 
-    from sparkscale.apps.submit import ExecutorShape
     from sparkscale.config import AppConfig, Config
+    from sparkscale.model.executor_shape import ExecutorShape
     from sparkscale.monitors.spark_rest import SparkRestClient
 
 log = structlog.get_logger(__name__)
-
-Status = Literal["done", "failed", "skipped"]
-
-
-@dataclass(frozen=True)
-class ActionResult:
-    """What happened to one action. Durations are from the command's sending."""
-
-    action: Action
-    status: Status
-    detail: str
-    command: str | None = None
-    ack_s: float | None = None
-    confirm_s: float | None = None
-    executors_after: int | None = None
-    figures: dict[str, Any] | None = None  # e.g. a migration's metrics
-
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["action"] = self.action.to_dict()
-        return out
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ActionResult:
-        return cls(Action.from_dict(data["action"]), data["status"], data.get("detail", ""), data.get("command"),
-                   data.get("ack_s"), data.get("confirm_s"), data.get("executors_after"), data.get("figures"))
-
 
 @dataclass(frozen=True)
 class ActuationContext:

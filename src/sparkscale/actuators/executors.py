@@ -22,8 +22,9 @@ from typing import Any, ClassVar
 import structlog
 from kazoo.client import KazooClient
 
-from sparkscale.actuators.base import ActionResult, ActuationContext, register_actuator
+from sparkscale.actuators.base import ActuationContext, register_actuator
 from sparkscale.config import ActuatorConfig
+from sparkscale.model.action_result import ActionResult
 from sparkscale.model.plan import Action
 from sparkscale.monitors.spark_rest import SparkRestClient, SparkRestError
 from sparkscale.protocol.commands import AckTimeout, send_command, wait_ack

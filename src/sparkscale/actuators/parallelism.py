@@ -14,8 +14,9 @@ from typing import Any, ClassVar
 import redis
 import structlog
 
-from sparkscale.actuators.base import ActionResult, ActuationContext, register_actuator
+from sparkscale.actuators.base import ActuationContext, register_actuator
 from sparkscale.actuators.migration import JournalStore, MigrationError, MigrationRunner, new_shape
+from sparkscale.model.action_result import ActionResult
 from sparkscale.model.journal import Journal
 from sparkscale.model.plan import Action
 from sparkscale.monitors.migration_followup import FOLLOW_UP, look, mark

@@ -38,8 +38,8 @@ from sparkscale.agent.sources import source_kind
 from sparkscale.config import AppConfig, Config
 from sparkscale.protocol.commands import Command
 from sparkscale.protocol.keys import partitions_key, paused_key
-from sparkscale.protocol.queries import read_queries
 from sparkscale.protocol.streams import stored_partitions
+from sparkscale.store.redis_queries import read_queries
 
 log = structlog.get_logger(__name__)
 

@@ -31,9 +31,11 @@ from sparkscale.apps.run_files import (
 )
 from sparkscale.config import AppConfig, Config
 from sparkscale.localenv.preflight import Tools, check_tools
+from sparkscale.model.executor_shape import ExecutorShape
 from sparkscale.processes import live_process, stop_trees, tail
-from sparkscale.protocol.keys import shape_key
 from sparkscale.redisconn import connect
+from sparkscale.store.base import ShapeStore
+from sparkscale.store.redis_shapes import RedisShapes
 
 log = structlog.get_logger(__name__)
 
@@ -54,34 +56,22 @@ class PipelineRecord:
     submitted_at: float
 
 
-@dataclass(frozen=True)
-class ExecutorShape:
-    """Cores and memory of each executor. Spark fixes both for an application's life, so a new
-    shape takes a whole-application restart (a migration with a shape, actuators/migration/runner.py);
-    the shape it set is kept in Redis and outlives the config's, for every later submit."""
-
-    executor_cores: int
-    executor_memory_mb: int
-
-    def describe(self) -> str:
-        return f"{self.executor_cores} core(s), {self.executor_memory_mb} MiB"
-
-
-
 def stored_shape(client: redis.Redis, prefix: str, app: str) -> ExecutorShape | None:
-    raw = client.hgetall(shape_key(prefix, app))
-    if not raw:
-        return None
-    return ExecutorShape(int(raw["executor_cores"]), int(raw["executor_memory_mb"]))
+    return RedisShapes(client, prefix).stored_shape(app)
 
 
 def store_shape(client: redis.Redis, prefix: str, app: str, shape: ExecutorShape, migration: str) -> None:
-    client.hset(shape_key(prefix, app), mapping={**asdict(shape), "migration": migration, "set_at": time.time()})
+    RedisShapes(client, prefix).store_shape(app, shape, migration)
 
 
 def with_stored_shape(app: AppConfig, client: redis.Redis, prefix: str) -> AppConfig:
     """`app` with the executor shape a migration gave it (what its executors really have)."""
-    shape = stored_shape(client, prefix, app.name)
+    return with_shape(app, RedisShapes(client, prefix))
+
+
+def with_shape(app: AppConfig, shapes: ShapeStore) -> AppConfig:
+    """`app` with the executor shape `shapes` keeps for it, if any."""
+    shape = shapes.stored_shape(app.name)
     if shape is None:
         return app
     return app.model_copy(update=asdict(shape))

@@ -18,9 +18,10 @@ from sparkscale.client.outcomes import MigrationOutcome, Note
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
 
-    from sparkscale.actuators.base import ActionResult, ActuationContext
+    from sparkscale.actuators.base import ActuationContext
     from sparkscale.client.connection import Connection
     from sparkscale.config import Config
+    from sparkscale.model.action_result import ActionResult
     from sparkscale.model.journal import Journal
 
 OnJournal = Callable[["Journal"], None]
@@ -50,11 +51,12 @@ class OpenMigration:
 def start(client: Connection, request: MigrationRequest, timeout_s: float, on_journal: OnJournal,
           note: Note) -> MigrationOutcome:
     """A new migration: through the leading daemon, else under the app's leader lock here."""
-    from sparkscale.apps.submit import ExecutorShape, with_stored_shape
+    from sparkscale.apps.submit import with_stored_shape
     from sparkscale.apps.workloads import workload
     from sparkscale.daemon import manual
-    from sparkscale.protocol.queries import read_queries
+    from sparkscale.model.executor_shape import ExecutorShape
     from sparkscale.redisconn import connect
+    from sparkscale.store.redis_queries import read_queries
 
     app_name = request.app
     client = client.for_app(app_name)

@@ -12,11 +12,11 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Protocol
 
-from sparkscale.actuators.base import ActionResult
 from sparkscale.config import AppConfig, Config
 from sparkscale.control.decision import Decision
 from sparkscale.control.judge import PendingOutcome
 from sparkscale.control.leadership import Leadership
+from sparkscale.model.action_result import ActionResult
 from sparkscale.model.journal import Journal
 from sparkscale.model.plan import Action
 from sparkscale.model.snapshot import Snapshot

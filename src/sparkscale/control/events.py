@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import ClassVar, Literal
 
-from sparkscale.actuators.base import ActionResult
 from sparkscale.control.decision import Decision, Role
 from sparkscale.control.state import Recent
+from sparkscale.model.action_result import ActionResult
 from sparkscale.model.plan import Action
 from sparkscale.policies.outcomes import Expectation
 

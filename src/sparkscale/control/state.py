@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sparkscale.actuators.base import ActionResult
 from sparkscale.control.act import InFlight, TakenIn
 from sparkscale.control.decision import Mode
 from sparkscale.control.judge import PendingOutcome
 from sparkscale.control.stores import Recalled
+from sparkscale.model.action_result import ActionResult
 from sparkscale.model.plan import Plan
 from sparkscale.policies.history import DecisionHistory
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import Executor
 
-from sparkscale.actuators.base import ActionLogWriter, ActionResult, ActuationContext, carry_out
+from sparkscale.actuators.base import ActionLogWriter, ActuationContext, carry_out
 from sparkscale.config import AppConfig, Config
 from sparkscale.control.act import InFlight, TakenIn
 from sparkscale.control.clock import Clock, SystemClock
@@ -20,6 +20,7 @@ from sparkscale.control.decision import Decision
 from sparkscale.control.events import ActionCrashed, ActionDone, ActionStarted
 from sparkscale.control.leadership import Leadership
 from sparkscale.control.sink import EventSink
+from sparkscale.model.action_result import ActionResult
 
 # What an actuator gets to act on the app at the lock's epoch (daemon/wiring.py's ActuationContexts).
 Contexts = Callable[[Config, AppConfig, Leadership], ActuationContext]

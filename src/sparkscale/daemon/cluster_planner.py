@@ -21,7 +21,7 @@ import redis
 import structlog
 
 from sparkscale.config import AppConfig, Config
-from sparkscale.daemon.downtime_tracker import DowntimeStore, DowntimeTracker
+from sparkscale.daemon.downtime_tracker import DowntimeTracker
 from sparkscale.model.plan import Action
 from sparkscale.model.snapshot import Snapshot
 from sparkscale.policies.placement.base import get_placement
@@ -29,6 +29,7 @@ from sparkscale.policies.placement.build import cluster_model
 from sparkscale.policies.placement.downtime import DowntimeModel
 from sparkscale.policies.placement.model import PlacementPlan
 from sparkscale.policies.placement.spark_default import SPARK_DEFAULT
+from sparkscale.store.redis_queries import RedisDowntime
 
 log = structlog.get_logger(__name__)
 
@@ -45,7 +46,7 @@ class ClusterPlanner:
         self.on_plan = on_plan  # called with each new plan (metrics); None: nothing
         # the stalls of the executor changes carried out, for EDRP's downtime model
         # (kept in Redis where there is one: the samples are the cluster's, not this daemon's)
-        store = None if redis_client is None else DowntimeStore(redis_client, cfg.redis.key_prefix)
+        store = None if redis_client is None else RedisDowntime(redis_client, cfg.redis.key_prefix)
         self.downtime = DowntimeTracker(horizon_s=2 * cfg.loop.window_s, store=store)
 
     def configure(self, cfg: Config) -> None:

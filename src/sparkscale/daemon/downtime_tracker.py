@@ -9,15 +9,13 @@ ran while executors came and went, and state reloaded, is where the query stood 
 model's own terms are taken off when it is read (t_syn, and a removal's state reload, which the
 model adds by itself), so that `from_measured` puts the rest in place of the default. A batch
 that ended before the action started is not its stall (the previous action's, still in the window).
-The samples are the cluster's, not one daemon's: `DowntimeStore` keeps them in Redis, so that a
+The samples are the cluster's, not one daemon's: the store keeps them (store/redis_queries.py: RedisDowntime), so that a
 restarted daemon or a new leader plans with what was measured, not the defaults.
 """
 
 from __future__ import annotations
 
-import json
 import threading
-import time
 from collections import deque
 from dataclasses import dataclass
 
@@ -27,12 +25,12 @@ import structlog
 from sparkscale.model.plan import Action
 from sparkscale.model.snapshot import Snapshot
 from sparkscale.model.snapshot_merge import query_extensions
-from sparkscale.policies.placement.downtime import MEASURED_KINDS, DowntimeModel, from_measured
-from sparkscale.protocol.keys import downtime_samples_key
+from sparkscale.policies.placement.downtime import DowntimeModel, from_measured
+from sparkscale.store.base import DowntimeStore
+from sparkscale.store.redis_queries import KEEP
 
 log = structlog.get_logger(__name__)
 
-KEEP = 20  # samples per kind: the median of the last ones
 
 
 def measured_kind(action: Action) -> str | None:
@@ -43,34 +41,6 @@ def measured_kind(action: Action) -> str | None:
     if action.type == "set_parallelism":
         return "restart"
     return None
-
-
-@dataclass(frozen=True)
-class DowntimeStore:
-    """The measured samples in Redis, one list per kind, newest first, the last `KEEP` of each."""
-
-    client: redis.Redis
-    prefix: str
-
-    def add(self, kind: str, stall_s: float, state_bytes: float, app: str) -> None:
-        key = downtime_samples_key(self.prefix, kind)
-        entry = json.dumps({"stall_s": stall_s, "state_bytes": state_bytes, "app": app, "at": time.time()})
-        self.client.pipeline().lpush(key, entry).ltrim(key, 0, KEEP - 1).execute()
-
-    def load(self) -> dict[str, list[tuple[float, float]]]:
-        """kind -> (stall s, state bytes), oldest first."""
-        out: dict[str, list[tuple[float, float]]] = {}
-        for kind in MEASURED_KINDS:
-            values = []
-            for raw in reversed(self.client.lrange(downtime_samples_key(self.prefix, kind), 0, KEEP - 1)):
-                try:
-                    entry = json.loads(raw)
-                    values.append((float(entry["stall_s"]), float(entry.get("state_bytes") or 0.0)))
-                except (ValueError, KeyError, TypeError) as exc:
-                    log.warning("downtime.bad_sample", kind=kind, error=str(exc))
-            if values:
-                out[kind] = values
-        return out
 
 
 @dataclass

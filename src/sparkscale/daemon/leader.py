@@ -27,6 +27,7 @@ from sparkscale import zkconn
 from sparkscale.config import ZooKeeperConfig
 from sparkscale.protocol.fencing import lock_sequence
 from sparkscale.protocol.znodes import leader_path
+from sparkscale.store.zk_leaders import ZkLeaders
 
 log = structlog.get_logger(__name__)
 
@@ -129,11 +130,7 @@ class LeaderElection:
 
 def current_leader(zk: KazooClient, root: str, app: str) -> str | None:
     """Who leads `app` (read-only; for `sparkscale status`)."""
-    path = leader_path(root, app)
-    if zk.exists(path) is None:
-        return None
-    contenders = Lock(zk, path).contenders()
-    return contenders[0] if contenders else None
+    return ZkLeaders(zk, root).current_leader(app)
 
 
 def zk_client(cfg: ZooKeeperConfig) -> KazooClient:

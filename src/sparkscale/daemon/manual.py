@@ -29,12 +29,14 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 from pydantic import AfterValidator, Field, GetCoreSchemaHandler
 from pydantic_core import CoreSchema
 
-from sparkscale.actuators.base import ActionResult, ActuationContext, dispatch
+from sparkscale.actuators.base import ActuationContext, dispatch
 from sparkscale.actuators.migration import JournalStore, MigrationError, check_operable
-from sparkscale.apps.submit import ExecutorShape, restart
+from sparkscale.apps.submit import restart
 from sparkscale.config import Config
-from sparkscale.daemon.action_log import ActionLog, DecisionMode, DecisionRecord, snapshot_id
+from sparkscale.daemon.action_log import DecisionMode, DecisionRecord, snapshot_id
+from sparkscale.model.action_result import ActionResult
 from sparkscale.model.codec import Codec, one_of, reshaped
+from sparkscale.model.executor_shape import ExecutorShape
 from sparkscale.model.fields import FieldError, get, object_at
 from sparkscale.model.journal import Journal
 from sparkscale.model.plan import Action, Plan
@@ -43,6 +45,7 @@ from sparkscale.model.snapshot_merge import query_names
 from sparkscale.protocol.commands import wait_for_znode
 from sparkscale.protocol.streams import query_partitions
 from sparkscale.protocol.znodes import requests_path, results_path
+from sparkscale.store.base import ActionLogStore
 
 MANUAL_POLICY = "manual"
 
@@ -199,7 +202,7 @@ def watch_requests(zk: KazooClient, root: str, app: str, on_request: Any) -> Non
     zk.ChildrenWatch(requests_path(root, app), lambda children: (on_request() if children else None, True)[1])
 
 
-def carry_out(action_log: ActionLog, ctx: ActuationContext, to: int, by: str, current: int,
+def carry_out(action_log: ActionLogStore, ctx: ActuationContext, to: int, by: str, current: int,
               snapshot_id: str, at: float) -> tuple[str | None, ActionResult]:
     """A manual scale: checked against the app's range, then logged, carried out and its result
     logged through `dispatch` (what the daemon and the CLI without a leader share)."""
@@ -219,7 +222,7 @@ def carry_out(action_log: ActionLog, ctx: ActuationContext, to: int, by: str, cu
     return decision_id, results[0]
 
 
-def run_migration(action_log: ActionLog, ctx: ActuationContext, query: str, to_partitions: int | None,
+def run_migration(action_log: ActionLogStore, ctx: ActuationContext, query: str, to_partitions: int | None,
                   reason: str, executors: int | None = None,
                   from_partitions: int | None = None) -> tuple[str, ActionResult]:
     """A manual (or resumed, with `ctx.resume`) migration through `dispatch`: log the decision,
@@ -267,7 +270,7 @@ def settled_migration(zk: KazooClient, root: str, app: str, request: ManualReque
     return None
 
 
-def operate_migration(action_log: ActionLog, ctx: ActuationContext, journal: Journal,
+def operate_migration(action_log: ActionLogStore, ctx: ActuationContext, journal: Journal,
                       abort: bool) -> tuple[str, ActionResult]:
     """The operator's `--resume` (to done) or `--abort` (to the query running, sources resumed) of a
     journaled migration, through the path the daemon's takeover takes (`run_migration`, logged)."""
@@ -279,7 +282,7 @@ def operate_migration(action_log: ActionLog, ctx: ActuationContext, journal: Jou
                          from_partitions=None if abort else journal.from_partitions)
 
 
-def serve_requests(zk: KazooClient, root: str, app: str, action_log: ActionLog,
+def serve_requests(zk: KazooClient, root: str, app: str, action_log: ActionLogStore,
                    context: Callable[..., ActuationContext], leader: str, dry_run: bool,
                    snapshot: Snapshot | None) -> list[ActionResult]:
     """The leader carries out and answers the app's pending requests (`context(**request)`: its

@@ -27,8 +27,6 @@ from sparkscale.config import AppConfig, Config, ConfigError, load_config
 from sparkscale.control.autoscaler import Autoscaler
 from sparkscale.control.clock import SystemClock
 from sparkscale.control.sink import FanOut
-from sparkscale.control.stores import Stores
-from sparkscale.daemon.action_log import ActionLog, BlocklistStore
 from sparkscale.daemon.background import BackgroundExecutor
 from sparkscale.daemon.cluster_planner import ClusterPlanner
 from sparkscale.daemon.evaluator import OutcomeEvaluator
@@ -36,16 +34,11 @@ from sparkscale.daemon.feeds import LogFeed, MetricsFeed, OutcomeFeed, StatusFee
 from sparkscale.daemon.leader import LeaderElection, default_identity, zk_client
 from sparkscale.daemon.metrics import DaemonMetrics
 from sparkscale.daemon.notify import Notifier
-from sparkscale.daemon.wiring import (
-    ActionLogDecisions,
-    ActuationContexts,
-    RedisAppRecords,
-    ZooKeeperJournals,
-    ZooKeeperRequestDesk,
-)
+from sparkscale.daemon.wiring import ActuationContexts, ZooKeeperRequestDesk, loop_stores
 from sparkscale.monitors.collector import collect_snapshots
 from sparkscale.policies.planner import decide_app
 from sparkscale.redisconn import connect
+from sparkscale.store.live import live_store
 
 log = structlog.get_logger(__name__)
 
@@ -83,14 +76,14 @@ class Daemon:
     def _wire(self) -> Autoscaler:
         """The control loop's collaborators, each built once from the config and its clients."""
         cfg, prefix, root = self.cfg, self.cfg.redis.key_prefix, self.cfg.zookeeper.root
-        action_log, blocklist = ActionLog(self.redis, prefix, cfg.action_log), BlocklistStore(self.redis, prefix)
+        store = live_store(self.redis, prefix, self.zk, root, cfg.action_log)
+        action_log, blocklist = store.actions, store.blocklist
         # One sink: the action log first (an outcome Redis refuses is neither counted nor logged).
         sink = FanOut((OutcomeFeed(action_log), MetricsFeed(self.metrics), LogFeed(),
                        StatusFeed(self.redis, prefix, self.identity)))
         clock = SystemClock()
         contexts = ActuationContexts(self.zk, self.redis, self.identity, self.config_path, self.overrides)
-        stores = Stores(decisions=ActionLogDecisions(action_log, self.identity), blocklist=blocklist,
-                        journals=ZooKeeperJournals(self.zk, root, self.redis), apps=RedisAppRecords(self.redis, prefix))
+        stores = loop_stores(store, self.identity, self.zk, self.redis, prefix)
         executor = BackgroundExecutor(self.actuation, action_log, contexts, sink, clock)
         requests = ZooKeeperRequestDesk(self.zk, root, action_log, contexts, self.identity)
         return Autoscaler(cfg, self.identity, collector=collect_snapshots, planner=decide_app, cluster=self.cluster,

@@ -1,7 +1,8 @@
-"""The control loop's live collaborators over ZooKeeper and Redis (control/stores.py, act.py), built
-once by the daemon (daemon/service.py) and handed to the `Autoscaler`. Each is a thin adapter over
-the module that owns its protocol: the action log, the operator's requests (manual.py), the
-migration journal and its follow-ups (followup.py), the keys the agent and the migrations write.
+"""The control loop's live collaborators (control/stores.py, act.py) over the daemon's one store
+(store/live.py), ZooKeeper and Redis, built once by the daemon (daemon/service.py) and handed to
+the `Autoscaler`. Each is a thin adapter over the module that owns its protocol: the action log,
+the operator's requests (manual.py), the migration journal and its follow-ups (followup.py), the
+keys the agent and the migrations write.
 """
 
 from __future__ import annotations
@@ -13,25 +14,28 @@ from typing import TypedDict, Unpack
 import redis
 from kazoo.client import KazooClient
 
-from sparkscale.actuators.base import ActionResult, ActuationContext
-from sparkscale.actuators.migration import JournalStore
-from sparkscale.apps.submit import ExecutorShape, with_stored_shape
+from sparkscale.actuators.base import ActuationContext
+from sparkscale.apps.submit import with_shape
 from sparkscale.config import AppConfig, Config
 from sparkscale.control.decision import Decision, Mode
 from sparkscale.control.judge import PendingOutcome
 from sparkscale.control.leadership import Leadership
-from sparkscale.control.stores import Recalled
+from sparkscale.control.stores import Recalled, Stores
 from sparkscale.daemon import followup, manual
-from sparkscale.daemon.action_log import ActionLog, DecisionRecord, executed, past_decisions, snapshot_id
+from sparkscale.daemon.action_log import DecisionMode, DecisionRecord, executed, past_decisions, snapshot_id
 from sparkscale.daemon.action_log import Mode as LoggedMode
 from sparkscale.daemon.evaluator import observations_from_log
+from sparkscale.model.action_result import ActionResult
+from sparkscale.model.executor_shape import ExecutorShape
 from sparkscale.model.journal import Journal
 from sparkscale.model.snapshot import Snapshot
 from sparkscale.policies.history import DecisionHistory
 from sparkscale.protocol.streams import query_partitions
+from sparkscale.store.base import ActionLogStore, JournalStores, ShapeStore, Store
 
 # A leader's modes as the action log has them (a leader's decision is never "standby").
-_LOGGED_MODES: dict[Mode, LoggedMode] = {"no_change": "no_change", "dry_run": "dry_run", "acted": "acted"}
+_LOGGED_MODES: dict[Mode, LoggedMode] = {"no_change": DecisionMode.NO_CHANGE, "dry_run": DecisionMode.DRY_RUN,
+                                         "acted": DecisionMode.ACTED}
 
 
 class RequestFields(TypedDict, total=False):
@@ -65,7 +69,7 @@ class ActuationContexts:
 class ActionLogDecisions:
     """The loop's decisions in the action log (daemon/action_log.py), written by `identity`."""
 
-    action_log: ActionLog
+    action_log: ActionLogStore
     identity: str
 
     def write(self, decision: Decision) -> str:
@@ -87,18 +91,25 @@ class ActionLogDecisions:
         return Recalled(history, acted[-1].done_at if acted else None, pending, len(logged))
 
 
+def loop_stores(store: Store, identity: str, zk: KazooClient, client: redis.Redis, prefix: str) -> Stores:
+    """What the control loop reads and writes (control/stores.py), over the daemon's one store."""
+    return Stores(decisions=ActionLogDecisions(store.actions, identity), blocklist=store.blocklist,
+                  journals=ZooKeeperJournals(store.journals, zk, client),
+                  apps=RedisAppRecords(client, prefix, store.shapes))
+
+
 @dataclass(frozen=True)
 class ZooKeeperJournals:
+    journals: JournalStores
     zk: KazooClient
-    root: str
     redis: redis.Redis
 
     @property
     def connected(self) -> bool:
-        return bool(self.zk.connected)
+        return self.journals.connected
 
     def read(self, app: str) -> Journal | None:
-        return JournalStore(self.zk, self.root, app).read()
+        return self.journals.journal(app).read()
 
     def follow_up(self, cfg: Config, epoch: int | None, journal: Journal | None) -> Journal | None:
         return followup.finish(cfg, self.zk, self.redis, epoch, journal)
@@ -108,9 +119,10 @@ class ZooKeeperJournals:
 class RedisAppRecords:
     redis: redis.Redis
     prefix: str
+    shapes: ShapeStore
 
     def with_shape(self, app: AppConfig) -> AppConfig:
-        return with_stored_shape(app, self.redis, self.prefix)
+        return with_shape(app, self.shapes)
 
     def partitions(self, app: AppConfig, query: str) -> int:
         assert app.shuffle_partitions is not None  # set when the config is validated
@@ -123,7 +135,7 @@ class ZooKeeperRequestDesk:
 
     zk: KazooClient
     root: str
-    action_log: ActionLog
+    action_log: ActionLogStore
     contexts: ActuationContexts
     identity: str
 

@@ -1,7 +1,7 @@
 """Live snapshots of an app's queries: the I/O (Spark REST, Redis, psutil), then the pure builder.
 
 An app is any PySpark script with any number of queries on any sources. The agent lists the app's
-queries (`protocol.queries.read_queries`) and publishes each query's progress reports, with what
+queries (`store.redis_queries.read_queries`) and publishes each query's progress reports, with what
 its sources say about backlog and position; the monitor builds one snapshot per query that has not
 terminated, from one REST round for the app (application, executors, jobs, then the stages of the
 window's batches) and one sample of the daemon's host. The executors' CPU and memory come from
@@ -40,8 +40,9 @@ from sparkscale.monitors.snapshot_builder import (
 from sparkscale.monitors.spark_rest import RestStage, SparkRestError, driver_rest
 from sparkscale.monitors.stage_cache import STAGES
 from sparkscale.protocol.keys import executor_target_key, progress_history_key
-from sparkscale.protocol.queries import QueryInfo, read_queries
+from sparkscale.protocol.queries import QueryInfo
 from sparkscale.redisconn import connect
+from sparkscale.store.redis_queries import read_queries
 
 log = structlog.get_logger(__name__)
 

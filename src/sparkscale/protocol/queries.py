@@ -226,14 +226,3 @@ class QueryInfo:
 SOURCE_REPORT_JSON: Codec[SourceReport] = Codec(SourceReport, label="source report")
 QUERY_INFO_JSON: Codec[QueryInfo] = Codec(QueryInfo, label="query info")
 
-
-def read_queries(client: Any, prefix: str, app: str) -> dict[str, QueryInfo]:
-    """The app's queries by name, as the agent last published them (empty before the agent ran)."""
-    out: dict[str, QueryInfo] = {}
-    for name, value in (client.hgetall(queries_key(prefix, app)) or {}).items():
-        key = name.decode() if isinstance(name, bytes) else str(name)
-        try:
-            out[key] = QueryInfo.from_json(value)
-        except (ValueError, TypeError):
-            continue
-    return out

@@ -36,7 +36,7 @@ from sparkscale.monitors.collector import read_progress
 from sparkscale.monitors.progress_reports import ProgressReport, parse_progress_time
 from sparkscale.monitors.spark_rest import SparkRestClient
 from sparkscale.protocol.keys import input_stream_key, progress_key
-from sparkscale.protocol.queries import read_queries
+from sparkscale.store.redis_queries import read_queries
 from sparkscale_lab.bench.timeline import Sample, executors_of, look
 from sparkscale_lab.pipelines.workloads import workload
 

@@ -23,13 +23,13 @@ from sparkscale.actuators.migration.journal import (
 )
 from sparkscale.actuators.migration.recovery import Recovery
 from sparkscale.actuators.migration.session import MigrationSession
-from sparkscale.apps.submit import ExecutorShape
+from sparkscale.model.executor_shape import ExecutorShape
 from sparkscale.model.journal import Journal
 from sparkscale.monitors.migration_metrics import CLOCK_MARGIN_S, first_output, timeline_of
 from sparkscale.protocol.commands import AckTimeout
 from sparkscale.protocol.keys import datastore_key
-from sparkscale.protocol.queries import read_queries
 from sparkscale.protocol.streams import StreamOffsets, read_source_status
+from sparkscale.store.redis_queries import read_queries
 
 log = structlog.get_logger(__name__)
 

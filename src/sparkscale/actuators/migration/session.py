@@ -15,14 +15,15 @@ from kazoo.client import KazooClient
 
 from sparkscale.actuators.migration.base import MigrationError
 from sparkscale.actuators.migration.journal import Journal, JournalStore, PhaseCallback
-from sparkscale.apps.submit import ExecutorShape, running, store_shape
+from sparkscale.apps.submit import running, store_shape
 from sparkscale.config import AppConfig, Config
+from sparkscale.model.executor_shape import ExecutorShape
 from sparkscale.monitors.batch_points import BatchPoint
 from sparkscale.monitors.migration_metrics import read_batches
 from sparkscale.protocol.commands import send_command, wait_ack
 from sparkscale.protocol.keys import input_stream_key, progress_key
-from sparkscale.protocol.queries import read_queries
 from sparkscale.protocol.streams import query_partitions, stream_heads
+from sparkscale.store.redis_queries import read_queries
 
 
 class MigrationSession:

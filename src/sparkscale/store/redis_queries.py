@@ -1,0 +1,77 @@
+"""The query registry the agent publishes (hash `<prefix><app>:queries`, protocol/queries.py: one
+field per query, its QueryInfo as JSON), and the measured downtime samples (daemon/downtime_tracker.py:
+one list per kind, newest first). Records that do not parse are skipped, logged once."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import cast
+
+import redis
+
+from sparkscale.model.fields import number, object_at
+from sparkscale.policies.placement.downtime import MEASURED_KINDS
+from sparkscale.protocol.keys import downtime_samples_key
+from sparkscale.protocol.queries import QueryInfo, queries_key
+from sparkscale.store.bad_records import PROBLEMS, BadRecords, load_json
+from sparkscale.store.redis_action_log import Hash, text
+
+KEEP = 20  # downtime samples per kind: the median of the last ones
+
+
+@dataclass
+class RedisQueries:
+    client: redis.Redis
+    prefix: str
+    bad: BadRecords = field(default_factory=BadRecords)
+
+    def read_queries(self, app: str) -> dict[str, QueryInfo]:
+        key = queries_key(self.prefix, app)
+        out: dict[str, QueryInfo] = {}
+        for name, value in cast(Hash, self.client.hgetall(key) or {}).items():
+            try:
+                out[text(name)] = QueryInfo.from_json(value)
+            except PROBLEMS as exc:
+                self.bad.skip(key, text(name), exc)
+        return out
+
+
+def read_queries(client: redis.Redis, prefix: str, app: str) -> dict[str, QueryInfo]:
+    """The app's queries by name, as the agent last published them (empty before the agent ran)."""
+    return RedisQueries(client, prefix).read_queries(app)
+
+
+@dataclass
+class RedisDowntime:
+    """The measured samples, one list per kind, newest first, the last `KEEP` of each."""
+
+    client: redis.Redis
+    prefix: str
+    bad: BadRecords = field(default_factory=BadRecords)
+
+    def add(self, kind: str, stall_s: float, state_bytes: float, app: str) -> None:
+        key = downtime_samples_key(self.prefix, kind)
+        entry = json.dumps({"stall_s": stall_s, "state_bytes": state_bytes, "app": app, "at": time.time()})
+        pipe = self.client.pipeline()
+        pipe.lpush(key, entry)
+        pipe.ltrim(key, 0, KEEP - 1)
+        pipe.execute()
+
+    def load(self) -> dict[str, list[tuple[float, float]]]:
+        """kind -> (stall s, state bytes), oldest first."""
+        out: dict[str, list[tuple[float, float]]] = {}
+        for kind in MEASURED_KINDS:
+            key = downtime_samples_key(self.prefix, kind)
+            values = []
+            for raw in reversed(cast(list[str], self.client.lrange(key, 0, KEEP - 1))):
+                try:
+                    entry = object_at(load_json(raw), "")
+                    values.append((number(entry["stall_s"], "stall_s"),
+                                   number(entry.get("state_bytes") or 0.0, "state_bytes")))
+                except PROBLEMS as exc:
+                    self.bad.skip(key, text(raw), exc)
+            if values:
+                out[kind] = values
+        return out

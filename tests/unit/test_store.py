@@ -1,0 +1,217 @@
+"""The store seam (src/sparkscale/store/): one contract run against the in-memory store and against
+the Redis/ZooKeeper implementations on fakes, and bad records skipped and logged once."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from structlog.testing import capture_logs
+
+from sparkscale.config import ActionLogConfig
+from sparkscale.model.action_result import ActionResult
+from sparkscale.model.executor_shape import ExecutorShape
+from sparkscale.model.journal import Journal
+from sparkscale.policies.outcomes import BlockedAction
+from sparkscale.protocol.keys import actions_key, blocklist_key, downtime_samples_key, shape_key
+from sparkscale.protocol.queries import queries_key
+from sparkscale.store.action_records import BlocklistEntry, OutcomeRecord
+from sparkscale.store.base import Store
+from sparkscale.store.live import live_store
+from sparkscale.store.memory import memory_store
+from sparkscale.store.zk_journal import WriteFenced
+from tests.unit.fakezk import FakeZk
+from tests.unit.test_explain import SCALE, StreamRedis, T, app_snapshot, record
+
+PREFIX = "sparkscale:"
+ROOT = "/sparkscale"
+
+
+class MiniRedis(StreamRedis):
+    """StreamRedis with the hash and list commands the store uses."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hashes: dict[str, dict[str, str]] = {}
+        self.lists: dict[str, list[str]] = {}
+
+    def hset(self, key: str, field: str | None = None, value: Any = None,
+             mapping: dict[str, Any] | None = None) -> int:
+        h = self.hashes.setdefault(key, {})
+        if field is not None:
+            h[field] = str(value)
+        h.update({k: str(v) for k, v in (mapping or {}).items()})
+        return 1
+
+    def hgetall(self, key: str) -> dict[str, str]:
+        return dict(self.hashes.get(key, {}))
+
+    def hdel(self, key: str, *fields: str) -> int:
+        return sum(self.hashes.get(key, {}).pop(f, None) is not None for f in fields)
+
+    def lpush(self, key: str, value: str) -> MiniRedis:
+        self.lists.setdefault(key, []).insert(0, value)
+        return self
+
+    def ltrim(self, key: str, start: int, end: int) -> MiniRedis:
+        self.lists[key] = self.lists.get(key, [])[start:end + 1]
+        return self
+
+    def lrange(self, key: str, start: int, end: int) -> list[str]:
+        return self.lists.get(key, [])[start:end + 1]
+
+    def pipeline(self) -> MiniRedis:
+        return self
+
+    def execute(self) -> list[object]:
+        return []
+
+
+@pytest.fixture(params=["memory", "live"])
+def store(request: pytest.FixtureRequest) -> Iterator[Store]:
+    if request.param == "memory":
+        yield memory_store(ActionLogConfig(), clock=lambda: T)
+    else:
+        yield live_store(MiniRedis(), PREFIX, FakeZk(), ROOT, ActionLogConfig())  # type: ignore[arg-type]
+
+
+def journal(epoch: int = 3) -> Journal:
+    return Journal(id="mig-1", app="clicks", query="q", strategy="ccr", from_partitions=4, to_partitions=8,
+                   requested_at=100.0, by="t", epoch=epoch)
+
+
+def blocked(app: str, until: float, at: float = T) -> BlocklistEntry:
+    return BlocklistEntry(BlockedAction(app, "under_provisioned", "scale_executors", until, "ds2"), at, "d-1", "why")
+
+
+# -- the contract -----------------------------------------------------------------------------------
+
+
+def test_the_action_log_joins_decisions_with_their_results_and_outcomes(store: Store) -> None:
+    first = store.actions.append_decision(record(), app_snapshot())
+    store.actions.append_decision(record(mode="no_change", actions=()))
+    store.actions.append_results(first, "clicks", [ActionResult(SCALE, "done", "ok")])
+    store.actions.append_outcome(OutcomeRecord(first, "clicks", T + 60, True, "processed_rate", 1.0, 2.0, 2.5, "met"))
+    logged = store.actions.read("clicks")
+    assert logged[0].id == first and len(logged) == 2
+    assert logged[0].results == (ActionResult(SCALE, "done", "ok"),) and logged[0].outcome is not None
+    assert logged[0].outcome.met and logged[1].results is None and logged[1].outcome is None
+    assert store.actions.read("other") == []
+    kept = store.actions.snapshot("clicks", record().snapshot_id)
+    assert kept is not None and json.loads(kept)["app"] == "clicks"
+    assert store.actions.snapshot("clicks", "nope") is None
+
+
+def test_the_blocklist_drops_expired_entries_and_filters_by_app(store: Store) -> None:
+    store.blocklist.block(blocked("clicks", T + 100, at=T + 2))
+    store.blocklist.block(blocked("other", T + 100, at=T + 1))
+    store.blocklist.block(BlocklistEntry(BlockedAction("clicks", "x", "set_parallelism", T - 1), T, "d-2", ""))
+    assert [e.blocked.app for e in store.blocklist.entries(T)] == ["other", "clicks"]
+    assert [e.blocked.app for e in store.blocklist.entries(T, "clicks")] == ["clicks"]
+    assert store.blocklist.blocklist(T + 200).entries == ()
+
+
+def test_a_journal_is_written_by_compare_and_set_and_fenced_by_the_epoch(store: Store) -> None:
+    mine, theirs = store.journals.journal("clicks"), store.journals.journal("clicks")
+    assert mine.read() is None and theirs.read() is None
+    mine.write(journal())
+    assert theirs.read() == journal()
+    stale = store.journals.journal("clicks")
+    stale.read()
+    mine.write(journal(epoch=4))
+    with pytest.raises(WriteFenced):
+        stale.write(journal(epoch=5))
+    with pytest.raises(WriteFenced):  # nobody holds the lock at epoch 9
+        store.journals.journal("other", epoch=9).write(journal())
+    fresh = store.journals.journal("clicks").read()
+    assert fresh is not None and fresh.epoch == 4
+
+
+def test_shapes_queries_and_downtime_samples_round_trip(store: Store) -> None:
+    assert store.shapes.stored_shape("clicks") is None
+    store.shapes.store_shape("clicks", ExecutorShape(2, 1024), "mig-1")
+    assert store.shapes.stored_shape("clicks") == ExecutorShape(2, 1024)
+    assert store.queries.read_queries("clicks") == {}
+    store.downtime.add("restart", 12.0, 3e6, "clicks")
+    store.downtime.add("restart", 8.0, 0.0, "clicks")
+    assert store.downtime.load() == {"restart": [(12.0, 3e6), (8.0, 0.0)]}
+    assert store.leaders.current_leader("clicks") is None and store.leaders.live_lock("clicks") is None
+
+
+# -- bad records ------------------------------------------------------------------------------------
+
+
+def _live() -> tuple[Store, MiniRedis, FakeZk]:
+    redis, zk = MiniRedis(), FakeZk()
+    return live_store(redis, PREFIX, zk, ROOT, ActionLogConfig()), redis, zk  # type: ignore[arg-type]
+
+
+def _bad_lines(logs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [e for e in logs if e["event"] == "store.bad_record"]
+
+
+@pytest.mark.parametrize("body", [
+    "{not json", json.dumps({**record().to_dict(), "decided_at": float("nan")}),
+    json.dumps({**record().to_dict(), "mode": "sideways"}), json.dumps({**record().to_dict(), "plan": 3}),
+])
+def test_a_bad_action_log_entry_is_skipped_and_logged_once(body: str) -> None:
+    store, redis, _zk = _live()
+    good = store.actions.append_decision(record())
+    redis.xadd(actions_key(PREFIX), {"kind": "decision", "app": "clicks", "json": body})
+    redis.xadd(actions_key(PREFIX), {"kind": "result", "app": "clicks", "json": json.dumps({"decision_id": good})})
+    with capture_logs() as logs:
+        assert [d.id for d in store.actions.read("clicks")] == [good]
+        assert [d.id for d in store.actions.read("clicks")] == [good]
+    bad = _bad_lines(logs)
+    assert len(bad) == 2 and {e["key"] for e in bad} == {actions_key(PREFIX)}  # the decision, the result
+    assert all(e["problem"] for e in bad)
+
+
+def test_a_bad_blocklist_entry_is_skipped_and_logged_once() -> None:
+    store, redis, _zk = _live()
+    store.blocklist.block(blocked("clicks", T + 100))
+    redis.hset(blocklist_key(PREFIX), "other|x|y", json.dumps({**blocked("other", T + 100).to_dict(), "until": "soon"}))
+    with capture_logs() as logs:
+        assert [e.blocked.app for e in store.blocklist.entries(T)] == ["clicks"]
+        assert [e.blocked.app for e in store.blocklist.entries(T)] == ["clicks"]
+    assert [(e["key"], e["record"]) for e in _bad_lines(logs)] == [(blocklist_key(PREFIX), "other|x|y")]
+
+
+def test_a_bad_journal_reads_as_none_logged_once_and_a_write_replaces_it() -> None:
+    store, _redis, zk = _live()
+    zk.create(f"{ROOT}/apps/clicks/migration", b'{"id": "mig-1", "status": "sideways"}', makepath=True)
+    with capture_logs() as logs:
+        handle = store.journals.journal("clicks")
+        assert handle.read() is None and store.journals.journal("clicks").read() is None
+    assert len(_bad_lines(logs)) == 1 and _bad_lines(logs)[0]["key"] == f"{ROOT}/apps/clicks/migration"
+    handle.write(journal())
+    assert store.journals.journal("clicks").read() == journal()
+
+
+def test_bad_shapes_queries_and_downtime_samples_are_skipped_and_logged_once() -> None:
+    store, redis, _zk = _live()
+    redis.hset(shape_key(PREFIX, "clicks"), mapping={"executor_cores": "two", "executor_memory_mb": "512",
+                                                     "migration": "mig-1"})
+    redis.hset(queries_key(PREFIX, "clicks"), "q", "{broken")
+    store.downtime.add("restart", 5.0, 0.0, "clicks")
+    redis.lpush(downtime_samples_key(PREFIX, "restart"), json.dumps({"stall_s": float("inf")}))
+    with capture_logs() as logs:
+        for _ in range(2):
+            assert store.shapes.stored_shape("clicks") is None
+            assert store.queries.read_queries("clicks") == {}
+            assert store.downtime.load() == {"restart": [(5.0, 0.0)]}
+    assert sorted(e["key"] for e in _bad_lines(logs)) == sorted(
+        [shape_key(PREFIX, "clicks"), queries_key(PREFIX, "clicks"), downtime_samples_key(PREFIX, "restart")])
+
+
+def test_a_connection_error_is_not_a_bad_record() -> None:
+    store, redis, _zk = _live()
+
+    def refuse(*_args: object, **_kwargs: object) -> None:
+        raise ConnectionError("redis is down")
+
+    redis.xrange = refuse  # type: ignore[method-assign,assignment]
+    with pytest.raises(ConnectionError):
+        store.actions.read("clicks")
