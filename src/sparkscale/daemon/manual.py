@@ -17,6 +17,7 @@ way and are served even while the app has no live query (a stranded migration's 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -157,10 +158,8 @@ def wait_result(zk: KazooClient, root: str, app: str, name: str, timeout_s: floa
     data = wait_for_znode(zk, f"{results_path(root, app)}/{name}", timeout_s)
     if data is not None:
         return ManualResult.from_json(data)
-    try:
+    with contextlib.suppress(NoNodeError):
         zk.delete(f"{requests_path(root, app)}/{name}")
-    except NoNodeError:
-        pass
     return None
 
 
@@ -186,14 +185,10 @@ def pending_requests(zk: KazooClient, root: str, app: str) -> list[ManualRequest
 def answer(zk: KazooClient, root: str, app: str, name: str, result: ManualResult) -> None:
     """Write the result, then remove the request (a crash in between answers twice at worst: the
     result exists, so the second write is skipped)."""
-    try:
+    with contextlib.suppress(NodeExistsError):
         zk.create(f"{results_path(root, app)}/{name}", result.to_json(), makepath=True)
-    except NodeExistsError:
-        pass
-    try:
+    with contextlib.suppress(NoNodeError):
         zk.delete(f"{requests_path(root, app)}/{name}")
-    except NoNodeError:
-        pass
 
 
 def watch_requests(zk: KazooClient, root: str, app: str, on_request: Any) -> None:

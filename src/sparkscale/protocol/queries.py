@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from pydantic import GetCoreSchemaHandler
@@ -49,7 +49,7 @@ STATE_LOAD_FIELDS: dict[str, str] = {
 }
 
 
-class Replay(str, Enum):
+class Replay(StrEnum):
     """Whether a source gives the same records again after a restart of its query."""
 
     # Its offsets are in the query's checkpoint and the records stay readable at them: a restarted
@@ -206,8 +206,9 @@ class QueryInfo:
         """Why a restart of the whole application (a new executor shape) would harm this query."""
         if self.session_checkpoint:
             return ("it has no name and its checkpoint is a random directory under "
-                    "spark.sql.streaming.checkpointLocation: a new driver would start it afresh in another one, "
-                    "without its state. Name the query (.queryName('...')) or give it option('checkpointLocation', ...)")
+                    "spark.sql.streaming.checkpointLocation: a new driver would start it afresh in another "
+                    "one, without its state. Name the query (.queryName('...')) or give it "
+                    "option('checkpointLocation', ...)")
         return self.why_not_restartable(allow_lossy_restart)
 
     @classmethod

@@ -87,7 +87,7 @@ def phase_metrics(journal: Journal) -> dict[str, Any]:
     if not strategy.waits_for_boundary():
         boundary = 0.0  # an abort: the running batch is abandoned and recomputed, not waited for
     elif stop_wait is not None:
-        boundary = round(stop_wait + (d["drained"] if "drained" in d else 0.0), 3)
+        boundary = round(stop_wait + (d.get("drained", 0.0)), 3)
     elif "stopped" in d:
         notes["boundary_wait_s"] = "the stop was answered by a successor (already stopped): its wait is unknown"
     if isinstance(marks.get("stop"), dict) and marks["stop"].get("inside_batch"):
