@@ -342,8 +342,7 @@ class QueryControl:
         configured = self.spark.conf.get(SHUFFLE_PARTITIONS_CONF)
         if configured:
             return int(configured)
-        if self.app.shuffle_partitions is None:  # not reached: AppConfig's validation sets it
-            raise TypeError(f"app {self.app.name!r}: shuffle_partitions is unset")
+        assert self.app.shuffle_partitions is not None, "set by AppConfig's validation"
         return self.app.shuffle_partitions
 
     def report(self, executors: SparkExecutors, target_executors: int | None, epoch: int) -> dict[str, Any]:
