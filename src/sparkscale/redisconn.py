@@ -4,12 +4,13 @@ source's readers and writers on executors get them as options)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import redis
+from redis.typing import EncodableT, FieldT
 
 from sparkscale.config import RedisConfig
 from sparkscale.config.secrets import redis_password
@@ -82,6 +83,12 @@ def connect(cfg: RedisConfig, decode_responses: bool = True) -> redis.Redis:
 # decode_responses, and None where the server may answer nil.
 RawHash = dict[bytes | str, bytes | str]
 RawEntries = list[tuple[bytes | str | None, RawHash | None]] | None
+
+
+def to_write(fields: Mapping[str, EncodableT]) -> dict[FieldT, EncodableT]:
+    """Fields for HSET or XADD: a copy typed as redis-py's mapping, whose key type a dict[str, ...]
+    is not (dict keys are invariant)."""
+    return {k: v for k, v in fields.items()}  # noqa: C416  # the copy retypes the keys
 
 
 def text(value: bytes | str) -> str:

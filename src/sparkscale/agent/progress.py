@@ -20,13 +20,13 @@ from urllib.parse import urlparse
 import redis
 import structlog
 from pyspark.sql.streaming.listener import StreamingQueryListener
-from redis.typing import EncodableT, FieldT
 
 from sparkscale.agent.checkpoint import is_temporary, last_committed_batch, state_store_provider
 from sparkscale.agent.hooks import QueryHooks
 from sparkscale.agent.sources import SourceReporter, as_json
 from sparkscale.protocol.keys import progress_key
 from sparkscale.protocol.queries import RELOAD_FIGURES_RESET_BY, STATE_LOAD_FIELDS, QueryInfo, queries_key
+from sparkscale.redisconn import to_write
 
 log = structlog.get_logger(__name__)
 
@@ -144,7 +144,7 @@ class ProgressPublisher(StreamingQueryListener):
             fields = progress_fields(progress, [r.to_dict() for r in reports])
             key = progress_key(self._prefix, self._app, label)
             pipe = self._client.pipeline(transaction=False)
-            redis_fields: dict[FieldT, EncodableT] = {k: v for k, v in fields.items()}  # noqa: C416  # dict keys are invariant
+            redis_fields = to_write(fields)
             pipe.hset(key, mapping=redis_fields)
             pipe.xadd(f"{key}:history", redis_fields, maxlen=HISTORY_MAXLEN, approximate=True)
             pipe.execute()
