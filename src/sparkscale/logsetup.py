@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import structlog
+from structlog.typing import Processor
 
 from sparkscale.config import LoggingConfig
 
 # Processors that every event passes through, whatever renders it: timestamp, level, and the
 # event name with its key-value context.
-_SHARED = [
+_SHARED: list[Processor] = [
     structlog.contextvars.merge_contextvars,
     structlog.stdlib.add_log_level,
     structlog.stdlib.add_logger_name,
@@ -39,7 +40,7 @@ def configure_logging(cfg: LoggingConfig, stderr: TextIO | None = None) -> None:
     handlers: list[logging.Handler] = []
     if cfg.stderr:
         console = cfg.stderr_format == "console" or (cfg.stderr_format == "auto" and stream.isatty())
-        handler = logging.StreamHandler(stream)
+        handler: logging.Handler = logging.StreamHandler(stream)
         handler.setFormatter(_formatter(console=console))
         handlers.append(handler)
     if cfg.file:

@@ -4,12 +4,13 @@ source's readers and writers on executors get them as options)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import redis
+from redis.typing import EncodableT, FieldT
 
 from sparkscale.config import RedisConfig
 from sparkscale.config.secrets import redis_password
@@ -76,3 +77,31 @@ def connect(cfg: RedisConfig, decode_responses: bool = True) -> redis.Redis:
         socket_timeout=cfg.socket_timeout_s, socket_connect_timeout=cfg.socket_timeout_s,
         **RedisAuth.from_config(cfg).client_kwargs(),
     )
+
+
+# What redis-py's annotations give for a hash and for XRANGE: bytes or str by the client's
+# decode_responses, and None where the server may answer nil.
+RawHash = dict[bytes | str, bytes | str]
+RawEntries = list[tuple[bytes | str | None, RawHash | None]] | None
+
+
+def to_write(fields: Mapping[str, EncodableT]) -> dict[FieldT, EncodableT]:
+    """Fields for HSET or XADD: a copy typed as redis-py's mapping, whose key type a dict[str, ...]
+    is not (dict keys are invariant)."""
+    return {k: v for k, v in fields.items()}  # noqa: C416  # the copy retypes the keys
+
+
+def text(value: bytes | str) -> str:
+    """A key or value as text: `connect`'s clients decode already; one made with
+    decode_responses=False answers bytes."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def text_hash(raw: RawHash | None) -> dict[str, str]:
+    """A hash (HGETALL, a stream entry's fields) as text; nil is empty."""
+    return {text(k): text(v) for k, v in (raw or {}).items()}
+
+
+def stream_entries(raw: RawEntries) -> list[tuple[str, dict[str, str]]]:
+    """An XRANGE answer as (entry id, fields) text pairs; a nil answer or entry is empty."""
+    return [("" if entry_id is None else text(entry_id), text_hash(fields)) for entry_id, fields in raw or []]

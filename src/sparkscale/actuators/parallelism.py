@@ -41,6 +41,7 @@ class MigrationActuator:
                      strategy=strategy, reason=action.reason)
         runner = MigrationRunner(ctx.cfg, ctx.app, ctx.zk, ctx.redis, ctx.epoch, ctx.is_leader, ctx.on_phase,
                                  ctx.restart_app)
+        journal: Journal | None
         try:
             if ctx.abort:
                 assert ctx.migration_id is not None, "an abort names its migration"
@@ -61,15 +62,16 @@ class MigrationActuator:
             return ActionResult(action, "done", f"migration {journal.id} aborted: {journal.query} runs on "
                                 f"{way['partitions']} partitions ({way['way']}), sources resumed",
                                 figures={"migration": journal.id, "status": journal.status})
-        figures = dict(journal.marks.get("metrics", {}))
+        figures: dict[str, Any] = dict(journal.marks.get("metrics", {}))
         figures.update({"migration": journal.id, "strategy": journal.strategy, "phases_s": journal.phase_durations(),
                         "resumed_by": journal.marks.get("resumed_by", []), "status": journal.status})
         if ctx.measure:
             figures.update(follow_up_once(ctx, runner.store, journal))
         detail = (f"{journal.query}: {journal.from_partitions} -> {journal.to_partitions} partitions "
                   f"({journal.strategy})")
-        if new_shape(journal) is not None:
-            detail += f", executors restarted as {new_shape(journal).describe()}"
+        shape = new_shape(journal)
+        if shape is not None:
+            detail += f", executors restarted as {shape.describe()}"
         if journal.status == "done_degraded":
             detail += (f"; done_degraded: {journal.detail} (recovered forward: the query runs on the new "
                        "partitions, sources resumed)")

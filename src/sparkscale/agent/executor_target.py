@@ -76,10 +76,10 @@ class ExecutorTarget:
         active = [e for e in self.executors.list() if e.active]
         active_ids = [e.id for e in active]
         if "executor_ids" in command.args:
-            ids = command.args["executor_ids"]
-            if not isinstance(ids, list) or not ids:
+            given = command.args["executor_ids"]
+            if not isinstance(given, list) or not given:
                 raise CommandRefused("executor_ids must be a non-empty list")
-            ids = [str(i) for i in ids]
+            ids = [str(i) for i in given]
             unknown = [i for i in ids if i not in active_ids]
             if unknown:
                 raise CommandRefused(f"no active executors with ids {unknown} (active: {active_ids})")

@@ -7,6 +7,7 @@ all here, so that the rest of the agent deals in `ExecutorView`s and executor id
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,11 +30,12 @@ class SparkExecutors:
 
     def __init__(self, spark: SparkSession):
         self._sc = spark.sparkContext
-        self._jvm = spark._jvm  # type: ignore[attr-defined]
-        self._jsc = self._sc._jsc.sc()  # type: ignore[union-attr]
+        # py4j boundary: the JVM view and the Scala SparkContext are untyped Java proxies.
+        self._jvm: Any = spark._jvm
+        self._jsc: Any = self._sc._jsc.sc()
         self.graceful = self._sc.getConf().get("spark.decommission.enabled", "false").lower() == "true"
 
-    def _as_list(self, scala_seq: Any) -> list[Any]:
+    def _as_list(self, scala_seq: Any) -> builtins.list[Any]:
         # A Scala Seq is not iterable from py4j; a java.util.List view is (py4j wraps it as JavaList).
         return list(self._jvm.scala.jdk.javaapi.CollectionConverters.asJava(scala_seq))
 
@@ -63,7 +65,7 @@ class SparkExecutors:
         empty_map = self._jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(self._jvm.java.util.HashMap())
         return bool(self._jsc.requestTotalExecutors(int(total), 0, empty_map))
 
-    def remove(self, executor_ids: list[str]) -> list[str]:
+    def remove(self, executor_ids: builtins.list[str]) -> builtins.list[str]:
         """Decommission (graceful) or kill the executors; return those Spark accepted.
 
         The target is left alone (adjustTargetNumExecutors=false): the agent sets it explicitly,

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
-from pyspark.sql.streaming import DataStreamWriter, StreamingQuery, StreamingQueryManager
+from pyspark.sql.streaming.query import StreamingQuery, StreamingQueryManager
+from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 from sparkscale.agent.checkpoint import is_temporary
 
@@ -40,7 +41,7 @@ class StartedQuery:
     method: str  # "start" or "toTable"
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
-    handles: list[weakref.ref] = field(default_factory=list)
+    handles: list[weakref.ref[StreamingQuery]] = field(default_factory=list)
     checkpoint: str | None = None  # the checkpoint root Spark resolved at the first start
     trigger: Any = None  # the user's trigger (a Java Trigger), put back after a run of one batch
 
@@ -60,7 +61,8 @@ class StartedQuery:
                                    "it cannot be put back after one batch")
             self.writer.trigger(once=True)
         try:
-            query = getattr(self.writer, f"_sparkscale_original_{self.method}")(*self.args, **self.kwargs)
+            query: StreamingQuery = getattr(self.writer, f"_sparkscale_original_{self.method}")(
+                *self.args, **self.kwargs)
         finally:
             if one_batch:
                 self.writer._jwrite = self.writer._jwrite.trigger(self.trigger)
@@ -179,7 +181,7 @@ def install(hooks: QueryHooks = HOOKS) -> QueryHooks:
         while True:
             remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
             jsq = self._jsq
-            result = await_one(self, remaining)
+            result = await_one(self, remaining)  # type: ignore[arg-type]  # annotated int, takes float seconds
             if timeout is not None and not result:
                 return result  # timed out, still running
             name = self._jsq.name() or self._jsq.id().toString()
@@ -194,7 +196,7 @@ def install(hooks: QueryHooks = HOOKS) -> QueryHooks:
         while True:
             seen = hooks.agent_stops
             remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-            result = await_any(self, remaining)
+            result = await_any(self, remaining)  # type: ignore[arg-type]  # annotated int, takes float seconds
             if timeout is not None and not result:
                 return result
             if hooks.stopping.is_set() or (hooks.agent_stops == seen and not hooks.held):

@@ -19,13 +19,14 @@ from urllib.parse import urlparse
 
 import redis
 import structlog
-from pyspark.sql.streaming import StreamingQueryListener
+from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from sparkscale.agent.checkpoint import is_temporary, last_committed_batch, state_store_provider
 from sparkscale.agent.hooks import QueryHooks
 from sparkscale.agent.sources import SourceReporter, as_json
 from sparkscale.protocol.keys import progress_key
 from sparkscale.protocol.queries import RELOAD_FIGURES_RESET_BY, STATE_LOAD_FIELDS, QueryInfo, queries_key
+from sparkscale.redisconn import to_write
 
 log = structlog.get_logger(__name__)
 
@@ -143,11 +144,13 @@ class ProgressPublisher(StreamingQueryListener):
             fields = progress_fields(progress, [r.to_dict() for r in reports])
             key = progress_key(self._prefix, self._app, label)
             pipe = self._client.pipeline(transaction=False)
-            pipe.hset(key, mapping=fields)
-            pipe.xadd(f"{key}:history", fields, maxlen=HISTORY_MAXLEN, approximate=True)
+            redis_fields = to_write(fields)
+            pipe.hset(key, mapping=redis_fields)
+            pipe.xadd(f"{key}:history", redis_fields, maxlen=HISTORY_MAXLEN, approximate=True)
             pipe.execute()
             pausable = bool(reports) and all(r.kind == "redis_streams" for r in reports)
             partitions = fields.get("state_partitions")
+            partitions = partitions if isinstance(partitions, int) else None  # progress_fields: an int or absent
             restartable = self._hooks is not None and label in self._hooks.started
             provider = _provider(info.checkpoint) or info.state_store_provider
             descriptions = tuple(r.description for r in reports)

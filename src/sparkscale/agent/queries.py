@@ -18,7 +18,7 @@ from urllib.parse import urlparse
 import redis
 import structlog
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.query import StreamingQuery
 
 from sparkscale.agent.args import CommandRefused, bool_arg, float_arg, int_arg
 from sparkscale.agent.checkpoint import (
@@ -130,8 +130,8 @@ class QueryControl:
 
     def pausable(self, query: StreamingQuery) -> bool:
         """Every source of the query honours the app's pause key (the Redis streams source)."""
-        last = query.lastProgress
-        sources = (last or {}).get("sources") or []
+        last: dict[str, Any] = query.lastProgress or {}
+        sources = last.get("sources") or []
         return bool(sources) and all(
             source_kind(str(src.get("description", "")), src.get("endOffset")) == "redis_streams" for src in sources)
 
@@ -263,7 +263,7 @@ class QueryControl:
         if finished:
             outcome["finished_batches"] = finished
         if outcome.get("repartitioned"):
-            interval = int(self.spark.conf.get("spark.sql.streaming.fileSink.log.compactInterval", "10"))
+            interval = int(self.spark.conf.get("spark.sql.streaming.fileSink.log.compactInterval", "10") or "10")
             filled = fill_file_sink_log(checkpoint, self.sinks.get(name), interval)
             if filled:
                 outcome["file_sink_log_filled"] = filled
@@ -339,7 +339,11 @@ class QueryControl:
         }
 
     def session_partitions(self) -> int:
-        return int(self.spark.conf.get(SHUFFLE_PARTITIONS_CONF) or self.app.shuffle_partitions)
+        configured = self.spark.conf.get(SHUFFLE_PARTITIONS_CONF)
+        if configured:
+            return int(configured)
+        assert self.app.shuffle_partitions is not None, "set by AppConfig's validation"
+        return self.app.shuffle_partitions
 
     def report(self, executors: SparkExecutors, target_executors: int | None, epoch: int) -> dict[str, Any]:
         """The `report` command's answer: active queries, executors, target, pause, held queries, epoch."""

@@ -110,9 +110,9 @@ class FileBacklog:
             return
         names = []
         for entry in os.scandir(self.log_dir):
-            batch = entry.name.removesuffix(".compact")
-            if batch.isdigit() and int(batch) > self._read_upto:
-                names.append((int(batch), entry.name))
+            stem = entry.name.removesuffix(".compact")
+            if stem.isdigit() and int(stem) > self._read_upto:
+                names.append((int(stem), entry.name))
         for batch, name in sorted(names):
             try:
                 lines = (self.log_dir / name).read_text().splitlines()[1:]  # line 1: the version

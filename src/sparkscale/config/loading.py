@@ -36,7 +36,7 @@ class _Loader(yaml.SafeLoader):
     """YAML's safe loader, refusing a key given twice in one mapping: YAML keeps the last silently,
     so a second `spark:` section would drop the first without a word."""
 
-    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict[Any, Any]:
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         if isinstance(node, yaml.MappingNode):
             seen: set[tuple[str, str]] = set()
             for key_node, _value in node.value:

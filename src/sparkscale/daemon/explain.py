@@ -20,6 +20,7 @@ from sparkscale.daemon.operator_view import follow_up_lines
 from sparkscale.model.plan import table_lines
 from sparkscale.model.snapshot import Snapshot, SnapshotError
 from sparkscale.model.snapshot_merge import QUERY_SEPARATOR, query_names, split_operator
+from sparkscale.redisconn import stream_entries
 
 _ID = re.compile(r"^(\d+)-(\d+)$")
 
@@ -36,7 +37,7 @@ def parse_decision_id(text: str) -> str:
 def find_decision(log: ActionLog, decision_id: str) -> LoggedDecision | None:
     """The decision logged under `decision_id`, joined with its results and outcome; None if the log
     has no such decision (never written, or trimmed since)."""
-    entries = log.client.xrange(log.key, min=decision_id, max=decision_id)
+    entries = stream_entries(log.client.xrange(log.key, min=decision_id, max=decision_id))
     if not entries or entries[0][1].get("kind") != "decision":
         return None
     app = entries[0][1].get("app")

@@ -184,7 +184,8 @@ class StatusFeed:
             return
         recent = event.recent
         status = app_status.AppStatus(
-            daemon=self.identity, role=event.role or "standby", epoch=event.epoch, cycle_at=event.ended_at,
+            daemon=self.identity, role=app_status.Role(event.role or "standby"), epoch=event.epoch,
+            cycle_at=event.ended_at,
             result=event.result, executors=event.executors, parallelism=dict(event.parallelism or {}),
             last_decision=recent.decision, last_decision_at=recent.decision_at, last_action=recent.action,
             last_action_at=recent.action_at, detail=event.detail,

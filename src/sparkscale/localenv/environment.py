@@ -13,6 +13,7 @@ killed), with the processes they started themselves (a worker's executors), and 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -227,7 +228,7 @@ class LocalEnvironment:
                     env={**spark_env, "SPARK_LOCAL_IP": host},
                     workdir=workdir,
                     ports=[web_port],
-                    answers=lambda host=host, port=web_port: worker_alive(cfg.spark.master_web_url, host, port),
+                    answers=functools.partial(worker_alive, cfg.spark.master_web_url, host, web_port),
                     host=host,
                 )
             )

@@ -31,9 +31,9 @@ class BatchPoint:
         sources = report.sources
         parts = [p for s in sources if (p := _positions(s)) is not None]
         if any(s.kind == "file" for s in sources) and len(parts) == len(sources):
-            processed, arrived, behind = (sum(column) for column in zip(*parts, strict=False))
+            done, arrived_total, behind = (sum(column) for column in zip(*parts, strict=False))
             return cls(committed_at_s=committed, started_at_s=committed, run_id=report.run_id,
-                       rows=report.num_input_rows, processed_position=processed, arrived_position=arrived,
+                       rows=report.num_input_rows, processed_position=done, arrived_position=arrived_total,
                        backlog_records=behind, source_kinds=tuple(s.kind for s in sources))
         counted = bool(sources) and all(s.backlog_estimate == "source_offsets" and s.position_records is not None
                                         and s.backlog_records is not None for s in sources)

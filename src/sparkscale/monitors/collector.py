@@ -17,6 +17,7 @@ daemon takes no action this cycle.
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 
@@ -41,7 +42,7 @@ from sparkscale.monitors.spark_rest import RestStage, SparkRestError, driver_res
 from sparkscale.monitors.stage_cache import STAGES
 from sparkscale.protocol.keys import executor_target_key, progress_history_key
 from sparkscale.protocol.queries import QueryInfo
-from sparkscale.redisconn import connect
+from sparkscale.redisconn import connect, stream_entries
 from sparkscale.store.redis_queries import read_queries
 
 log = structlog.get_logger(__name__)
@@ -136,7 +137,7 @@ def collect_snapshots(cfg: Config, app_name: str, query: str | None = None,
             for stage_id in batch.stage_ids:
                 if stage_id not in stages:
                     stages[stage_id], was_fetched = STAGES.get(
-                        spark_app.id, stage_id, lambda s=stage_id: rest.stage_attempts(spark_app.id, s))
+                        spark_app.id, stage_id, functools.partial(rest.stage_attempts, spark_app.id, stage_id))
                     fetched += was_fetched
         fetched_of[info.name] = fetched
     cluster = cluster_extension(cfg, spark_app.id)  # one master request + one per alive worker
@@ -191,7 +192,7 @@ def read_progress(client: redis.Redis, prefix: str, app: str, query: str, partit
     """The query's progress reports published since `since_s` (the agent's `:history` stream).
     `partitions` is ignored (older callers passed the app's input partitions)."""
     key = progress_history_key(prefix, app, query)
-    entries = client.xrange(key, min=f"{max(int(since_s * 1000), 0)}-0", max="+")
+    entries = stream_entries(client.xrange(key, min=f"{max(int(since_s * 1000), 0)}-0", max="+"))
     reports: list[ProgressReport] = []
     for _entry_id, fields in entries:
         try:

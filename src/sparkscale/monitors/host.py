@@ -13,9 +13,13 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import psutil
 import structlog
+
+if TYPE_CHECKING:
+    from psutil._ntuples import scputimes
 
 log = structlog.get_logger(__name__)
 
@@ -58,9 +62,9 @@ class _CpuDelta:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._last: tuple[object, float] | None = None
+        self._last: tuple[scputimes, float] | None = None
 
-    def read(self) -> tuple[object, object, float]:
+    def read(self) -> tuple[scputimes, scputimes, float]:
         """(times before, times now, seconds between); the first reading covers the time since boot."""
         now_times, now = psutil.cpu_times(), time.monotonic()
         with self._lock:
@@ -87,7 +91,7 @@ def sample_host(sample_s: float = 0.0) -> HostFigures:
     else:
         before, after, elapsed = _DELTA.read()
     idle = _idle_s(after) - _idle_s(before)
-    total = sum(after) - sum(before)  # type: ignore[arg-type]
+    total = sum(after) - sum(before)
     cpu_fraction = min(max(1.0 - idle / total, 0.0), 1.0) if total > 0 else 0.0
     memory = psutil.virtual_memory()
     figures = HostFigures(

@@ -12,7 +12,7 @@ and `explain` look at read time while they are pending: the history keeps them r
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import redis
 
@@ -20,10 +20,11 @@ from sparkscale.config import Config
 from sparkscale.monitors.migration_metrics import follow_up, followup_figures, history_reader, timeline_of
 
 if TYPE_CHECKING:
-    from sparkscale.model.journal import Journal
+    from sparkscale.model.journal import FollowUpMark, Journal
 
-FOLLOW_UP = "follow_up"  # the journal's mark: {"status": PENDING} or {"status": MEASURED, "measured_at", figures}
-PENDING, MEASURED = "pending", "measured"
+FOLLOW_UP: Final = "follow_up"  # the mark: {"status": PENDING} or {"status": MEASURED, "measured_at", figures}
+PENDING: Final = "pending"
+MEASURED: Final = "measured"
 FIGURES = ("restore_s", "catch_up_s", "recovery_s", "stabilization_s", "stabilization_basis")
 DONE = ("done", "done_degraded")
 
@@ -64,7 +65,8 @@ def mark(journal: Journal, seen: Look | None, now: float) -> None:
     if seen is None or not seen.final:
         journal.marks[FOLLOW_UP] = {"status": PENDING}
         return
-    journal.marks[FOLLOW_UP] = {"status": MEASURED, "measured_at": round(now, 3), **seen.figures}
+    # The figures are FollowUpMark's extra keys (extra="allow"), which a TypedDict cannot spell.
+    journal.marks[FOLLOW_UP] = cast("FollowUpMark", {"status": MEASURED, "measured_at": round(now, 3), **seen.figures})
     journal.marks.setdefault("metrics", {}).update(seen.figures)
 
 
@@ -74,7 +76,7 @@ def shown(cfg: Config, client: redis.Redis, journal: Journal, now: float) -> dic
     (more may come) or "measured now" (final, not recorded)."""
     recorded = journal.marks.get(FOLLOW_UP)
     if not recorded or recorded.get("status") != PENDING:
-        return recorded or None
+        return dict(recorded) if recorded else None  # a copy: the caller shows it, the journal keeps its own
     try:
         seen = look(cfg, client, journal, now)
     except redis.RedisError as exc:

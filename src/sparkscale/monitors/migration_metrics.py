@@ -30,6 +30,7 @@ from sparkscale.config import AppConfig, Config
 from sparkscale.monitors.batch_points import BatchPoint
 from sparkscale.monitors.progress_reports import ProgressReport
 from sparkscale.protocol.keys import progress_history_key
+from sparkscale.redisconn import stream_entries
 
 if TYPE_CHECKING:
     from sparkscale.model.journal import Journal
@@ -64,8 +65,8 @@ class MigrationTimeline:
 
 def timeline_of(journal: Journal) -> MigrationTimeline:
     marks, phases = journal.marks, journal.phases
-    released = [(phases[p], marks.get(m))
-                for p, m in (("restarted", "input_at_restart"), ("resumed", "input_at_resume")) if p in phases]
+    released = [(phases[p], position) for p, position in (
+        ("restarted", marks.get("input_at_restart")), ("resumed", marks.get("input_at_resume"))) if p in phases]
     at, position = max(released, key=lambda r: r[0]) if released else (None, None)
     return MigrationTimeline(
         requested_at_s=journal.requested_at, new_run_id=marks.get("run_id"), old_run_id=marks.get("run_id_at_request"),
@@ -117,7 +118,8 @@ def stabilisation(points: list[BatchPoint], timeline: MigrationTimeline, start_s
     out_knots, rows = [], 0
     for p in new:
         rows += p.rows
-        out_knots.append((p.committed_at_s, float(p.processed_position if positions else rows)))
+        position = p.processed_position if positions else rows  # `positions`: none is None
+        out_knots.append((p.committed_at_s, float(rows if position is None else position)))
     # The first output is a burst (what waited through the migration) at its commit: the window that
     # starts there counts it, as §4 (6) and Fig. 9 place stabilisation after restore and recovery.
     before = _position_before(points, timeline, new[0]) if positions and new else 0.0
@@ -238,7 +240,7 @@ class HistoryReader:
         self.points: list[BatchPoint] = []
 
     def read(self) -> list[BatchPoint]:
-        for entry_id, fields in self.client.xrange(self.key, min=self.last_id, max="+"):
+        for entry_id, fields in stream_entries(self.client.xrange(self.key, min=self.last_id, max="+")):
             if entry_id == self.last_id:
                 continue  # XRANGE's start is inclusive
             self.last_id = entry_id

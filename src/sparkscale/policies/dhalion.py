@@ -242,7 +242,7 @@ def resolve(diagnosis: Diagnosis, symptoms: Symptoms, snapshot: Snapshot, u: flo
         return Resolution(Action.warn(reason, worst.operator), "report the skew rather than add executors")
     if diagnosis == "slow_instance":
         slow = symptoms.slow[0]
-        expected = _backpressure_outcome(diagnosis, "replace_executor", symptoms, 1.0)
+        expected = _backpressure_outcome(diagnosis, ActionType.REPLACE_EXECUTOR, symptoms, 1.0)
         return Resolution(
             Action.replace_executor(slow.executor, f"slow instance: {slow.ratio:.2f} x its peers' time per record"),
             f"replace executor {slow.executor}", expected)
@@ -255,7 +255,8 @@ def resolve(diagnosis: Diagnosis, symptoms: Symptoms, snapshot: Snapshot, u: flo
         how += f", within max_executors {app.max_executors} -> {target}"
         if target <= current:
             return None
-        expected = _backpressure_outcome(diagnosis, "scale_executors", symptoms, target / current if current else 2.0)
+        expected = _backpressure_outcome(diagnosis, ActionType.SCALE_EXECUTORS, symptoms,
+                                         target / current if current else 2.0)
         return Resolution(Action.scale_executors(current, target, f"under-provisioned: {basis} {ratio or 0:.2f}"),
                           f"scale up: {how}", expected)
     # over_provisioning

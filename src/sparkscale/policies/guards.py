@@ -149,8 +149,8 @@ def _executor_range(actions: list[Action], current: int, app: AppConfig, notes: 
     clamped = min(max(to, low), high)
     if clamped == to:
         return actions
-    bound = "max_executors" if clamped < to else "min_executors"
-    why = f"clamped from {to} to {bound} = {clamped}"
+    limit = "max_executors" if clamped < to else "min_executors"
+    why = f"clamped from {to} to {limit} = {clamped}"
     notes.append(f"guard executor range: {action.summary()} {why}"
                  + (" (no change left)" if clamped == action.from_ else ""))
     return _replace_scale(actions, _retarget(action, clamped, why))

@@ -42,7 +42,9 @@ def decide(snapshot: Snapshot, history: DecisionHistory, config: Config, app: Ap
     executors."""
     now = snapshot.taken_at if now is None else now
     names = query_names(snapshot)
-    current = {q: history.partitions.get(q, app.shuffle_partitions) for q in names}
+    configured = app.shuffle_partitions
+    assert configured is not None, "set by AppConfig's validation"
+    current = {q: history.partitions.get(q, configured) for q in names}
     raw = get_policy(policy or config.policy.name).decide(snapshot, history, config.policy, app)
     raw = band_migrations(raw, snapshot, app, current, config.guards.partitions_per_core_min,
                           config.guards.partitions_per_core_max, not_migratable(snapshot))

@@ -212,7 +212,12 @@ def run_fault(spec: ChaosSpec, fault: Fault, env: BenchEnv, work: Path, variant:
         submit(cfg, app, fenv.config_path, fenv.overrides, wait_s=300)
         _wait_settled(cfg, app, SETTLE_LIMIT_S)
         daemons = start_daemons(fenv, work, app, fault, spec)
-        cleanup.callback(lambda: [d.stop() for d in daemons])
+
+        def stop_daemons() -> None:
+            for d in daemons:
+                d.stop()
+
+        cleanup.callback(stop_daemons)
         load = SteadyLoad(cfg, app, spec.rate, spec.seed).start()
         cleanup.callback(load.stop)
         t0 = time.time()

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 
 class DaemonProcess:
@@ -35,7 +36,7 @@ class DaemonProcess:
         if stderr is not None:
             stderr.close()  # the child has its own descriptor
 
-    def events(self, event: str | None = None, **match) -> list[dict]:
+    def events(self, event: str | None = None, **match: Any) -> list[dict]:
         """Logged events (of one name, with fields equal to `match`), oldest first."""
         if not self.log_path.exists():
             return []

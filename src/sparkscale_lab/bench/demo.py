@@ -14,9 +14,11 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import redis
 import structlog
 
 from sparkscale.apps.submit import running, stop, submit
@@ -59,7 +61,7 @@ class DemoSpec:
 
 
 def run_demo(cfg: Config, spec: DemoSpec, config_path: str | None, overrides: list[str],
-             echo=print) -> int:
+             echo: Callable[[str], None] = print) -> int:
     """The whole demo; returns the exit code (0: every record verified exactly once)."""
     echo(f"sparkscale demo: {spec.minutes:g} minutes, app {spec.app}, load {spec.profile}")
     echo("starting the embedded environment (Spark standalone master and workers, Redis, ZooKeeper)...")
@@ -176,7 +178,7 @@ def _wait_settled(cfg: Config, app_name: str, limit_s: float) -> None:
     log.warning("demo.not_settled", app=app_name, limit_s=limit_s)
 
 
-def _drain(client, cfg: Config, app_name: str, limit_s: float) -> int:
+def _drain(client: redis.Redis, cfg: Config, app_name: str, limit_s: float) -> int:
     """Wait until the app has processed all its input (or `limit_s`); the records left."""
     deadline = time.monotonic() + limit_s
     while True:

@@ -282,7 +282,8 @@ def run_placement(spec: PlacementSpec, placement: str, repeat: int, work: Path) 
                      for n in names}
         sampler = WorkerSampler(cfg, workers, spec.sample_s, t0).start()
         stages = StageCollector(cfg, names, spec.stage_poll_s).start()
-        for thread in [*recorders.values(), sampler, stages]:
+        threads: list[Recorder | WorkerSampler | StageCollector] = [*recorders.values(), sampler, stages]
+        for thread in threads:
             cleanup.callback(thread.stop)  # a run that fails leaves no sampler behind (stop is idempotent)
         log.info("placement_bench.run_start", placement=placement, repeat=repeat, apps=names, rate=spec.rate,
                  workers=[asdict(w) for w in workers])

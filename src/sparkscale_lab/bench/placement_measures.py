@@ -221,8 +221,8 @@ def measured_objective(settings: EdrpSettings, response_s: float | None, mean_co
     s = settings
     cost = mean_cores * s.price_per_core_hour
     c_max = cost_bound(s, cluster_cores)
-    r_term, c_term, d_term = weighted_terms(s, response_s or 0.0, cost, c_max, longest_stall_s)
-    r_term = None if response_s is None else r_term
+    weighted_r, c_term, d_term = weighted_terms(s, response_s or 0.0, cost, c_max, longest_stall_s)
+    r_term = None if response_s is None else weighted_r
     return MeasuredObjective(None if r_term is None else round(r_term + c_term + d_term, 4), response_s,
                              round(cost, 4), longest_stall_s, c_max, _round(r_term, 4), round(c_term, 4),
                              round(d_term, 4))

@@ -4,6 +4,7 @@ over time, actions marked, load changes (or migration phases) shaded."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from sparkscale_lab.pipelines.profiles import parse_profile
 
 
 def timeline(samples: list[Sample], actions: list[dict], title: str, path: Path, profile: str | None = None,
-             shaded: list[tuple[float, float, str]] = (), rate_window_s: float = 10.0,
+             shaded: Sequence[tuple[float, float, str]] = (), rate_window_s: float = 10.0,
              limits: SloLimits | None = None) -> None:
     """Three stacked panels sharing the time axis; `shaded` spans are (start_s, end_s, label). With
     `limits` (and a profile), the backlog is drawn as the SLO measures it, in seconds of input."""

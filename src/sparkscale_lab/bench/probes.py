@@ -36,6 +36,7 @@ from sparkscale.monitors.collector import read_progress
 from sparkscale.monitors.progress_reports import ProgressReport, parse_progress_time
 from sparkscale.monitors.spark_rest import SparkRestClient
 from sparkscale.protocol.keys import input_stream_key, progress_key
+from sparkscale.redisconn import text_hash
 from sparkscale.store.redis_queries import read_queries
 from sparkscale_lab.bench.timeline import Sample, executors_of, look
 from sparkscale_lab.pipelines.workloads import workload
@@ -161,7 +162,7 @@ class StreamLatencyProbe:
 def _last_report(client: redis.Redis, prefix: str, app: str, query: str) -> ProgressReport | None:
     fields = client.hgetall(progress_key(prefix, app, query))
     try:
-        return ProgressReport.from_fields(fields) if fields else None
+        return ProgressReport.from_fields(text_hash(fields)) if fields else None
     except (KeyError, ValueError):
         return None
 

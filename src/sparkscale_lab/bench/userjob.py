@@ -281,7 +281,9 @@ def run_migrations(env: BenchEnv, zk: KazooClient, client: redis.Redis, supporte
     by = f"bench-userjob:{os.getpid()}"
 
     def partitions(query: str) -> int:
-        return query_partitions(client, prefix, APP, query, env.cfg.app(APP).shuffle_partitions)
+        configured = env.cfg.app(APP).shuffle_partitions
+        assert configured is not None, "set by AppConfig's validation"
+        return query_partitions(client, prefix, APP, query, configured)
 
     checkpoint()
     for planned in schedule(supported, QUERIES, spec.repeat, {q: partitions(q) for q in QUERIES}):

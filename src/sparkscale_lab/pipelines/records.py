@@ -84,7 +84,8 @@ _ZIPF_WORDS = _zipf_table()
 class RecordSource(Protocol):
     """Yields one record's payload fields at a time (all values strings)."""
 
-    fields: tuple[str, ...]
+    @property
+    def fields(self) -> tuple[str, ...]: ...  # read-only: each source's class constant
 
     def next_record(self) -> dict[str, str]: ...
 

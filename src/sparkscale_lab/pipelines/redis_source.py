@@ -50,6 +50,7 @@ from pyspark.sql.types import StructType
 
 from sparkscale.protocol.keys import paused_key, source_status_key
 from sparkscale.protocol.streams import START_ID, StreamOffsets, backlog_by_partition, stream_heads
+from sparkscale.redisconn import to_write
 from sparkscale_lab.pipelines.redis_source_options import RedisStreamsOptions, source_schema
 
 log = structlog.get_logger(__name__)
@@ -185,7 +186,7 @@ class RedisStreamsReader(DataSourceStreamReader):
         status.update(_backlog_fields(backlogs, now))
         max_records, min_records = cap_for_limit(limit, self.opts.max_records_per_batch)
         if paused or sum(backlogs) == 0 or sum(backlogs) < min_records:
-            self.client.hset(self.status_key, mapping=status)
+            self.client.hset(self.status_key, mapping=to_write(status))
             return start  # unchanged JSON: Spark plans no batch
         alloc = backlogs if max_records is None else split_cap(backlogs, max_records, rotate=begin.total)
         ids, counts = list(begin.ids), list(begin.counts)
@@ -200,11 +201,11 @@ class RedisStreamsReader(DataSourceStreamReader):
                     ids[i], counts[i] = str(last_id), begin.counts[i] + int(got)
         end = StreamOffsets(tuple(ids), tuple(counts))
         if end == begin:  # entries vanished between XINFO and XRANGE (trimmed or deleted)
-            self.client.hset(self.status_key, mapping=status)
+            self.client.hset(self.status_key, mapping=to_write(status))
             return start
         status.update(latest=json.dumps(end.to_json()), latest_at=repr(time.time()),
                       admitted_records=str(end.total - begin.total))
-        self.client.hset(self.status_key, mapping=status)
+        self.client.hset(self.status_key, mapping=to_write(status))
         log.debug("source_admitted", query=self.opts.query, records=end.total - begin.total,
                   backlog_records=sum(backlogs))
         return end.to_json()
@@ -234,8 +235,9 @@ class RedisStreamsReader(DataSourceStreamReader):
         try:
             cursor = f"({partition.start_id}"
             while True:
-                page = client.xrange(partition.key, min=cursor, max=partition.end_id, count=_XRANGE_PAGE)
-                for entry_id, values in page:
+                page = client.xrange(partition.key, min=cursor, max=partition.end_id, count=_XRANGE_PAGE) or []
+                for entry_id, entry in page:
+                    values = entry or {}
                     ts = values.get("ts")
                     yield (
                         values.get("uid"),
@@ -246,7 +248,7 @@ class RedisStreamsReader(DataSourceStreamReader):
                     )
                 if len(page) < _XRANGE_PAGE:
                     return
-                cursor = f"({page[-1][0]}"
+                cursor = f"({page[-1][0]!s}"
         finally:
             client.close()
 
@@ -259,7 +261,7 @@ class RedisStreamsReader(DataSourceStreamReader):
         if self._processed is not None and self._processed.total > offsets.total:
             base = self._processed
         status.update(_backlog_fields(backlog_by_partition(stream_heads(self.client, self.keys), base), now))
-        self.client.hset(self.status_key, mapping=status)
+        self.client.hset(self.status_key, mapping=to_write(status))
 
     def stop(self) -> None:
         if self._client is not None:

@@ -46,6 +46,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, WriterCom
 from pyspark.sql.types import StructType
 
 from sparkscale.protocol.sinks import SinkTarget
+from sparkscale.redisconn import to_write
 
 log = structlog.get_logger(__name__)
 
@@ -202,7 +203,7 @@ class KeyedBatchWriter:
             if self.replace:
                 pipe.delete(t.kv_key)
             if latest:
-                pipe.hset(t.kv_key, mapping=latest)
+                pipe.hset(t.kv_key, mapping=to_write(latest))
             pipe.hset(t.meta_key, mapping={"mode": "complete" if self.replace else "update",
                                            "last_batch_id": batch_id, "last_batch_rows": len(latest),
                                            "last_batch_at": repr(time.time())})

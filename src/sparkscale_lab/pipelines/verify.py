@@ -68,7 +68,7 @@ def read_record_sink(client: redis.Redis, target: SinkTarget, mode: Literal["ide
             arrived.update(_text(uid) for uid in client.lrange(target.log_key, first, first + _PAGE - 1))
         return arrived
     for batch_id in client.zrange(target.batches_key, 0, -1):
-        for uid, times in client.zscan_iter(target.batch_key(int(batch_id)), count=_PAGE):
+        for uid, times in client.zscan_iter(target.batch_key(int(_text(batch_id))), count=_PAGE):
             arrived[_text(uid)] += int(times)
     return arrived
 
@@ -197,9 +197,9 @@ def compare_keyed(expected: Mapping[str, Any], actual: Mapping[str, Any]) -> Ver
 def _stream_entries(client: redis.Redis, key: str, partition: int) -> Iterator[InputRecord]:
     cursor = "-"
     while True:
-        page = client.xrange(key, min=cursor, max="+", count=_PAGE)
+        page = client.xrange(key, min=cursor, max="+", count=_PAGE) or []
         for entry_id, values in page:
-            fields = {_text(k): _text(v) for k, v in values.items()}
+            fields = {_text(k): _text(v) for k, v in (values or {}).items()}
             ts = fields.pop("ts", None)
             yield InputRecord(
                 partition=partition,

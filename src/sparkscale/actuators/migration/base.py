@@ -26,7 +26,7 @@ from sparkscale.registry import STRATEGIES
 
 if TYPE_CHECKING:
     from sparkscale.model.journal import Journal
-    from sparkscale.monitors.migration_metrics import BatchPoint
+    from sparkscale.monitors.batch_points import BatchPoint
 
 log = structlog.get_logger(__name__)
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import redis
 import structlog
@@ -32,14 +32,16 @@ import structlog
 from sparkscale.actuators.migration.base import MigrationError, get_strategy
 from sparkscale.actuators.migration.journal import JournalFenced, new_shape, operator_commands, phase_metrics
 from sparkscale.actuators.migration.session import MigrationSession
-from sparkscale.model.journal import Journal
+from sparkscale.model.journal import AttemptMark, Journal, JournalStatus, Phase, StepMark
 from sparkscale.protocol.commands import AckTimeout
 from sparkscale.protocol.keys import paused_key
 
 log = structlog.get_logger(__name__)
 
 STEP_ERRORS = (MigrationError, AckTimeout, redis.RedisError)  # JournalFenced is re-raised before these
-FORWARD, BACK = "forward", "back"
+Way = Literal["forward", "back"]
+FORWARD: Way = "forward"
+BACK: Way = "back"
 Step = tuple[str, Callable[[], Any]]
 
 
@@ -91,15 +93,16 @@ class Recovery:
                 journal.phases.pop(phase, None)
             journal.marks.pop("first_output_at", None)
         _archive(journal)
-        journal.status = "running"
+        journal.status = JournalStatus.RUNNING
 
     # -- the ways ---------------------------------------------------------------------------------
 
-    def _begin(self, journal: Journal, goal: str, reason: str) -> None:
+    def _begin(self, journal: Journal, goal: Literal["recover", "abort"], reason: str) -> None:
         _archive(journal)
-        journal.status = "recovering"
+        journal.status = JournalStatus.RECOVERING
+        reached = journal.phase_reached
         journal.marks["recovery"] = {"goal": goal, "reason": reason, "at": journal.next,
-                                     "phase_reached": journal.phase_reached,
+                                     "phase_reached": None if reached is None else Phase(reached),
                                      "state_moved": self._state_moved(journal), "began_at": time.time(),
                                      "epoch": self.runner.epoch, "attempts": []}
         log.warning("migration.recovering", app=journal.app, query=journal.query, id=journal.id, goal=goal,
@@ -118,7 +121,7 @@ class Recovery:
         except redis.RedisError:
             return False  # as before the recovery: the rollback's start takes the checkpoint's count
 
-    def _unsafe(self, journal: Journal, way: str) -> str | None:
+    def _unsafe(self, journal: Journal, way: Way) -> str | None:
         """Why `way` cannot be taken (None: it can)."""
         if way == FORWARD or not journal.marks["recovery"]["state_moved"]:
             return None
@@ -128,7 +131,7 @@ class Recovery:
             return "the partitions did not change: nothing to repartition back"
         return None
 
-    def _plan(self, journal: Journal, way: str) -> list[Step]:
+    def _plan(self, journal: Journal, way: Way) -> list[Step]:
         """The agent commands of `way`, in order."""
         q, r, m = journal.query, self.runner, self.runner.mcfg
         resume: Step = ("resume_sources", self._resume)
@@ -150,14 +153,14 @@ class Recovery:
         }, timeout_s=m.phase_timeout_s))
         return [stop, repartition, start, resume]
 
-    def _attempt(self, journal: Journal, way: str) -> bool:
+    def _attempt(self, journal: Journal, way: Way) -> bool:
         rec = journal.marks["recovery"]
         moved = rec["state_moved"]
         partitions = journal.to_partitions if way == FORWARD and moved else journal.from_partitions
-        attempt: dict[str, Any] = {"way": way, "partitions": partitions, "steps": []}
+        attempt: AttemptMark = {"way": way, "partitions": partitions, "steps": []}
         rec["attempts"].append(attempt)
         for name, step in self._plan(journal, way):
-            entry: dict[str, Any] = {"step": name, "began_at": time.time()}
+            entry: StepMark = {"step": name, "began_at": time.time()}
             attempt["steps"].append(entry)
             self.runner._write(journal)  # before the step: a successor knows what may have been under way
             try:
@@ -165,14 +168,14 @@ class Recovery:
             except JournalFenced:
                 raise
             except STEP_ERRORS as exc:
-                entry.update(ok=False, error=str(exc), at=time.time())
+                entry.update({"ok": False, "error": str(exc), "at": time.time()})
                 attempt["error"] = f"{name}: {exc}"
                 log.warning("migration.recovery_step_failed", app=journal.app, id=journal.id, way=way, step=name,
                             partitions=partitions, error=str(exc))
                 self.runner._write(journal)
                 self._still_leading(journal)
                 return False
-            entry.update(ok=True, at=time.time())
+            entry.update({"ok": True, "at": time.time()})
             log.info("migration.recovery_step", app=journal.app, id=journal.id, way=way, step=name,
                      partitions=partitions)
             if self.runner.on_phase is not None:
@@ -180,9 +183,10 @@ class Recovery:
         self.runner._write(journal)
         return True
 
-    def _end(self, journal: Journal, way: str) -> Journal:
+    def _end(self, journal: Journal, way: Way) -> Journal:
         rec = journal.marks["recovery"]
-        status = "aborted" if rec["goal"] == "abort" else "done_degraded" if way == FORWARD else "rolled_back"
+        status = (JournalStatus.ABORTED if rec["goal"] == "abort" else JournalStatus.DONE_DEGRADED if way == FORWARD
+                  else JournalStatus.ROLLED_BACK)
         rec["ended_at"] = time.time()
         journal.status = status
         if status == "done_degraded":
@@ -200,7 +204,7 @@ class Recovery:
         rec = journal.marks["recovery"]
         rec["sources_resumed"] = self.resume_anyway(journal)
         rec["ended_at"] = time.time()
-        journal.status = "needs_attention"
+        journal.status = JournalStatus.NEEDS_ATTENTION
         self.runner._write(journal)
         errors = "; ".join([f"{a['way']}: {a['error']}" for a in rec["attempts"] if a.get("error")]
                            + [f"{way} not tried: {why}" for way, why in rec.get("skipped", {}).items()])

@@ -24,7 +24,7 @@ from sparkscale.actuators.migration.journal import (
 from sparkscale.actuators.migration.recovery import Recovery
 from sparkscale.actuators.migration.session import MigrationSession
 from sparkscale.model.executor_shape import ExecutorShape
-from sparkscale.model.journal import Journal
+from sparkscale.model.journal import Journal, JournalStatus, Phase
 from sparkscale.monitors.migration_metrics import CLOCK_MARGIN_S, first_output, timeline_of
 from sparkscale.protocol.commands import AckTimeout
 from sparkscale.protocol.keys import datastore_key
@@ -86,7 +86,7 @@ class MigrationRunner(MigrationSession):
             "restored": self._restored, "done": self._await_first_output,
         }
         for phase in journal.remaining:
-            journal.next = phase
+            journal.next = Phase(phase)
             self._write(journal)  # before the step: a successor knows what may have been under way
             try:
                 before_step(phase)
@@ -97,7 +97,7 @@ class MigrationRunner(MigrationSession):
                 return self._fail(journal, phase, str(exc))
             after_step(phase)
             self._complete(journal, phase)
-        journal.status = "done"
+        journal.status = JournalStatus.DONE
         journal.marks["metrics"] = phase_metrics(journal)
         self._write(journal)
         log.info("migration.done", app=self.app.name, id=journal.id, strategy=journal.strategy,
@@ -220,22 +220,24 @@ class MigrationRunner(MigrationSession):
             return
         status = read_source_status(self.redis, self.prefix, self.app.name, journal.query)
         parts = self.app.source_partitions
-        captured = {
-            "processed": StreamOffsets.from_json(status.processed or status.committed or {}, parts).to_json(),
-            "latest": StreamOffsets.from_json(status.latest or {}, parts).to_json(),
-            "input_position": self._input_position(),
-            "captured_at": time.time(),
-            "what": "positions",  # the records stay in the input streams, read first after the restart
-        }
-        processed = StreamOffsets.from_json(captured["processed"], parts).total
+        processed_json = StreamOffsets.from_json(status.processed or status.committed or {}, parts).to_json()
+        latest_json = StreamOffsets.from_json(status.latest or {}, parts).to_json()
+        input_position = self._input_position()
+        captured_at = time.time()
+        processed = StreamOffsets.from_json(processed_json, parts).total
         # A script app reading the Redis streams source has no app-wide input position: the source's own backlog.
-        captured["records"] = (captured["input_position"] - processed if captured["input_position"] is not None
-                               else status.backlog)
-        captured["in_flight_records"] = max(StreamOffsets.from_json(captured["latest"], parts).total - processed, 0)
+        records = input_position - processed if input_position is not None else status.backlog
+        in_flight_records = max(StreamOffsets.from_json(latest_json, parts).total - processed, 0)
+        captured = {
+            "processed": processed_json, "latest": latest_json, "input_position": input_position,
+            "captured_at": captured_at,
+            "what": "positions",  # the records stay in the input streams, read first after the restart
+            "records": records, "in_flight_records": in_flight_records,
+        }
         self.redis.set(datastore_key(self.prefix, self.app.name, journal.id), json.dumps(captured),
                        ex=int(self.mcfg.datastore_ttl_s))
-        journal.marks["captured_records"] = captured["records"]
-        journal.marks["captured_in_flight_records"] = captured["in_flight_records"]
+        journal.marks["captured_records"] = records
+        journal.marks["captured_in_flight_records"] = in_flight_records
 
     def _repartition(self, journal: Journal) -> None:
         if journal.from_partitions == journal.to_partitions:

@@ -14,15 +14,17 @@ import redis
 from kazoo.client import KazooClient
 
 from sparkscale.actuators.migration.base import MigrationError
-from sparkscale.actuators.migration.journal import Journal, JournalStore, PhaseCallback
+from sparkscale.actuators.migration.journal import JournalStore, PhaseCallback
 from sparkscale.apps.submit import running, store_shape
 from sparkscale.config import AppConfig, Config
 from sparkscale.model.executor_shape import ExecutorShape
+from sparkscale.model.journal import Journal
 from sparkscale.monitors.batch_points import BatchPoint
 from sparkscale.monitors.migration_metrics import read_batches
 from sparkscale.protocol.commands import send_command, wait_ack
 from sparkscale.protocol.keys import input_stream_key, progress_key
 from sparkscale.protocol.streams import query_partitions, stream_heads
+from sparkscale.redisconn import text_hash
 from sparkscale.store.redis_queries import read_queries
 
 
@@ -51,6 +53,7 @@ class MigrationSession:
 
     def current_partitions(self, query: str) -> int:
         """The query's state partitions: as last repartitioned, else its progress, else the config."""
+        assert self.app.shuffle_partitions is not None, "set by AppConfig's validation"
         return query_partitions(self.redis, self.prefix, self.app.name, query, self.app.shuffle_partitions)
 
     # -- what a strategy may read (base.RestoreProbe) ---------------------------------------------
@@ -69,7 +72,7 @@ class MigrationSession:
         return True if info is None else info.pausable
 
     def query_progress(self, query: str) -> dict[str, str]:
-        return self.redis.hgetall(progress_key(self.prefix, self.app.name, query))
+        return text_hash(self.redis.hgetall(progress_key(self.prefix, self.app.name, query)))
 
     def batches_since(self, query: str, since_s: float) -> list[BatchPoint]:
         return read_batches(self.redis, self.prefix, self.app.name, query, since_s)

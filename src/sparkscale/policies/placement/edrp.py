@@ -94,7 +94,8 @@ class _Milp:
                     options={"time_limit": time_limit_s, "mip_rel_gap": gap})
 
 
-def _build(inst: Instance, s: EdrpSettings, landing: Mapping[str, str | None]) -> tuple[_Milp, dict]:
+def _build(inst: Instance, s: EdrpSettings,
+           landing: Mapping[str, str | None]) -> tuple[_Milp, dict[tuple[str, str], int]]:
     """Variables x, p, q, b, z, g, T_a, r, t and rows 1-13 of notes §D."""
     m, dm = _Milp(), s.downtime
     r = m.var(0.0, math.inf if inst.soft_r else s.r_max_s, False, s.w_r / s.r_max_s)  # EDRP eq. (15) as a bound

@@ -125,9 +125,9 @@ def inter_node_traffic(model: ClusterModel) -> float:
 
 def classify(model: ClusterModel, settings: OtdSettings) -> tuple[list[Worker], list[Worker]]:
     # N-Storm §4.2 Fig. 6: high- and low-load workers; a worker with busy_share None is neither
-    known = [w for w in model.workers if w.busy_share is not None]
-    high = [w for w in known if w.busy_share >= settings.high_load]
-    low = [w for w in known if w.busy_share <= settings.low_load]
+    known = [(w, w.busy_share) for w in model.workers if w.busy_share is not None]
+    high = [w for w, share in known if share >= settings.high_load]
+    low = [w for w, share in known if share <= settings.low_load]
     return high, low
 
 

@@ -95,8 +95,11 @@ def register_workload(w: Workload) -> Workload:
 registered_workloads = product.registered_workloads
 
 
-def workload(name: str) -> Workload:
-    """The lab's workload `name`, with its build and oracle (a plug-in of someone else's is refused)."""
+def workload(name: str | None) -> Workload:
+    """The lab's workload `name`, with its build and oracle (a plug-in of someone else's is refused).
+    None is an app's `pipeline` when it runs its own script: it has no workload."""
+    if name is None:
+        raise KeyError("no workload named None: the app runs its own script")
     found = product.workload(name)
     if not isinstance(found, Workload):
         raise KeyError(f"workload {name!r} is not one of the lab's (it has no build and expected_output)")
