@@ -101,6 +101,8 @@ def test_the_action_log_joins_decisions_with_their_results_and_outcomes(store: S
     assert logged[0].results == (ActionResult(SCALE, "done", "ok"),) and logged[0].outcome is not None
     assert logged[0].outcome.met and logged[1].results is None and logged[1].outcome is None
     assert store.actions.read("other") == []
+    found = store.actions.decision(first)
+    assert found is not None and found.results == logged[0].results and store.actions.decision("1-0") is None
     kept = store.actions.snapshot("clicks", record().snapshot_id)
     assert kept is not None and json.loads(kept)["app"] == "clicks"
     assert store.actions.snapshot("clicks", "nope") is None

@@ -43,6 +43,10 @@ class ActionLogStore(Protocol):
         """Decisions (of `app`, made at or after `since`, epoch s), oldest first, joined."""
         ...
 
+    def decision(self, decision_id: str) -> LoggedDecision | None:
+        """The decision logged under `decision_id`, joined (None: never logged, or trimmed since)."""
+        ...
+
     def snapshot(self, app: str, wanted_id: str) -> str | None:
         """The JSON of a logged decision's snapshot, if it is still kept."""
         ...

@@ -73,6 +73,9 @@ class MemoryActionLog:
         return join((i, e) for i, a, e in self.entries
                     if (app is None or a == app) and (since_ms is None or _ms(i) >= since_ms))
 
+    def decision(self, decision_id: str) -> LoggedDecision | None:
+        return next((d for d in self.read() if d.id == decision_id), None)
+
     def snapshot(self, app: str, wanted_id: str) -> str | None:
         return next((data for i, data in reversed(self.snapshots.get(app, [])) if i == wanted_id), None)
 
