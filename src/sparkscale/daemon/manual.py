@@ -93,6 +93,7 @@ def run_migration(action_log: ActionLogStore, ctx: ActuationContext, query: str,
     `executors`, log the results. `to_partitions` None keeps the partitions (a shape change only).
     `from_partitions`: the journal's, for a migration resumed or aborted part-way (the query may
     already report the new count, which would log it as "8 -> 8"); None: the query's count now."""
+    assert ctx.app.shuffle_partitions is not None  # set when the config is validated
     current = query_partitions(ctx.redis, ctx.cfg.redis.key_prefix, ctx.app.name, query, ctx.app.shuffle_partitions)
     to_partitions = current if to_partitions is None else to_partitions
     strategy = ctx.strategy or ctx.cfg.migration.strategy
@@ -153,6 +154,7 @@ def serve_requests(requests: RequestStore, journals: JournalStores, app: str, ac
     migration are served; the others wait for one, or expire. Returns what was carried out."""
     results: list[ActionResult] = []
     for request in requests.pending(app):
+        decision_id: str | None
         if snapshot is None and request.type not in JOURNAL_REQUESTS:
             continue
         now = time.time()
