@@ -271,6 +271,7 @@ def test_sigkill_at_each_ccr_phase_then_the_next_leader_completes_it(setup, tmp_
 
     from sparkscale.actuators.migration import JournalStore
     from sparkscale.daemon import manual
+    from sparkscale.store.zk_requests import ZkRequests
     from sparkscale_lab.bench.migration_faults import FAULT_HOLD_ENV
     from tests.integration.test_daemon import DaemonProcess
 
@@ -303,7 +304,7 @@ def test_sigkill_at_each_ccr_phase_then_the_next_leader_completes_it(setup, tmp_
             leader = DaemonProcess(daemon_setup, f"m{n}", env={FAULT_HOLD_ENV: phase})
             daemons.append(leader)
             wait_until(lambda leader=leader: leader.events("leader.elected", app=app), 90, f"m{n} to lead")
-            manual.submit_request(zk, root, app, target, "test", 600, type="migrate", query=query,
+            manual.submit_request(ZkRequests(zk, root), app, target, "test", 600, type="migrate", query=query,
                                   strategy="ccr")
             wait_until(lambda leader=leader: leader.events("migration.fault_hold"), 180,
                        f"the migration to reach {phase}")

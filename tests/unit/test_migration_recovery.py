@@ -347,21 +347,24 @@ def test_a_new_migration_waits_for_the_operator():
 
 def test_the_leader_serves_resume_and_abort_requests_without_a_live_query():
     from sparkscale.daemon import manual
+    from sparkscale.store.zk_journal import ZkJournals
+    from sparkscale.store.zk_requests import ZkRequests
 
     zk = FakeZk()
     zk.ensure_path(f"{ROOT}/apps/a")
     journal = Journal(id="mig-1", app="a", query="q", strategy="ccr", from_partitions=4, to_partitions=8,
                       requested_at=100.0, by="t", epoch=3, status="done")
     zk.create(JOURNAL, journal.to_json())
-    scale = manual.submit_request(zk, ROOT, "a", 3, "op", 60)
-    resume = manual.submit_request(zk, ROOT, "a", None, "op", 60, type="resume_migration", migration="mig-1")
-    served = manual.serve_requests(zk, ROOT, "a", action_log=None, context=None, leader="d1", dry_run=False,
-                                   snapshot=None)
+    requests = ZkRequests(zk, ROOT)
+    scale = manual.submit_request(requests, "a", 3, "op", 60)
+    resume = manual.submit_request(requests, "a", None, "op", 60, type="resume_migration", migration="mig-1")
+    served = manual.serve_requests(requests, ZkJournals(zk, ROOT), "a", action_log=None, context=None, leader="d1",
+                                   dry_run=False, snapshot=None)
     assert served == []
     answer = manual.ManualResult.from_json(zk.get(f"{ROOT}/apps/a/request_results/{resume}")[0])
     assert not answer.ok and json.loads(answer.detail) == {"detail": "migration mig-1 of a is done: nothing to resume",
                                                            "refused": True}
-    assert [r.name for r in manual.pending_requests(zk, ROOT, "a")] == [scale]  # waits for a live query
+    assert [r.name for r in requests.pending("a")] == [scale]  # waits for a live query
 
 
 def test_the_attention_metric_and_the_request_format():
@@ -484,6 +487,7 @@ def test_a_daemon_cycle_without_a_live_query_sets_the_metric_and_serves_the_oper
     from sparkscale.daemon import status as app_status
     from sparkscale.monitors.collector import NoQueriesYet
     from sparkscale.store.redis_shapes import RedisShapes
+    from sparkscale.store.zk_requests import ZkRequests
 
     cfg = Config.model_validate({"apps": [{"name": "a", "pipeline": "wordcount"}]})
     zk = FakeZk()
@@ -492,7 +496,7 @@ def test_a_daemon_cycle_without_a_live_query_sets_the_metric_and_serves_the_oper
     journal = Journal(id="mig-1", app="a", query="q", strategy="ccr", from_partitions=4, to_partitions=8,
                       requested_at=100.0, by="t", epoch=3, status="needs_attention")
     zk.create(f"{cfg.zookeeper.root}/apps/a/migration", journal.to_json(), makepath=True)
-    name = manual.submit_request(zk, cfg.zookeeper.root, "a", None, "op", 60, type="abort_migration",
+    name = manual.submit_request(ZkRequests(zk, cfg.zookeeper.root), "a", None, "op", 60, type="abort_migration",
                                  migration="mig-2")
     daemon.elections["a"] = SimpleNamespace(try_acquire=lambda: True, epoch=3, is_leader=True)
     daemon.autoscaler.states["a"] = AppState(elected_epoch=3)

@@ -12,10 +12,12 @@ from structlog.testing import capture_logs
 
 from sparkscale.config import ActionLogConfig
 from sparkscale.model.action_result import ActionResult
+from sparkscale.model.app_status import AppStatus, QueryView, Role
 from sparkscale.model.executor_shape import ExecutorShape
 from sparkscale.model.journal import Journal
+from sparkscale.model.manual_request import ManualRequest, ManualResult, RequestType
 from sparkscale.policies.outcomes import BlockedAction
-from sparkscale.protocol.keys import actions_key, blocklist_key, downtime_samples_key, shape_key
+from sparkscale.protocol.keys import actions_key, blocklist_key, downtime_samples_key, shape_key, status_key
 from sparkscale.protocol.queries import queries_key
 from sparkscale.store.action_records import BlocklistEntry, OutcomeRecord
 from sparkscale.store.base import Store
@@ -99,6 +101,8 @@ def test_the_action_log_joins_decisions_with_their_results_and_outcomes(store: S
     assert logged[0].results == (ActionResult(SCALE, "done", "ok"),) and logged[0].outcome is not None
     assert logged[0].outcome.met and logged[1].results is None and logged[1].outcome is None
     assert store.actions.read("other") == []
+    found = store.actions.decision(first)
+    assert found is not None and found.results == logged[0].results and store.actions.decision("1-0") is None
     kept = store.actions.snapshot("clicks", record().snapshot_id)
     assert kept is not None and json.loads(kept)["app"] == "clicks"
     assert store.actions.snapshot("clicks", "nope") is None
@@ -138,6 +142,29 @@ def test_shapes_queries_and_downtime_samples_round_trip(store: Store) -> None:
     store.downtime.add("restart", 8.0, 0.0, "clicks")
     assert store.downtime.load() == {"restart": [(12.0, 3e6), (8.0, 0.0)]}
     assert store.leaders.current_leader("clicks") is None and store.leaders.live_lock("clicks") is None
+
+
+def test_requests_are_pending_oldest_first_until_answered_and_withdrawn_without_an_answer(store: Store) -> None:
+    first = store.requests.submit("clicks", ManualRequest(3, "op", T, T + 60))
+    second = store.requests.submit("clicks", ManualRequest(None, "op", T, T + 60, type=RequestType.ABORT_MIGRATION,
+                                                           migration="mig-1"))
+    assert [(r.name, r.to, r.type) for r in store.requests.pending("clicks")] == [
+        (first, 3, RequestType.SCALE_EXECUTORS), (second, None, RequestType.ABORT_MIGRATION)]
+    assert store.requests.pending("other") == []
+    store.requests.answer("clicks", first, ManualResult(True, "done", "d-1", "daemon-a"))
+    store.requests.answer("clicks", first, ManualResult(False, "twice"))  # a second answer is skipped
+    assert store.requests.wait_result("clicks", first, 0.0) == ManualResult(True, "done", "d-1", "daemon-a")
+    assert store.requests.wait_result("clicks", second, 0.0) is None
+    assert store.requests.pending("clicks") == []  # withdrawn
+
+
+def test_each_daemons_status_is_read_freshest_first(store: Store) -> None:
+    view = QueryView("q", 2000.0, "position", None, "unknown", 4)
+    store.status.publish("clicks", AppStatus("daemon-a", Role.STANDBY, None, T, "ok"))
+    store.status.publish("clicks", AppStatus("daemon-b", Role.LEADER, 3, T + 5, "ok", 2, {"q": 4}, queries=(view,)))
+    store.status.publish("clicks", AppStatus("daemon-a", Role.STANDBY, None, T + 1, "absent"))
+    assert [(s.daemon, s.cycle_at) for s in store.status.read("clicks")] == [("daemon-b", T + 5), ("daemon-a", T + 1)]
+    assert store.status.read("clicks")[0].queries == (view,) and store.status.read("other") == []
 
 
 # -- bad records ------------------------------------------------------------------------------------
@@ -215,3 +242,51 @@ def test_a_connection_error_is_not_a_bad_record() -> None:
     redis.xrange = refuse  # type: ignore[method-assign,assignment]
     with pytest.raises(ConnectionError):
         store.actions.read("clicks")
+
+
+REQUEST = {"to": 3, "by": "op", "requested_at": T, "expires_at": T + 60}
+
+
+@pytest.mark.parametrize("body", [
+    b"{not json", b"[1, 2]", json.dumps({**REQUEST, "to": float("inf")}).encode(),
+    json.dumps({**REQUEST, "expires_at": float("nan")}).encode(), json.dumps({**REQUEST, "type": "sideways"}).encode(),
+])
+def test_a_malformed_request_is_answered_as_invalid_logged_once_and_the_others_served(body: bytes) -> None:
+    store, _redis, zk = _live()
+    good = store.requests.submit("clicks", ManualRequest(3, "op", T, T + 60))
+    bad = str(zk.create(f"{ROOT}/apps/clicks/requests/req-", body, sequence=True)).rsplit("/", 1)[1]
+    with capture_logs() as logs:
+        assert [r.name for r in store.requests.pending("clicks")] == [good]
+        assert [r.name for r in store.requests.pending("clicks")] == [good]
+    assert [(e["key"], e["record"]) for e in _bad_lines(logs)] == [(f"{ROOT}/apps/clicks/requests", bad)]
+    assert store.requests.wait_result("clicks", bad, 0.0) == ManualResult(False, "not a valid request")
+
+
+def test_an_answer_that_does_not_parse_is_a_refusal_saying_so() -> None:
+    store, _redis, zk = _live()
+    name = store.requests.submit("clicks", ManualRequest(3, "op", T, T + 60))
+    zk.create(f"{ROOT}/apps/clicks/request_results/{name}", b'{"ok": true}', makepath=True)
+    with capture_logs() as logs:
+        answer = store.requests.wait_result("clicks", name, 0.0)
+    assert answer == ManualResult(False, "the leader's answer does not parse: detail: missing")
+    assert len(_bad_lines(logs)) == 1
+
+
+def test_a_bad_status_view_is_skipped_and_logged_once() -> None:
+    store, redis, _zk = _live()
+    store.status.publish("clicks", AppStatus("daemon-a", Role.LEADER, 3, T, "ok"))
+    redis.hset(status_key(PREFIX, "clicks"), "daemon-b", json.dumps({"daemon": "daemon-b", "role": "boss"}))
+    redis.hset(status_key(PREFIX, "clicks"), "daemon-c", '{"cycle_at": NaN}')
+    with capture_logs() as logs:
+        for _ in range(2):
+            assert [s.daemon for s in store.status.read("clicks")] == ["daemon-a"]
+    assert sorted(e["record"] for e in _bad_lines(logs)) == ["daemon-b", "daemon-c"]
+
+
+def test_the_memory_store_calls_a_watcher_on_each_request() -> None:
+    store = memory_store(ActionLogConfig(), clock=lambda: T)
+    seen: list[str] = []
+    store.requests.watch("clicks", lambda: seen.append("woken"))
+    store.requests.submit("clicks", ManualRequest(3, "op", T, T + 60))
+    store.requests.submit("other", ManualRequest(3, "op", T, T + 60))
+    assert seen == ["woken"]

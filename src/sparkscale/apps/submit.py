@@ -171,7 +171,7 @@ def submit_command(
     return argv
 
 
-def launch_driver(cfg: Config, app_name: str, config_path: str | None, overrides: list[str]) -> subprocess.Popen:
+def launch_driver(cfg: Config, app_name: str, config_path: str | None, overrides: list[str]) -> subprocess.Popen[bytes]:
     """Start the app's driver (spark-submit in client mode) as a child of the caller, the supervisor
     (apps/supervisor.py); its output goes to the app's log. The executor shape is the one a
     migration stored, if any, else the config's."""
@@ -224,7 +224,7 @@ def submit(
     if cfg.drivers.supervisor == "systemd":
         systemd_units.start(cfg.drivers.unit(app_name))
         pid = systemd_units.main_pid(cfg.drivers.unit(app_name))
-        proc: subprocess.Popen | None = None
+        proc: subprocess.Popen[bytes] | None = None
     else:
         with open(logfile, "ab") as out:
             proc = subprocess.Popen(supervisor_command(cfg, app_name, config_path, list(overrides or [])),
@@ -242,7 +242,7 @@ def submit(
     return record
 
 
-def _wait_started(cfg: Config, record: PipelineRecord, proc: subprocess.Popen | None, wait_s: float) -> None:
+def _wait_started(cfg: Config, record: PipelineRecord, proc: subprocess.Popen[bytes] | None, wait_s: float) -> None:
     """The driver writes `<app>.started` once its queries run; wait for that or for its supervisor's
     end (a driver that fails before its queries start is not restarted)."""
     marker = started_marker(cfg, record.app)

@@ -16,7 +16,11 @@ from sparkscale.config.secrets import check_secrets
 from sparkscale.logsetup import configure_logging
 
 if TYPE_CHECKING:
+    import redis
+    from kazoo.client import KazooClient
+
     from sparkscale.client import Client
+    from sparkscale.store.base import Store
 
 EXIT_CONFIG = 2
 EXIT_ENVIRONMENT = 3
@@ -90,6 +94,17 @@ def require_app(cfg: Config, app_name: str) -> Config:
 
         click.echo(f"{exc.args[0]}; a pipeline name ({', '.join(registered_workloads())}) also works", err=True)
         sys.exit(EXIT_CONFIG)
+
+
+def cli_store(cfg: Config, zk: KazooClient | None = None, redis_client: redis.Redis | None = None) -> Store:
+    """The state a read command shows (store/live.py). Without `zk`, a client that is never started:
+    the commands that read only Redis (actions, explain, blocklist) do not reach ZooKeeper."""
+    from sparkscale import zkconn
+    from sparkscale.redisconn import connect
+    from sparkscale.store.live import live_store
+
+    return live_store(redis_client if redis_client is not None else connect(cfg.redis), cfg.redis.key_prefix,
+                      zk if zk is not None else zkconn.client(cfg.zookeeper), cfg.zookeeper.root, cfg.action_log)
 
 
 def zk_or_exit(cfg: Config) -> Any:

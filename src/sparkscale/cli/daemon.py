@@ -13,6 +13,7 @@ import redis
 
 from sparkscale.cli.common import (
     EXIT_CONFIG,
+    cli_store,
     client,
     client_errors,
     config_options,
@@ -52,20 +53,17 @@ def run(cfg: Config, max_cycles: int | None) -> None:
 def status(cfg: Config, as_json: bool) -> None:
     """The leader of each managed app, its executors and parallelism, and the last decision; and
     each migration that needs the operator (`sparkscale migrate --resume ID` / `--abort ID`)."""
-    from sparkscale.actuators.migration import JournalStore, attention_line
-    from sparkscale.daemon import status as app_status
-    from sparkscale.daemon.leader import current_leader
+    from sparkscale.actuators.migration import attention_line
     from sparkscale.daemon.operator_view import AppLine, pick_view, status_table
-    from sparkscale.redisconn import connect
 
-    client = connect(cfg.redis)
     zk = zk_or_exit(cfg)
+    store = cli_store(cfg, zk)
     try:
         lines = []
         for app in cfg.apps:
-            leader = current_leader(zk, cfg.zookeeper.root, app.name)
-            views = app_status.read(client, cfg.redis.key_prefix, app.name)
-            journal = JournalStore(zk, cfg.zookeeper.root, app.name).read()
+            leader = store.leaders.current_leader(app.name)
+            views = store.status.read(app.name)
+            journal = store.journals.journal(app.name).read()
             attention = attention_line(journal) if journal is not None and journal.needs_attention else None
             lines.append(AppLine(app.name, leader, pick_view(leader, views), attention))
     except redis.RedisError as exc:
@@ -91,10 +89,9 @@ def status(cfg: Config, as_json: bool) -> None:
 def actions(cfg: Config, app_name: str | None, since: str, show_all: bool, limit: int, as_json: bool,
             as_history: bool) -> None:
     """The action log: when, what, why, expected against actual outcome."""
-    from sparkscale.daemon.action_log import ActionLog, BlocklistStore, executed, past_decisions
+    from sparkscale.daemon.action_log import executed, past_decisions
     from sparkscale.daemon.operator_view import actions_table, parse_since
     from sparkscale.policies.history import DecisionHistory
-    from sparkscale.redisconn import connect
 
     if as_history and app_name is None:
         click.echo("--history needs --app", err=True)
@@ -106,7 +103,8 @@ def actions(cfg: Config, app_name: str | None, since: str, show_all: bool, limit
         click.echo(str(exc), err=True)
         sys.exit(EXIT_CONFIG)
     try:
-        logged = ActionLog(connect(cfg.redis), cfg.redis.key_prefix, cfg.action_log).read(app_name, since_s)
+        store = cli_store(cfg)
+        logged = store.actions.read(app_name, since_s)
     except redis.RedisError as exc:
         click.echo(f"Redis at {cfg.redis.host}:{cfg.redis.port} is unreachable: {exc}", err=True)
         sys.exit(1)
@@ -115,8 +113,7 @@ def actions(cfg: Config, app_name: str | None, since: str, show_all: bool, limit
         # As the daemon hands it to the planner: when it last acted, 0.0 for never.
         last_action_at = (acted[-1].done_at if acted else None) or 0.0
         history = DecisionHistory(past_decisions(logged), last_action_at=last_action_at,
-                                  blocklist=BlocklistStore(connect(cfg.redis), cfg.redis.key_prefix).blocklist(
-                                      time.time(), app_name))
+                                  blocklist=store.blocklist.blocklist(time.time(), app_name))
         click.echo(json.dumps(history.to_dict(), indent=2))
         return
     if not show_all:
@@ -138,8 +135,7 @@ def explain(cfg: Config, decision_id: str, as_json: bool) -> None:
     the expected and actual outcome, what executing it did and the snapshot it saw.
 
     DECISION_ID is the id at the end of the daemon's `cycle` line (or in `actions --json`)."""
-    from sparkscale.daemon.action_log import ActionLog
-    from sparkscale.daemon.explain import explain_json, explain_text, find_decision, kept_snapshot, parse_decision_id
+    from sparkscale.daemon.explain import explain_json, explain_text, kept_snapshot, parse_decision_id
     from sparkscale.redisconn import connect
 
     try:
@@ -147,10 +143,11 @@ def explain(cfg: Config, decision_id: str, as_json: bool) -> None:
     except ValueError as exc:
         click.echo(str(exc), err=True)
         sys.exit(EXIT_CONFIG)
-    log = ActionLog(connect(cfg.redis), cfg.redis.key_prefix, cfg.action_log)
+    redis_client = connect(cfg.redis)
+    log = cli_store(cfg, redis_client=redis_client).actions
     try:
-        logged = find_decision(log, wanted)
-        snapshot = kept_snapshot(log, logged) if logged is not None else None
+        logged = log.decision(wanted)
+        snapshot = kept_snapshot(log, logged) if logged is not None else None  # type: ignore[arg-type]
     except redis.RedisError as exc:
         click.echo(f"Redis at {cfg.redis.host}:{cfg.redis.port} is unreachable: {exc}", err=True)
         sys.exit(1)
@@ -159,7 +156,7 @@ def explain(cfg: Config, decision_id: str, as_json: bool) -> None:
                    f"(key prefix {cfg.redis.key_prefix!r}): unknown id, or trimmed since "
                    f"(action_log.max_entries, action_log.max_age_days)", err=True)
         sys.exit(EXIT_CONFIG)
-    follow = migration_follow_ups(cfg, log.client, logged)
+    follow = migration_follow_ups(cfg, redis_client, logged)
     click.echo(explain_json(logged, snapshot, follow) if as_json else explain_text(logged, snapshot, follow))
 
 
@@ -193,13 +190,11 @@ def migration_follow_ups(cfg: Config, client: redis.Redis, logged: Any) -> dict[
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def blocklist(cfg: Config, app_name: str | None, as_json: bool) -> None:
     """Actions blocked for an app and diagnosis because they fell short of their expected outcome."""
-    from sparkscale.daemon.action_log import BlocklistStore
     from sparkscale.daemon.operator_view import blocklist_table
-    from sparkscale.redisconn import connect
 
     now = time.time()
     try:
-        entries = BlocklistStore(connect(cfg.redis), cfg.redis.key_prefix).entries(now, app_name)
+        entries = cli_store(cfg).blocklist.entries(now, app_name)
     except redis.RedisError as exc:
         click.echo(f"Redis at {cfg.redis.host}:{cfg.redis.port} is unreachable: {exc}", err=True)
         sys.exit(1)

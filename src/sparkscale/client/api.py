@@ -51,25 +51,24 @@ class Client(Connection):
         from sparkscale.actuators.base import ActuationContext
         from sparkscale.actuators.executors import active_executor_ids
         from sparkscale.daemon import manual
-        from sparkscale.daemon.action_log import ActionLog
         from sparkscale.monitors.spark_rest import SparkRestError
         from sparkscale.redisconn import connect
 
         cfg = self.with_app(app_name)
         app = cfg.app(app_name)
-        root = cfg.zookeeper.root
+        redis_client = connect(cfg.redis)
         with self.zookeeper() as zk:
-            leader = self.leader(zk, app_name)
+            store = self.for_app(app_name).store(zk, redis_client)
+            leader = store.leaders.current_leader(app_name)
             if leader is not None:
                 note(f"{app_name} is led by {leader}: asking it to scale to {to} executors")
-                name = manual.submit_request(zk, root, app_name, to, self.by, timeout_s)
-                answer = manual.wait_result(zk, root, app_name, name, timeout_s)
+                name = manual.submit_request(store.requests, app_name, to, self.by, timeout_s)
+                answer = store.requests.wait_result(app_name, name, timeout_s)
                 if answer is None:
                     raise Unavailable(f"no answer within {timeout_s:g} s; the request was withdrawn")
                 return ScaleOutcome(answer.ok, "done" if answer.ok else "not done", answer.detail,
                                     answer.decision_id, answer.leader, None)
             with self.leader_lock(zk, app_name) as election:
-                redis_client = connect(cfg.redis)
                 ctx = ActuationContext(cfg, app, zk, redis_client, election.epoch or 0, lambda: election.is_leader,
                                        self.by)
                 try:
@@ -77,9 +76,8 @@ class Client(Connection):
                 except SparkRestError as exc:
                     raise Unavailable(f"{app_name} does not answer on its Spark REST API: {exc}") from None
                 # The same dispatch as the daemon's: logged, carried out, its result logged.
-                decision_id, result = manual.carry_out(
-                    ActionLog(redis_client, cfg.redis.key_prefix, cfg.action_log), ctx, to, self.by,
-                    current=current, snapshot_id="", at=time.time())
+                decision_id, result = manual.carry_out(store.actions, ctx, to, self.by, current=current,
+                                                       snapshot_id="", at=time.time())
                 return ScaleOutcome(result.status == "done", result.status, result.detail, decision_id, None,
                                     election.epoch)
 

@@ -13,9 +13,11 @@ from sparkscale.client.errors import BadRequest, Unavailable
 from sparkscale.config import Config
 
 if TYPE_CHECKING:
+    import redis
     from kazoo.client import KazooClient
 
     from sparkscale.daemon.leader import LeaderElection
+    from sparkscale.store.base import Store
 
 
 class Connection:
@@ -73,7 +75,17 @@ class Connection:
         finally:
             election.release()
 
-    def leader(self, zk: KazooClient, app_name: str) -> str | None:
-        from sparkscale.daemon.leader import current_leader
+    def store(self, zk: KazooClient, redis_client: redis.Redis | None = None) -> Store:
+        """The state over `zk` and `redis_client` (None: the config's Redis, connected on first
+        use), built once per operation (store/live.py)."""
+        from sparkscale.redisconn import connect
+        from sparkscale.store.live import live_store
 
-        return current_leader(zk, self.cfg.zookeeper.root, app_name)
+        cfg = self.cfg
+        return live_store(redis_client if redis_client is not None else connect(cfg.redis), cfg.redis.key_prefix, zk,
+                          cfg.zookeeper.root, cfg.action_log)
+
+    def leader(self, zk: KazooClient, app_name: str) -> str | None:
+        from sparkscale.store.zk_leaders import ZkLeaders
+
+        return ZkLeaders(zk, self.cfg.zookeeper.root).current_leader(app_name)

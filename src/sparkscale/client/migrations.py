@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from sparkscale.client.errors import BadRequest, Unavailable
 from sparkscale.client.outcomes import MigrationOutcome, Note
@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from sparkscale.config import Config
     from sparkscale.model.action_result import ActionResult
     from sparkscale.model.journal import Journal
+    from sparkscale.model.manual_request import RequestOptions
+    from sparkscale.store.base import ActionLogStore, JournalStores
 
 OnJournal = Callable[["Journal"], None]
 
@@ -55,6 +57,7 @@ def start(client: Connection, request: MigrationRequest, timeout_s: float, on_jo
     from sparkscale.apps.workloads import workload
     from sparkscale.daemon import manual
     from sparkscale.model.executor_shape import ExecutorShape
+    from sparkscale.model.manual_request import RequestType
     from sparkscale.redisconn import connect
     from sparkscale.store.redis_queries import read_queries
 
@@ -86,7 +89,7 @@ def start(client: Connection, request: MigrationRequest, timeout_s: float, on_jo
         if client.leader(zk, app_name) is not None:
             # Only the new migration's journal is shown (one that began before this request is not).
             return _through_leader(client, zk, app_name, on_journal, timeout_s,
-                                   lambda j, since: j.requested_at >= since - 1, partitions, type="migrate",
+                                   lambda j, since: j.requested_at >= since - 1, partitions, type=RequestType.MIGRATE,
                                    query=query, strategy=strategy, executors=executors,
                                    shape=asdict(shape) if shape else None)
         # The same dispatch as the daemon's: logged, migrated, then the executors set, logged.
@@ -101,25 +104,25 @@ def operate(client: Connection, app_name: str | None, migration_id: str, abort: 
             on_journal: OnJournal, note: Note) -> MigrationOutcome:
     """Find the journal (BadRequest if no app has it open), then through the leading daemon, else
     under the app's leader lock here (`manual.operate_migration`)."""
-    from sparkscale.actuators.migration import JournalStore, UnknownMigration, check_operable
+    from sparkscale.actuators.migration import UnknownMigration, check_operable
     from sparkscale.daemon import manual
+    from sparkscale.model.manual_request import RequestType
 
     verb = "abort" if abort else "resume"
     with client.zookeeper() as zk:
-        journal = find_journal(client.cfg, zk, app_name, migration_id, verb)
+        journals = client.store(zk).journals
+        journal = find_journal(client.cfg, journals, app_name, migration_id, verb)
         client = client.for_app(journal.app)
-        cfg = client.cfg
         note(f"{verb} {journal.app}/{journal.query} migration {journal.id} ({journal.status} at "
              f"{journal.next}: {journal.detail or 'no detail'})")
         if client.leader(zk, journal.app) is not None:
             return _through_leader(client, zk, journal.app, on_journal, timeout_s,
-                                   lambda j, _since: j.id == migration_id, None, type=f"{verb}_migration",
+                                   lambda j, _since: j.id == migration_id, None, type=RequestType(f"{verb}_migration"),
                                    migration=migration_id, query=journal.query)
 
-        def carry_out(action_log: Any, ctx: ActuationContext) -> tuple[str, ActionResult]:
+        def carry_out(action_log: ActionLogStore, ctx: ActuationContext) -> tuple[str, ActionResult]:
             try:  # again, under the lock: another operator may have ended it meanwhile
-                current = check_operable(JournalStore(zk, cfg.zookeeper.root, journal.app).read(), journal.app,
-                                         migration_id, verb)
+                current = check_operable(journals.journal(journal.app).read(), journal.app, migration_id, verb)
             except UnknownMigration as exc:
                 raise BadRequest(str(exc)) from None
             return manual.operate_migration(action_log, ctx, current, abort)
@@ -128,15 +131,16 @@ def operate(client: Connection, app_name: str | None, migration_id: str, abort: 
         return MigrationOutcome(result.status == "done", result.detail, result.figures)
 
 
-def find_journal(cfg: Config, zk: KazooClient, app_name: str | None, migration_id: str, verb: str) -> Journal:
+def find_journal(cfg: Config, journals: JournalStores, app_name: str | None, migration_id: str,
+                 verb: str) -> Journal:
     """The open journal of migration `migration_id` among `app_name`'s (or every configured app's);
     BadRequest naming the id and what the journals hold when there is none."""
-    from sparkscale.actuators.migration import JournalStore, UnknownMigration, check_operable
+    from sparkscale.actuators.migration import UnknownMigration, check_operable
 
     names = [app_name] if app_name is not None else [a.name for a in cfg.apps]
     held = []
     for name in names:
-        journal = JournalStore(zk, cfg.zookeeper.root, name).read()
+        journal = journals.journal(name).read()
         if journal is not None and journal.id == migration_id:
             try:
                 return check_operable(journal, name, migration_id, verb)
@@ -149,16 +153,17 @@ def find_journal(cfg: Config, zk: KazooClient, app_name: str | None, migration_i
 def open_journals(client: Connection, app_name: str | None) -> list[OpenMigration]:
     """Each app's journaled migration that is not done, or done with follow-up figures (each app
     keeps its last one); figures still pending are measured now from the progress history."""
-    from sparkscale.actuators.migration import JournalStore
     from sparkscale.monitors.migration_followup import FOLLOW_UP, shown
     from sparkscale.redisconn import connect
 
     cfg = client.cfg
     names = [client.with_app(app_name).app(app_name).name] if app_name is not None else [a.name for a in cfg.apps]
+    redis_client = connect(cfg.redis)  # connects on a pending follow-up's read only
     with client.zookeeper() as zk:
-        journals = [j for name in names if (j := JournalStore(zk, cfg.zookeeper.root, name).read()) is not None
+        store = client.store(zk, redis_client)
+        journals = [j for name in names if (j := store.journals.journal(name).read()) is not None
                     and (j.status != "done" or FOLLOW_UP in j.marks)]
-    now, redis_client = time.time(), connect(cfg.redis)  # connects on a pending follow-up's read only
+    now = time.time()
     return [OpenMigration(j, shown(cfg, redis_client, j, now)) for j in journals]
 
 
@@ -166,7 +171,8 @@ def open_journals(client: Connection, app_name: str | None) -> list[OpenMigratio
 
 
 def _through_leader(client: Connection, zk: KazooClient, app_name: str, on_journal: OnJournal, timeout_s: float,
-                    mine: Callable[[Journal, float], bool], to: int | None, **request: Any) -> MigrationOutcome:
+                    mine: Callable[[Journal, float], bool], to: int | None,
+                    **request: Unpack[RequestOptions]) -> MigrationOutcome:
     """Ask the leading daemon (a request znode), hand on the journal as it writes it (`mine(journal,
     since)`: the journal is this request's), and return its answer."""
     import json
@@ -178,15 +184,16 @@ def _through_leader(client: Connection, zk: KazooClient, app_name: str, on_journ
     root = client.cfg.zookeeper.root
     started = time.time()
 
-    def watched(data: bytes | None, _stat: Any) -> None:
+    def watched(data: bytes | None, _stat: object) -> None:
         if data:
             journal = Journal.from_json(data)
             if mine(journal, started):
                 on_journal(journal)
 
     zk.DataWatch(journal_path(root, app_name), watched)
-    name = manual.submit_request(zk, root, app_name, to, client.by, timeout_s, **request)
-    answer = manual.wait_result(zk, root, app_name, name, timeout_s)
+    requests = client.store(zk).requests
+    name = manual.submit_request(requests, app_name, to, client.by, timeout_s, **request)
+    answer = requests.wait_result(app_name, name, timeout_s)
     if answer is None:
         raise Unavailable(f"no answer from the leader of {app_name} within {timeout_s:g} s; the request was withdrawn")
     body = json.loads(answer.detail) if answer.detail.startswith("{") else {"detail": answer.detail}
@@ -196,12 +203,12 @@ def _through_leader(client: Connection, zk: KazooClient, app_name: str, on_journ
 
 
 def _under_lock(client: Connection, zk: KazooClient, app_name: str, on_journal: OnJournal,
-                act: Callable[[Any, ActuationContext], tuple[str, ActionResult]], **request: Any) -> ActionResult:
+                act: Callable[[ActionLogStore, ActuationContext], tuple[str, ActionResult]],
+                **request: Any) -> ActionResult:
     """Take the app's leader lock (no daemon leads it), `act(action_log, ctx)` at its epoch, release."""
     from sparkscale.actuators.base import ActuationContext
     from sparkscale.apps.submit import with_stored_shape
     from sparkscale.daemon import manual
-    from sparkscale.daemon.action_log import ActionLog
     from sparkscale.redisconn import connect
 
     cfg = client.cfg
@@ -211,5 +218,5 @@ def _under_lock(client: Connection, zk: KazooClient, app_name: str, on_journal: 
         ctx = ActuationContext(cfg, app, zk, redis_client, election.epoch or 0, lambda: election.is_leader, client.by,
                                manual.app_restarter(cfg, app_name, client.config_path, client.overrides),
                                on_phase=lambda journal, _phase, _s: on_journal(journal), **request)
-        _decision, result = act(ActionLog(redis_client, cfg.redis.key_prefix, cfg.action_log), ctx)
+        _decision, result = act(client.store(zk, redis_client).actions, ctx)
         return result

@@ -90,7 +90,7 @@ class LeaderElection:
             self._held = True
             self.epoch = lock_epoch(self._lock.node)
             log.info("leader.acquired", app=self.app, identity=self.identity, epoch=self.epoch)
-        return got
+        return bool(got)
 
     def release(self) -> None:
         with self._mutex:

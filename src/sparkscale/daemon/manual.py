@@ -1,11 +1,11 @@
 """Manual actions from the operator (`sparkscale scale-executors`, `sparkscale migrate`), through
 the same lock, the same action log and the same `dispatch` as the daemon's own decisions.
 
-When a daemon leads the app, the CLI does not act itself: it writes a request znode
-`<root>/apps/<app>/requests/req-NNNNNNNNNN` and waits for the answer the leader writes to
-`<root>/apps/<app>/request_results/<same name>`. The leader carries the request out in its next
-cycle (woken at once by a watch) with its epoch, logs it as a `manual` decision and answers. When
-no daemon leads, the CLI takes the lock itself and calls `carry_out` / `run_migration` (cli/).
+When a daemon leads the app, the CLI does not act itself: it leaves a request in the store (a znode
+`<root>/apps/<app>/requests/req-NNNNNNNNNN`, store/zk_requests.py) and waits for the answer the
+leader writes to `<root>/apps/<app>/request_results/<same name>`. The leader carries the request
+out in its next cycle (woken at once by a watch) with its epoch, logs it as a `manual` decision and
+answers. When no daemon leads, the CLI takes the lock itself and calls `carry_out` / `run_migration` (cli/).
 
 Requests older than their `expires_at` are answered "expired" and not carried out: an operator's
 intent does not wait hours for a leader to appear. A request is an absolute target, so a leader
@@ -17,184 +17,52 @@ way and are served even while the app has no live query (a stranded migration's 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
-from enum import StrEnum
-from typing import Annotated, Any
-
-from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError, NoNodeError
-from pydantic import AfterValidator, Field, GetCoreSchemaHandler
-from pydantic_core import CoreSchema
+from dataclasses import asdict, replace
+from typing import Unpack
 
 from sparkscale.actuators.base import ActuationContext, dispatch
-from sparkscale.actuators.migration import JournalStore, MigrationError, check_operable
+from sparkscale.actuators.migration import MigrationError, check_operable
 from sparkscale.apps.submit import restart
 from sparkscale.config import Config
 from sparkscale.daemon.action_log import DecisionMode, DecisionRecord, snapshot_id
 from sparkscale.model.action_result import ActionResult
-from sparkscale.model.codec import Codec, one_of, reshaped
-from sparkscale.model.executor_shape import ExecutorShape
-from sparkscale.model.fields import FieldError, get, object_at
 from sparkscale.model.journal import Journal
+from sparkscale.model.manual_request import (
+    JOURNAL_REQUESTS,
+    REQUEST_JSON,
+    REQUEST_TYPES,
+    RESULT_JSON,
+    ManualRequest,
+    ManualResult,
+    RequestOptions,
+    RequestType,
+)
 from sparkscale.model.plan import Action, Plan
 from sparkscale.model.snapshot import Snapshot
 from sparkscale.model.snapshot_merge import query_names
-from sparkscale.protocol.commands import wait_for_znode
 from sparkscale.protocol.streams import query_partitions
-from sparkscale.protocol.znodes import requests_path, results_path
-from sparkscale.store.base import ActionLogStore
+from sparkscale.store.base import ActionLogStore, JournalStores, RequestStore
+from sparkscale.store.zk_requests import REQUEST_PREFIX
+
+__all__ = ["JOURNAL_REQUESTS", "MANUAL_POLICY", "REQUEST_JSON", "REQUEST_PREFIX", "REQUEST_TYPES", "RESULT_JSON",
+           "ManualRequest", "ManualResult", "RequestType", "app_restarter", "carry_out", "operate_migration",
+           "run_migration", "serve_requests", "settled_migration", "submit_request"]
 
 MANUAL_POLICY = "manual"
 
-REQUEST_PREFIX = "req-"
 
-
-class RequestType(StrEnum):
-    """What an operator asks the leader for."""
-
-    SCALE_EXECUTORS = "scale_executors"
-    MIGRATE = "migrate"
-    RESUME_MIGRATION = "resume_migration"  # of a journaled migration, by its id
-    ABORT_MIGRATION = "abort_migration"
-
-
-JOURNAL_REQUESTS = (RequestType.RESUME_MIGRATION, RequestType.ABORT_MIGRATION)  # on a journaled migration
-REQUEST_TYPES = tuple(RequestType)
-_SHAPE_KEYS = ("executor_cores", "executor_memory_mb")
-
-
-def _shape(shape: dict[str, int]) -> dict[str, int]:
-    """ExecutorShape's fields, all of them (a malformed shape is an invalid request)."""
-    if sorted(shape) != sorted(_SHAPE_KEYS):
-        raise FieldError("", f"expected the keys {', '.join(_SHAPE_KEYS)} (got {', '.join(map(str, shape)) or 'none'})")
-    return shape
-
-
-@dataclass(frozen=True)
-class ManualRequest:
-    """`scale_executors` to `to` executors, or `migrate` `query` to `to` partitions (None: as they
-    are) with `strategy`, optionally restarting the app with a new executor shape (`shape`), then
-    optionally to `executors` executors; or `resume_migration` / `abort_migration` of the journaled
-    migration `migration` (its id). Written without `name` (the znode's)."""
-
-    to: int | None
-    by: str
-    requested_at: float
-    expires_at: float
-    name: Annotated[str, Field(exclude=True)] = ""
-    type: Annotated[RequestType, one_of(RequestType)] = RequestType.SCALE_EXECUTORS
-    query: str | None = None
-    strategy: str | None = None
-    executors: int | None = None
-    shape: Annotated[dict[str, int], AfterValidator(_shape)] | None = None  # ExecutorShape fields
-    migration: str | None = None  # a journaled migration's id
-
-    @classmethod
-    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
-        return reshaped(handler, source, _request_in)
-
-    @property
-    def executor_shape(self) -> ExecutorShape | None:
-        return ExecutorShape(**self.shape) if self.shape else None
-
-    def to_json(self) -> bytes:
-        return REQUEST_JSON.dumps(self).encode()
-
-    @classmethod
-    def from_znode(cls, name: str, data: bytes) -> ManualRequest:
-        """Raises a FieldError (a ValueError) naming the field of an invalid request."""
-        return replace(REQUEST_JSON.loads(data), name=name)
-
-
-def _request_in(value: object) -> dict[str, Any]:
-    """A scale request names its target; a journal request its migration; `by` is read as text."""
-    obj = {k: v for k, v in object_at(value, "").items() if k != "name"}
-    kind = obj.setdefault("type", RequestType.SCALE_EXECUTORS)
-    if kind == RequestType.SCALE_EXECUTORS:
-        get(obj, "to", "")
-    obj.setdefault("to", None)  # a migration's: the partitions as they are
-    if kind in JOURNAL_REQUESTS and not isinstance(obj.get("migration"), str):
-        raise FieldError("migration", f"a {kind} request names no migration")
-    obj["by"] = str(obj.get("by", ""))
-    return obj
-
-
-@dataclass(frozen=True)
-class ManualResult:
-    ok: bool
-    detail: str
-    decision_id: str | None = None
-    leader: str | None = None
-
-    def to_json(self) -> bytes:
-        return RESULT_JSON.dumps(self).encode()
-
-    @classmethod
-    def from_json(cls, data: bytes) -> ManualResult:
-        return RESULT_JSON.loads(data)
-
-
-REQUEST_JSON: Codec[ManualRequest] = Codec(ManualRequest, label="request")
-RESULT_JSON: Codec[ManualResult] = Codec(ManualResult, label="request result")
-
-
-def submit_request(zk: KazooClient, root: str, app: str, to: int | None, by: str, timeout_s: float,
-                   **migration: Any) -> str:
-    """Write a request for the leader; `migration` (type="migrate", query, strategy, executors, shape)
-    for a migration, (type="resume_migration" or "abort_migration", migration=ID) for a journaled one."""
+def submit_request(requests: RequestStore, app: str, to: int | None, by: str, timeout_s: float,
+                   **fields: Unpack[RequestOptions]) -> str:
+    """Leave a request for the leader, expiring in `timeout_s`; `fields` (type="migrate", query,
+    strategy, executors, shape) for a migration, (type="resume_migration" or "abort_migration",
+    migration=ID) for a journaled one. Its name, for `requests.wait_result`."""
     now = time.time()
-    request = ManualRequest(to, by, now, now + timeout_s, **migration)
-    zk.ensure_path(results_path(root, app))
-    path = zk.create(f"{requests_path(root, app)}/{REQUEST_PREFIX}", request.to_json(), sequence=True, makepath=True)
-    return path.rsplit("/", 1)[1]
-
-
-def wait_result(zk: KazooClient, root: str, app: str, name: str, timeout_s: float) -> ManualResult | None:
-    """The leader's answer, or None after `timeout_s` (the request is then withdrawn if still pending)."""
-    data = wait_for_znode(zk, f"{results_path(root, app)}/{name}", timeout_s)
-    if data is not None:
-        return ManualResult.from_json(data)
-    with contextlib.suppress(NoNodeError):
-        zk.delete(f"{requests_path(root, app)}/{name}")
-    return None
-
-
-def pending_requests(zk: KazooClient, root: str, app: str) -> list[ManualRequest]:
-    """Unanswered requests, oldest first."""
-    try:
-        names = sorted(zk.get_children(requests_path(root, app)))
-    except NoNodeError:
-        return []
-    out = []
-    for name in names:
-        try:
-            data, _stat = zk.get(f"{requests_path(root, app)}/{name}")
-        except NoNodeError:
-            continue
-        try:
-            out.append(ManualRequest.from_znode(name, data))
-        except (ValueError, KeyError, TypeError):
-            answer(zk, root, app, name, ManualResult(False, "not a valid request"))
-    return out
-
-
-def answer(zk: KazooClient, root: str, app: str, name: str, result: ManualResult) -> None:
-    """Write the result, then remove the request (a crash in between answers twice at worst: the
-    result exists, so the second write is skipped)."""
-    with contextlib.suppress(NodeExistsError):
-        zk.create(f"{results_path(root, app)}/{name}", result.to_json(), makepath=True)
-    with contextlib.suppress(NoNodeError):
-        zk.delete(f"{requests_path(root, app)}/{name}")
-
-
-def watch_requests(zk: KazooClient, root: str, app: str, on_request: Any) -> None:
-    """Call `on_request()` whenever the request list changes (kazoo ChildrenWatch, kept for life)."""
-    zk.ensure_path(requests_path(root, app))
-    zk.ChildrenWatch(requests_path(root, app), lambda children: (on_request() if children else None, True)[1])
+    if "type" in fields:  # a caller's string names a type too
+        fields["type"] = RequestType(fields["type"])
+    return requests.submit(app, ManualRequest(to, by, now, now + timeout_s, **fields))
 
 
 def carry_out(action_log: ActionLogStore, ctx: ActuationContext, to: int, by: str, current: int,
@@ -225,6 +93,7 @@ def run_migration(action_log: ActionLogStore, ctx: ActuationContext, query: str,
     `executors`, log the results. `to_partitions` None keeps the partitions (a shape change only).
     `from_partitions`: the journal's, for a migration resumed or aborted part-way (the query may
     already report the new count, which would log it as "8 -> 8"); None: the query's count now."""
+    assert ctx.app.shuffle_partitions is not None  # set when the config is validated
     current = query_partitions(ctx.redis, ctx.cfg.redis.key_prefix, ctx.app.name, query, ctx.app.shuffle_partitions)
     to_partitions = current if to_partitions is None else to_partitions
     strategy = ctx.strategy or ctx.cfg.migration.strategy
@@ -249,12 +118,12 @@ def app_restarter(cfg: Config, app_name: str, config_path: str | None,
     return lambda: restart(cfg, app_name, config_path, overrides)
 
 
-def settled_migration(zk: KazooClient, root: str, app: str, request: ManualRequest, queries: Sequence[str],
+def settled_migration(journals: JournalStores, app: str, request: ManualRequest, queries: Sequence[str],
                       leader: str) -> ManualResult | None:
     """The answer to a migrate request that needs no migration (None: carry it out): one its
     leader died during and the next completed on election, or one that does not name which of the
     app's several queries to migrate (the operator's call)."""
-    done = JournalStore(zk, root, app).read()
+    done = journals.journal(app).read()
     if (done is not None and done.status in ("done", "done_degraded") and request.to in (None, done.to_partitions)
             and done.shape == (asdict(request.executor_shape) if request.executor_shape else None)
             and done.requested_at >= request.requested_at):
@@ -277,30 +146,31 @@ def operate_migration(action_log: ActionLogStore, ctx: ActuationContext, journal
                          from_partitions=None if abort else journal.from_partitions)
 
 
-def serve_requests(zk: KazooClient, root: str, app: str, action_log: ActionLogStore,
+def serve_requests(requests: RequestStore, journals: JournalStores, app: str, action_log: ActionLogStore,
                    context: Callable[..., ActuationContext], leader: str, dry_run: bool,
                    snapshot: Snapshot | None) -> list[ActionResult]:
     """The leader carries out and answers the app's pending requests (`context(**request)`: its
     actuation context). Without a snapshot (no live query) only the requests on a journaled
     migration are served; the others wait for one, or expire. Returns what was carried out."""
     results: list[ActionResult] = []
-    for request in pending_requests(zk, root, app):
+    for request in requests.pending(app):
+        decision_id: str | None
         if snapshot is None and request.type not in JOURNAL_REQUESTS:
             continue
         now = time.time()
         if request.expires_at < now:
-            answer(zk, root, app, request.name, ManualResult(False, "expired before a leader could carry it out"))
+            requests.answer(app, request.name, ManualResult(False, "expired before a leader could carry it out"))
             continue
         if dry_run:
-            answer(zk, root, app, request.name,
+            requests.answer(app, request.name,
                    ManualResult(False, "the daemon runs in dry-run mode: it never acts", leader=leader))
             continue
         if request.type in JOURNAL_REQUESTS:
             try:
-                journal = check_operable(JournalStore(zk, root, app).read(), app, str(request.migration),
+                journal = check_operable(journals.journal(app).read(), app, str(request.migration),
                                          request.type.split("_")[0])
             except MigrationError as exc:
-                answer(zk, root, app, request.name,
+                requests.answer(app, request.name,
                        ManualResult(False, json.dumps({"detail": str(exc), "refused": True}), None, leader))
                 continue
             decision_id, result = operate_migration(action_log, context(), journal,
@@ -308,9 +178,9 @@ def serve_requests(zk: KazooClient, root: str, app: str, action_log: ActionLogSt
         elif request.type == "migrate":
             assert snapshot is not None
             names = query_names(snapshot)
-            settled = settled_migration(zk, root, app, request, names, leader)
+            settled = settled_migration(journals, app, request, names, leader)
             if settled is not None:
-                answer(zk, root, app, request.name, settled)
+                requests.answer(app, request.name, settled)
                 continue
             decision_id, result = run_migration(
                 action_log, context(strategy=request.strategy, shape=request.executor_shape),
@@ -322,5 +192,5 @@ def serve_requests(zk: KazooClient, root: str, app: str, action_log: ActionLogSt
         results.append(result)
         detail = (result.detail if request.type == "scale_executors"
                   else json.dumps({"detail": result.detail, "figures": result.figures}))
-        answer(zk, root, app, request.name, ManualResult(result.status == "done", detail, decision_id, leader))
+        requests.answer(app, request.name, ManualResult(result.status == "done", detail, decision_id, leader))
     return results

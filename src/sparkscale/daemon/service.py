@@ -34,7 +34,7 @@ from sparkscale.daemon.feeds import LogFeed, MetricsFeed, OutcomeFeed, StatusFee
 from sparkscale.daemon.leader import LeaderElection, default_identity, zk_client
 from sparkscale.daemon.metrics import DaemonMetrics
 from sparkscale.daemon.notify import Notifier
-from sparkscale.daemon.wiring import ActuationContexts, ZooKeeperRequestDesk, loop_stores
+from sparkscale.daemon.wiring import ActuationContexts, RequestDesk, loop_stores
 from sparkscale.monitors.collector import collect_snapshots
 from sparkscale.policies.planner import decide_app
 from sparkscale.redisconn import connect
@@ -85,7 +85,7 @@ class Daemon:
         contexts = ActuationContexts(self.zk, self.redis, self.identity, self.config_path, self.overrides)
         stores = loop_stores(store, self.identity, self.zk, self.redis, prefix)
         executor = BackgroundExecutor(self.actuation, action_log, contexts, sink, clock)
-        requests = ZooKeeperRequestDesk(self.zk, root, action_log, contexts, self.identity)
+        requests = RequestDesk(store.requests, store.journals, action_log, contexts, self.identity)
         return Autoscaler(cfg, self.identity, collector=collect_snapshots, planner=decide_app, cluster=self.cluster,
                           judge=OutcomeEvaluator(blocklist, sink), executor=executor, requests=requests, stores=stores,
                           elections=self.elections, clock=clock, sink=sink, wake=self._wake_app)

@@ -3,112 +3,22 @@
 `<prefix><app>:status`, one field per daemon identity, the value JSON: role (leader / standby),
 epoch, when the cycle ran, its result, the executors and parallelism seen (over all the app's
 queries), each query's own figures (`queries`), and the last decision. Entries of daemons that
-stopped stay, with their age, until the same identity writes again.
+stopped stay, with their age, until the same identity writes again. The records are
+model/app_status.py; the hash is read and written by store/redis_status.py.
 """
 
 from __future__ import annotations
 
-import json
 import time
-from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import Annotated, Any
 
 import redis
-from pydantic import GetCoreSchemaHandler
-from pydantic_core import CoreSchema
 
-from sparkscale.model.codec import Codec, one_of, reshaped
-from sparkscale.model.fields import object_at
+from sparkscale.model.app_status import APP_STATUS_JSON, QUERY_VIEW_JSON, AppStatus, QueryView, Role
 from sparkscale.model.snapshot import Snapshot
-from sparkscale.protocol.keys import status_key
+from sparkscale.store.redis_status import RedisStatus
 
-
-class Role(StrEnum):
-    """A daemon's part for an app: it holds the app's leader lock and acts, or it only watches."""
-
-    LEADER = "leader"
-    STANDBY = "standby"
-
-
-@dataclass(frozen=True)
-class QueryView:
-    """One query of the app as the last cycle saw it (backlog None: its sources cannot tell)."""
-
-    query: str
-    arrival_rate: float | None
-    arrival_estimate: str
-    backlog_records: float | None
-    backlog_estimate: str
-    partitions: int | None  # state/shuffle partitions now
-
-    @classmethod
-    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
-        # A figure an older daemon did not write is unknown.
-        return reshaped(handler, source, lambda v: {**_UNKNOWN_FIGURES, **object_at(v, "")})
-
-    def to_dict(self) -> dict[str, Any]:
-        return QUERY_VIEW_JSON.dump_object(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> QueryView:
-        return QUERY_VIEW_JSON.load(data)
-
-    def summary(self) -> str:
-        """One line: `counts: 2000 rec/s (position), backlog 12 (source_metrics), 4 partitions`."""
-        rate = "-" if self.arrival_rate is None else f"{self.arrival_rate:.4g} rec/s"
-        backlog = ("backlog unknown" if self.backlog_records is None
-                   else f"backlog {self.backlog_records:g} ({self.backlog_estimate})")
-        parts = "" if self.partitions is None else f", {self.partitions} partitions"
-        return f"{self.query}: {rate} ({self.arrival_estimate}), {backlog}{parts}"
-
-
-_UNKNOWN_FIGURES = {"arrival_rate": None, "arrival_estimate": "unknown", "backlog_records": None,
-                    "backlog_estimate": "unknown", "partitions": None}
-
-
-@dataclass(frozen=True)
-class AppStatus:
-    daemon: str
-    role: Annotated[Role, one_of(Role)]
-    epoch: int | None
-    cycle_at: float
-    result: str  # ok | absent | unreachable | error
-    executors: int | None = None
-    parallelism: dict[str, int] = field(default_factory=dict)
-    last_decision: str | None = None  # one line: mode and what the plan did
-    last_decision_at: float | None = None
-    last_action: str | None = None
-    last_action_at: float | None = None
-    detail: str = ""
-    queries: tuple[QueryView, ...] = ()
-    # What the operator should act on now: the cluster cannot start what the app needs, or the
-    # placement policy's warning for the whole cluster (`policies/capacity.py`, `cluster_planner`)
-    warnings: tuple[str, ...] = ()
-
-    @classmethod
-    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
-        return reshaped(handler, source, _status_in)
-
-    def to_dict(self) -> dict[str, Any]:
-        return APP_STATUS_JSON.dump_object(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> AppStatus:
-        return APP_STATUS_JSON.load(data)
-
-
-def _status_in(value: object) -> dict[str, Any]:
-    """Keys of a newer daemon are ignored; queries that are no object are left out, warnings read
-    as text."""
-    obj = dict(object_at(value, ""))
-    obj["queries"] = [q for q in obj.get("queries") or () if isinstance(q, dict)]
-    obj["warnings"] = [str(w) for w in obj.get("warnings") or ()]
-    return obj
-
-
-QUERY_VIEW_JSON: Codec[QueryView] = Codec(QueryView, label="query view")
-APP_STATUS_JSON: Codec[AppStatus] = Codec(AppStatus, label="status")
+__all__ = ["APP_STATUS_JSON", "QUERY_VIEW_JSON", "AppStatus", "QueryView", "Role", "age", "publish", "query_view",
+           "read"]
 
 
 def query_view(snapshot: Snapshot, partitions: int | None) -> QueryView:
@@ -128,14 +38,13 @@ def query_view(snapshot: Snapshot, partitions: int | None) -> QueryView:
 
 
 def publish(client: redis.Redis, prefix: str, app: str, status: AppStatus) -> None:
-    client.hset(status_key(prefix, app), status.daemon, json.dumps(status.to_dict()))
+    """Publish this daemon's view (for a caller without a store, daemon/feeds.py)."""
+    RedisStatus(client, prefix).publish(app, status)
 
 
 def read(client: redis.Redis, prefix: str, app: str) -> list[AppStatus]:
-    """Every daemon's view of `app`, freshest first."""
-    raw = client.hgetall(status_key(prefix, app))
-    views = [AppStatus.from_dict(json.loads(value)) for value in raw.values()]
-    return sorted(views, key=lambda s: s.cycle_at, reverse=True)
+    """Every daemon's view of `app`, freshest first (one that does not parse skipped, logged)."""
+    return RedisStatus(client, prefix).read(app)
 
 
 def age(t: float | None, now: float | None = None) -> str:

@@ -31,7 +31,7 @@ from sparkscale.model.journal import Journal
 from sparkscale.model.snapshot import Snapshot
 from sparkscale.policies.history import DecisionHistory
 from sparkscale.protocol.streams import query_partitions
-from sparkscale.store.base import ActionLogStore, JournalStores, ShapeStore, Store
+from sparkscale.store.base import ActionLogStore, JournalStores, RequestStore, ShapeStore, Store
 
 # A leader's modes as the action log has them (a leader's decision is never "standby").
 _LOGGED_MODES: dict[Mode, LoggedMode] = {"no_change": DecisionMode.NO_CHANGE, "dry_run": DecisionMode.DRY_RUN,
@@ -130,11 +130,11 @@ class RedisAppRecords:
 
 
 @dataclass(frozen=True)
-class ZooKeeperRequestDesk:
-    """Requests as znodes under the app's root, answered there (daemon/manual.py)."""
+class RequestDesk:
+    """The operator's requests in the store, served and answered by the leader (daemon/manual.py)."""
 
-    zk: KazooClient
-    root: str
+    requests: RequestStore
+    journals: JournalStores
     action_log: ActionLogStore
     contexts: ActuationContexts
     identity: str
@@ -144,11 +144,11 @@ class ZooKeeperRequestDesk:
         def context(**request: Unpack[RequestFields]) -> ActuationContext:
             return self.contexts(cfg, app, leadership, **request)
 
-        return manual.serve_requests(self.zk, self.root, app.name, self.action_log, context, self.identity,
+        return manual.serve_requests(self.requests, self.journals, app.name, self.action_log, context, self.identity,
                                      cfg.loop.dry_run, snapshot)
 
     def watch(self, app: str, on_request: Callable[[], None]) -> None:
-        manual.watch_requests(self.zk, self.root, app, on_request)
+        self.requests.watch(app, on_request)
 
     def resume(self, cfg: Config, app: AppConfig, leadership: Leadership,
                journal: Journal) -> tuple[str, ActionResult]:

@@ -10,13 +10,15 @@ propagate: the control loop backs off on them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
 from sparkscale.model.action_result import ActionResult
+from sparkscale.model.app_status import AppStatus
 from sparkscale.model.executor_shape import ExecutorShape
 from sparkscale.model.journal import Journal
+from sparkscale.model.manual_request import ManualRequest, ManualResult
 from sparkscale.model.snapshot import Snapshot
 from sparkscale.policies.outcomes import Blocklist
 from sparkscale.protocol.fencing import LiveLock
@@ -39,6 +41,10 @@ class ActionLogStore(Protocol):
 
     def read(self, app: str | None = None, since: float | None = None) -> list[LoggedDecision]:
         """Decisions (of `app`, made at or after `since`, epoch s), oldest first, joined."""
+        ...
+
+    def decision(self, decision_id: str) -> LoggedDecision | None:
+        """The decision logged under `decision_id`, joined (None: never logged, or trimmed since)."""
         ...
 
     def snapshot(self, app: str, wanted_id: str) -> str | None:
@@ -128,6 +134,40 @@ class DowntimeStore(Protocol):
         ...
 
 
+class RequestStore(Protocol):
+    """The operator's requests to an app's leader and its answers (daemon/manual.py)."""
+
+    def submit(self, app: str, request: ManualRequest) -> str:
+        """Leave a request for the leader; its name (what `wait_result` and `answer` take)."""
+        ...
+
+    def wait_result(self, app: str, name: str, timeout_s: float) -> ManualResult | None:
+        """The leader's answer, or None after `timeout_s` (the request then withdrawn if pending)."""
+        ...
+
+    def pending(self, app: str) -> list[ManualRequest]:
+        """Unanswered requests, oldest first (a malformed one answered "not a valid request")."""
+        ...
+
+    def answer(self, app: str, name: str, result: ManualResult) -> None:
+        ...
+
+    def watch(self, app: str, on_request: Callable[[], object]) -> None:
+        """Call `on_request()` whenever a request arrives, for the process's life."""
+        ...
+
+
+class StatusStore(Protocol):
+    """Each daemon's last view of each app, for `sparkscale status` (daemon/status.py)."""
+
+    def publish(self, app: str, status: AppStatus) -> None:
+        ...
+
+    def read(self, app: str) -> list[AppStatus]:
+        """Every daemon's view of `app`, freshest first."""
+        ...
+
+
 @dataclass(frozen=True)
 class Store:
     """All the state, over one Redis and one ZooKeeper (or in memory)."""
@@ -139,3 +179,5 @@ class Store:
     queries: QueryRegistry
     leaders: LeaderStore
     downtime: DowntimeStore
+    requests: RequestStore
+    status: StatusStore

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sparkscale.config import ActionLogConfig
 from sparkscale.model.action_result import ActionResult
+from sparkscale.model.app_status import AppStatus
 from sparkscale.model.executor_shape import ExecutorShape
 from sparkscale.model.journal import Journal
+from sparkscale.model.manual_request import ManualRequest, ManualResult
 from sparkscale.model.snapshot import Snapshot
 from sparkscale.policies.outcomes import Blocklist
 from sparkscale.protocol.fencing import LiveLock
@@ -28,6 +30,7 @@ from sparkscale.store.action_records import (
 )
 from sparkscale.store.base import Store
 from sparkscale.store.zk_journal import ABSENT, WriteFenced
+from sparkscale.store.zk_requests import REQUEST_PREFIX
 
 
 def _ms(entry_id: str) -> int:
@@ -69,6 +72,9 @@ class MemoryActionLog:
         since_ms = int(since * 1000) if since is not None else None
         return join((i, e) for i, a, e in self.entries
                     if (app is None or a == app) and (since_ms is None or _ms(i) >= since_ms))
+
+    def decision(self, decision_id: str) -> LoggedDecision | None:
+        return next((d for d in self.read() if d.id == decision_id), None)
 
     def snapshot(self, app: str, wanted_id: str) -> str | None:
         return next((data for i, data in reversed(self.snapshots.get(app, [])) if i == wanted_id), None)
@@ -178,9 +184,54 @@ class MemoryDowntime:
         return {kind: list(values) for kind, values in self.samples.items() if values}
 
 
+@dataclass
+class MemoryRequests:
+    """Requests and answers by app and name; `wait_result` does not wait (an answer is there or not)."""
+
+    requests: dict[str, dict[str, ManualRequest]] = field(default_factory=dict)
+    results: dict[str, dict[str, ManualResult]] = field(default_factory=dict)
+    watchers: dict[str, list[Callable[[], object]]] = field(default_factory=dict)
+    _seq: int = 0
+
+    def submit(self, app: str, request: ManualRequest) -> str:
+        name = f"{REQUEST_PREFIX}{self._seq:010d}"
+        self._seq += 1
+        self.requests.setdefault(app, {})[name] = replace(request, name=name)
+        for on_request in self.watchers.get(app, []):
+            on_request()
+        return name
+
+    def wait_result(self, app: str, name: str, timeout_s: float) -> ManualResult | None:
+        result = self.results.get(app, {}).get(name)
+        if result is None:
+            self.requests.get(app, {}).pop(name, None)
+        return result
+
+    def pending(self, app: str) -> list[ManualRequest]:
+        return [request for _name, request in sorted(self.requests.get(app, {}).items())]
+
+    def answer(self, app: str, name: str, result: ManualResult) -> None:
+        self.results.setdefault(app, {}).setdefault(name, result)
+        self.requests.get(app, {}).pop(name, None)
+
+    def watch(self, app: str, on_request: Callable[[], object]) -> None:
+        self.watchers.setdefault(app, []).append(on_request)
+
+
+@dataclass
+class MemoryStatus:
+    views: dict[str, dict[str, AppStatus]] = field(default_factory=dict)  # app -> daemon -> its view
+
+    def publish(self, app: str, status: AppStatus) -> None:
+        self.views.setdefault(app, {})[status.daemon] = status
+
+    def read(self, app: str) -> list[AppStatus]:
+        return sorted(self.views.get(app, {}).values(), key=lambda s: s.cycle_at, reverse=True)
+
+
 def memory_store(cfg: ActionLogConfig | None = None, clock: Callable[[], float] = time.time) -> Store:
     """A fresh in-memory store; its leaders are the journals' (a journal write is fenced by them)."""
     leaders = MemoryLeaders()
     return Store(actions=MemoryActionLog(cfg or ActionLogConfig(), clock), blocklist=MemoryBlocklist(),
                  journals=MemoryJournals(leaders), shapes=MemoryShapes(), queries=MemoryQueries(), leaders=leaders,
-                 downtime=MemoryDowntime())
+                 downtime=MemoryDowntime(), requests=MemoryRequests(), status=MemoryStatus())

@@ -74,6 +74,14 @@ class RedisActionLog:
     def append_outcome(self, record: OutcomeRecord) -> str:
         return self._append("outcome", record.app, record.to_dict())
 
+    def decision(self, decision_id: str) -> LoggedDecision | None:
+        """Read from the decision's app and time on (its id is `<ms>-<seq>`, daemon/explain.py)."""
+        entries = cast(Rows, self.client.xrange(self.key, min=decision_id, max=decision_id))
+        if not entries or entries[0][1].get("kind") != "decision":
+            return None
+        since_s = int(decision_id.partition("-")[0]) / 1000
+        return next((d for d in self.read(entries[0][1].get("app"), since_s) if d.id == decision_id), None)
+
     def read(self, app: str | None = None, since: float | None = None) -> list[LoggedDecision]:
         start = f"{int(since * 1000)}-0" if since is not None else "-"
         entries: list[tuple[str, Entry]] = []

@@ -188,14 +188,15 @@ def daemon_kill(ctx: FaultContext) -> float:
     step done, not yet journaled: SPARKSCALE_MIGRATION_HOLD), then SIGKILL; the standby takes over."""
     from sparkscale import zkconn
     from sparkscale.daemon import manual
+    from sparkscale.store.zk_requests import ZkRequests
 
     leader = ctx.leader
     query = workload(ctx.cfg.app(ctx.app).pipeline).query
     zk = zkconn.client(ctx.cfg.zookeeper)
     zk.start(timeout=15)
     try:
-        manual.submit_request(zk, ctx.cfg.zookeeper.root, ctx.app, ctx.migrate_to, "bench chaos", HOLD_TIMEOUT_S,
-                              type="migrate", query=query, strategy="ccr")
+        manual.submit_request(ZkRequests(zk, ctx.cfg.zookeeper.root), ctx.app, ctx.migrate_to, "bench chaos",
+                              HOLD_TIMEOUT_S, type="migrate", query=query, strategy="ccr")
     finally:
         zk.stop()
         zk.close()
