@@ -147,7 +147,7 @@ def explain(cfg: Config, decision_id: str, as_json: bool) -> None:
     log = cli_store(cfg, redis_client=redis_client).actions
     try:
         logged = log.decision(wanted)
-        snapshot = kept_snapshot(log, logged) if logged is not None else None  # type: ignore[arg-type]
+        snapshot = kept_snapshot(log, logged) if logged is not None else None
     except redis.RedisError as exc:
         click.echo(f"Redis at {cfg.redis.host}:{cfg.redis.port} is unreachable: {exc}", err=True)
         sys.exit(1)

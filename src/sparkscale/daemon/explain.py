@@ -21,6 +21,7 @@ from sparkscale.model.plan import table_lines
 from sparkscale.model.snapshot import Snapshot, SnapshotError
 from sparkscale.model.snapshot_merge import QUERY_SEPARATOR, query_names, split_operator
 from sparkscale.redisconn import stream_entries
+from sparkscale.store.base import ActionLogStore
 
 _ID = re.compile(r"^(\d+)-(\d+)$")
 
@@ -48,7 +49,7 @@ def find_decision(log: ActionLog, decision_id: str) -> LoggedDecision | None:
     return None
 
 
-def kept_snapshot(log: ActionLog, logged: LoggedDecision) -> Snapshot | str | None:
+def kept_snapshot(log: ActionLogStore, logged: LoggedDecision) -> Snapshot | str | None:
     """The snapshot the decision saw, if the log kept it (decisions with actions, `snapshots_kept`);
     a string says why it cannot be read."""
     if not logged.decision.snapshot_id:

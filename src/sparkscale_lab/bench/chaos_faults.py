@@ -188,6 +188,7 @@ def daemon_kill(ctx: FaultContext) -> float:
     step done, not yet journaled: SPARKSCALE_MIGRATION_HOLD), then SIGKILL; the standby takes over."""
     from sparkscale import zkconn
     from sparkscale.daemon import manual
+    from sparkscale.model.manual_request import RequestType
     from sparkscale.store.zk_requests import ZkRequests
 
     leader = ctx.leader
@@ -196,7 +197,7 @@ def daemon_kill(ctx: FaultContext) -> float:
     zk.start(timeout=15)
     try:
         manual.submit_request(ZkRequests(zk, ctx.cfg.zookeeper.root), ctx.app, ctx.migrate_to, "bench chaos",
-                              HOLD_TIMEOUT_S, type="migrate", query=query, strategy="ccr")
+                              HOLD_TIMEOUT_S, type=RequestType.MIGRATE, query=query, strategy="ccr")
     finally:
         zk.stop()
         zk.close()
