@@ -18,12 +18,13 @@ from sparkscale.daemon.action_log import (
     DecisionRecord,
     OutcomeRecord,
 )
-from sparkscale.daemon.downtime_tracker import KEEP, DowntimeStore, DowntimeTracker
+from sparkscale.daemon.downtime_tracker import KEEP, DowntimeTracker
 from sparkscale.model.action_result import ActionResult
 from sparkscale.model.plan import Action, Plan
 from sparkscale.policies.outcomes import BlockedAction, Expectation
 from sparkscale.policies.placement.downtime import DowntimeModel
 from sparkscale.protocol.keys import downtime_samples_key
+from sparkscale.store.redis_queries import RedisDowntime
 from tests.unit.test_downtime_tracker import snap
 
 pytestmark = pytest.mark.integration
@@ -134,7 +135,7 @@ def test_measured_downtime_is_the_clusters_and_outlives_the_daemon_that_measured
     """EDRP's downtime samples (daemon/downtime_tracker.py) are kept in Redis: a restarted daemon, or
     a new leader, plans with what was measured rather than the defaults."""
     client = redis_server.client()
-    first = DowntimeTracker(horizon_s=10.0, store=DowntimeStore(client, prefix))
+    first = DowntimeTracker(horizon_s=10.0, store=RedisDowntime(client, prefix))
     first.observe("a", snap(90.0, 1.0, 1.0, ended_at=89.0))
     first.action_done("a", Action.scale_executors(1, 2, "up"), 100.0, 101.0)
     first.observe("a", snap(105.0, 1.0, 9.0, ended_at=104.0))
@@ -142,12 +143,12 @@ def test_measured_downtime_is_the_clusters_and_outlives_the_daemon_that_measured
     base = DowntimeModel()
     assert first.model(base).executor_add_s == 7.0  # less t_syn's 1 s
 
-    restarted = DowntimeTracker(horizon_s=10.0, store=DowntimeStore(client, prefix))
+    restarted = DowntimeTracker(horizon_s=10.0, store=RedisDowntime(client, prefix))
     assert restarted.model(base).executor_add_s == 7.0
     assert restarted.model(base).executor_remove_s == base.executor_remove_s  # never measured: the default
     # A bad entry is skipped, and each kind keeps its last KEEP samples.
     client.lpush(downtime_samples_key(prefix, "executor_add"), "not json")
-    store = DowntimeStore(client, prefix)
+    store = RedisDowntime(client, prefix)
     for n in range(KEEP + 5):
         store.add("executor_remove", 2.0 + n, 0.0, "b")
     loaded = store.load()

@@ -217,12 +217,20 @@ def test_decommission_removes_the_newest_executor(agent, spark, zk, embedded_env
     assert agent.target_executors == 3
 
 
+def refused_epoch(epoch: int, leader: int) -> str:
+    """Why the agent refuses a command at an epoch below the leader's: the fencing's "stale epoch",
+    or, below 0, the command's format before the fencing is asked."""
+    if epoch < 0:
+        return f"malformed command: command epoch: expected an integer >= 0 (got {epoch})"
+    return f"stale epoch {epoch} < {leader}"
+
+
 def test_bad_commands_are_answered_not_ignored(agent, zk, embedded_env, leader):
     ack = command(embedded_env, zk, "defragment_universe", {})
     assert not ack.ok and "unknown command type 'defragment_universe'" in ack.detail
 
     ack = command(embedded_env, zk, "set_executors", {"total": 2}, epoch=leader - 4)
-    assert not ack.ok and ack.detail == f"stale epoch {leader - 4} < {leader}"
+    assert not ack.ok and ack.detail == refused_epoch(leader - 4, leader)
     assert agent.target_executors == 3  # the stale command changed nothing
 
     ack = command(embedded_env, zk, "set_executors", {"total": 99})
@@ -367,7 +375,7 @@ def test_restarted_agent_keeps_its_epoch_and_runs_nothing_twice(agent, zk, embed
             ack = wait_ack(zk, root, APP.name, pending, ACK_TIMEOUT_S)
             assert ack.ok and not rds.exists(f"{embedded_env.cfg.redis.key_prefix}{APP.name}:paused")
             stale = command(embedded_env, zk, "report", epoch=leader - 1)
-            assert not stale.ok and stale.detail == f"stale epoch {leader - 1} < {leader}"
+            assert not stale.ok and stale.detail == refused_epoch(leader - 1, leader)
             assert successor.last_seq >= command_seq(pending)
         finally:
             successor.stop()
