@@ -5,11 +5,14 @@ dependencies from its cache (`scripts/setup.sh` filled it)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import venv
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+# The new environment sees only what it installed: not a PYTHONPATH this run may have.
+ENV = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
 
 
 def test_a_core_install_runs_the_products_commands_without_the_lab_extra(tmp_path):
