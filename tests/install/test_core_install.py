@@ -20,16 +20,16 @@ def test_a_core_install_runs_the_products_commands_without_the_lab_extra(tmp_pat
     venv.EnvBuilder(with_pip=True).create(env_dir)
     bin_dir = env_dir / "bin"
     done = subprocess.run([bin_dir / "pip", "install", "--quiet", "--disable-pip-version-check", str(REPO)],
-                          capture_output=True, text=True, timeout=900, cwd=tmp_path, check=False)
+                          capture_output=True, text=True, timeout=900, cwd=tmp_path, check=False, env=ENV)
     assert done.returncode == 0, done.stderr[-3000:]
     python = bin_dir / "python"
     missing = subprocess.run([python, "-c", "import matplotlib"], capture_output=True, text=True, cwd=tmp_path,
-                             check=False)
+                             check=False, env=ENV)
     assert missing.returncode == 1 and "No module named 'matplotlib'" in missing.stderr  # the extra is not there
 
     def sparkscale(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([bin_dir / "sparkscale", *args], capture_output=True, text=True, timeout=120,
-                              cwd=tmp_path, check=False)
+                              cwd=tmp_path, check=False, env=ENV)
 
     assert (out := sparkscale("--help")).returncode == 0 and "check-config" in out.stdout, out.stderr
     out = sparkscale("check-config", str(REPO / "configs" / "sparkscale.yaml"))
@@ -45,10 +45,10 @@ def test_a_core_install_runs_the_products_commands_without_the_lab_extra(tmp_pat
              "assert 'sparkscale' in sys.modules['sparkscale.cli'].__file__ and sys.prefix != sys.base_prefix\n"
              "print(sorted(m for m in sys.modules if m.split('.')[0] in ('sparkscale_lab', 'matplotlib')))")
     out = subprocess.run([python, "-c", probe, str(REPO / "configs" / "sparkscale.yaml")], capture_output=True,
-                         text=True, timeout=120, cwd=tmp_path, check=False)
+                         text=True, timeout=120, cwd=tmp_path, check=False, env=ENV)
     assert out.returncode == 0 and out.stdout.strip().endswith("[]"), out.stdout + out.stderr
     assert str(env_dir) in subprocess.run([python, "-c", "import sparkscale; print(sparkscale.__file__)"],
-                                          capture_output=True, text=True, cwd=tmp_path, check=False).stdout
+                                          capture_output=True, text=True, cwd=tmp_path, check=False, env=ENV).stdout
     # A lab command says what it needs instead of failing half-way.
     out = sparkscale("demo")
     assert out.returncode == 1 and "pip install 'sparkscale[lab]'" in out.stderr, out.stderr
