@@ -95,11 +95,12 @@ def driver_ui_port(cfg: Config, app: AppConfig) -> int:
 
 
 def spark_conf(cfg: Config, app: AppConfig) -> dict[str, str]:
-    """The Spark configuration of a managed pipeline (DESIGN.md: RocksDB state, decommissioning)."""
+    """The Spark configuration of a managed pipeline (RocksDB state, decommissioning: the
+    migrations restart queries from their checkpoints and the agent removes executors gracefully)."""
     return {
         "spark.app.name": app.name,
         # Standalone mode starts as many executors as cores.max allows; the agent then sets the
-        # target to initial_executors (DESIGN.md), and the daemon moves it within [min, max]. One
+        # target to initial_executors (agent/executor_target.py), and the daemon moves it within [min, max]. One
         # executor of headroom: a replacement starts before the executor it replaces leaves.
         "spark.cores.max": str((app.max_executors + 1) * app.executor_cores),
         "spark.executor.cores": str(app.executor_cores),

@@ -1,8 +1,9 @@
 """`sparkscale simulate`: the real policies and guards against a simulated dataflow, at sizes no
 local cluster reaches (1,000 operators, 100 applications), in simulated time.
 
-The model is a Spark micro-batch query (DESIGN.md): input waits in one source backlog; a batch
-takes what is waiting and runs the query's stages one after another on the same cores, so the
+The model is a Spark micro-batch query (as monitors/snapshot_builder.py sees one): input waits in
+one source backlog; a batch takes what is waiting and runs the query's stages one after another
+on the same cores, so the
 query's capacity (records/s) is 1 / Σ_op λ_op / (μ_op · min(p_op, C)), where λ_op is the records
 operator op sees per input record, μ_op one instance's true rate (records/s), p_op its partitions
 and C the executors' cores. `--scaling sublinear` gives min(p, C)^alpha instead of min(p, C).
