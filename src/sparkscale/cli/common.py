@@ -86,14 +86,16 @@ def client_errors() -> Iterator[None]:
 
 
 def require_app(cfg: Config, app_name: str) -> Config:
-    """`cfg` with `app_name` in it (a bare pipeline name gets a default app); exit 2 if unknown."""
-    try:
-        return cfg.with_app(app_name)
-    except KeyError as exc:
-        from sparkscale.apps.workloads import registered_workloads
+    """`cfg` with `app_name` in it (a bare pipeline name gets a default app); exit 2 if unknown
+    (the client's lookup and message, `Connection.with_app`)."""
+    from sparkscale.client import BadRequest
+    from sparkscale.client.connection import Connection
 
-        click.echo(f"{exc.args[0]}; a pipeline name ({', '.join(registered_workloads())}) also works", err=True)
-        sys.exit(EXIT_CONFIG)
+    try:
+        return Connection(cfg).with_app(app_name)
+    except BadRequest as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(exc.exit_code)
 
 
 def cli_store(cfg: Config, zk: KazooClient | None = None, redis_client: redis.Redis | None = None) -> Store:
@@ -105,17 +107,3 @@ def cli_store(cfg: Config, zk: KazooClient | None = None, redis_client: redis.Re
 
     return live_store(redis_client if redis_client is not None else connect(cfg.redis), cfg.redis.key_prefix,
                       zk if zk is not None else zkconn.client(cfg.zookeeper), cfg.zookeeper.root, cfg.action_log)
-
-
-def zk_or_exit(cfg: Config) -> Any:
-    from kazoo.handlers.threading import KazooTimeoutError
-
-    from sparkscale import zkconn
-
-    zk = zkconn.client(cfg.zookeeper)
-    try:
-        zk.start(timeout=10)
-    except KazooTimeoutError:
-        click.echo(f"ZooKeeper at {cfg.zookeeper.hosts} is unreachable", err=True)
-        sys.exit(1)
-    return zk

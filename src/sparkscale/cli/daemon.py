@@ -18,7 +18,6 @@ from sparkscale.cli.common import (
     client_errors,
     config_options,
     load_or_exit,
-    zk_or_exit,
 )
 from sparkscale.config import Config
 
@@ -54,23 +53,22 @@ def status(cfg: Config, as_json: bool) -> None:
     """The leader of each managed app, its executors and parallelism, and the last decision; and
     each migration that needs the operator (`sparkscale migrate --resume ID` / `--abort ID`)."""
     from sparkscale.actuators.migration import attention_line
+    from sparkscale.client.connection import Connection
     from sparkscale.daemon.operator_view import AppLine, pick_view, status_table
 
-    zk = zk_or_exit(cfg)
-    store = cli_store(cfg, zk)
-    try:
-        lines = []
-        for app in cfg.apps:
-            leader = store.leaders.current_leader(app.name)
-            views = store.status.read(app.name)
-            journal = store.journals.journal(app.name).read()
-            attention = attention_line(journal) if journal is not None and journal.needs_attention else None
-            lines.append(AppLine(app.name, leader, pick_view(leader, views), attention))
-    except redis.RedisError as exc:
-        click.echo(f"Redis at {cfg.redis.host}:{cfg.redis.port} is unreachable: {exc}", err=True)
-        sys.exit(1)
-    finally:
-        zk.stop()
+    with client_errors(), Connection(cfg).zookeeper() as zk:
+        store = cli_store(cfg, zk)
+        try:
+            lines = []
+            for app in cfg.apps:
+                leader = store.leaders.current_leader(app.name)
+                views = store.status.read(app.name)
+                journal = store.journals.journal(app.name).read()
+                attention = attention_line(journal) if journal is not None and journal.needs_attention else None
+                lines.append(AppLine(app.name, leader, pick_view(leader, views), attention))
+        except redis.RedisError as exc:
+            click.echo(f"Redis at {cfg.redis.host}:{cfg.redis.port} is unreachable: {exc}", err=True)
+            sys.exit(1)
     if as_json:
         click.echo(json.dumps([line.to_dict() for line in lines], indent=2))
     else:
