@@ -153,11 +153,26 @@ class PolicyConfig(SectionedConfig):
 
     name: str = "ds2"
     target_utilization: float = Field(0.8, ge=0.01, le=1)  # below 1 %, every need overflows
+    # A band around it (policies/band.py; DS2 applies it): no change while the projected utilisation
+    # of the current cores is inside; below the minimum, down to the fewest cores at most `maximum`
+    # busy. Both null (the default): no band, every change of the target is acted on.
+    utilization_min: float | None = Field(None, ge=0, le=1)
+    utilization_max: float | None = Field(None, gt=0, le=1)
 
     @field_validator("name")
     @classmethod
     def _registered(cls, value: str) -> str:
         return _one_of(value, sorted(POLICIES.names()))
+
+    @model_validator(mode="after")
+    def _band(self) -> PolicyConfig:
+        lo, hi = self.utilization_min, self.utilization_max
+        if (lo is None) != (hi is None):
+            raise ValueError("utilization_min and utilization_max go together: set both or neither")
+        if lo is not None and hi is not None and not lo < self.target_utilization <= hi:
+            raise ValueError(f"expected utilization_min < target_utilization <= utilization_max "
+                             f"(got {lo:g}, {self.target_utilization:g}, {hi:g})")
+        return self
 
 
 class GuardsConfig(_Section):

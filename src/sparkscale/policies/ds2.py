@@ -15,6 +15,7 @@ from sparkscale.model.plan import Action, ExpectedOutcome, Observation, Plan
 from sparkscale.model.snapshot import Snapshot
 from sparkscale.model.snapshot_merge import query_names, split_operator
 from sparkscale.partitions import many_divisor_count
+from sparkscale.policies.band import UtilizationBand
 from sparkscale.policies.base import register_policy
 from sparkscale.policies.ds2_model import Ds2Estimate, OperatorEstimate, ceiling, estimate, num
 from sparkscale.policies.history import DecisionHistory
@@ -82,6 +83,7 @@ class Ds2Policy:
         cores = scaled_cores(cores, current_cores, coeff)
         if coeff is not None:
             explanation.append(f"{coeff.explain()}: {linear_cores} cores at linear scaling -> {cores}")
+        cores = _banded(cores, current_cores, est, fits, cfg, explanation)
         wanted = math.ceil(cores / app.executor_cores)
         executors = min(max(wanted, app.min_executors), app.max_executors)
         explanation.append(
@@ -150,6 +152,19 @@ class Ds2Policy:
             explanation=tuple(explanation),
             observation=observation,
         )
+
+
+def _banded(cores: int, current_cores: int, est: Ds2Estimate, fits: int | None, cfg: PolicyConfig,
+            explanation: list[str]) -> int:
+    """`cores` through the utilisation band when one is configured (policies/band.py), saying why."""
+    if cfg.utilization_min is None or cfg.utilization_max is None:
+        return cores
+    if fits is None or fits != est.cores_needed:
+        explanation.append("utilisation band not applied: the cores were raised for the stages' partitions")
+        return cores
+    cores, why = UtilizationBand(cfg.utilization_min, cfg.utilization_max).cores(cores, current_cores, est.busy_cores)
+    explanation.append(why)
+    return cores
 
 
 def _query_of(names: tuple[str, ...], operator_id: str) -> str:

@@ -139,6 +139,11 @@ class Ds2Estimate:
         return sum(need / min(cores, partitions) for need, partitions in needs)
 
     @property
+    def busy_cores(self) -> float:
+        """Cores the load keeps fully busy: Σ exact requirement x the target utilisation it was sized at."""
+        return sum(n for n, _p in self._stage_needs()) * self.target_utilization
+
+    @property
     def cores_needed(self) -> int:
         """Cores the query needs with partitions enough: ceil(Σ exact requirement) over non-source
         operators.
