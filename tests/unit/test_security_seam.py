@@ -202,6 +202,41 @@ def test_a_redirect_from_a_driver_is_an_error_never_followed() -> None:
         server.server_close()
 
 
+@given(st.text(max_size=80) | st.binary(max_size=80).map(lambda b: b.decode("latin-1")))
+@PROPERTY
+def test_judging_any_url_or_checkpoint_path_never_raises(text: str) -> None:
+    for url in (text, "http://127.0.0.1:1/" + text, "http://" + text):
+        refusal = url_refusal(url, {"127.0.0.1"})
+        assert refusal is None or (isinstance(refusal, str) and refusal)
+    for path in (text, "/" + text, "hdfs://" + text):
+        refusal = checkpoint_refusal(path, "/run/ck")
+        assert refusal is None or (isinstance(refusal, str) and refusal)
+
+
+@given(st.binary(max_size=200) | JSON.map(lambda v: json.dumps(v).encode()))
+@PROPERTY
+def test_any_driver_record_in_redis_is_a_client_or_an_unreachable_driver(record: bytes) -> None:
+    cfg = _config("anyrec")
+
+    class Holding(_Registered):
+        def get(self, key: str) -> str | None:
+            return record.decode("utf-8", "replace")
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sparkscale.redisconn, "connect", lambda _cfg: Holding("anyrec", ""))
+        mp.setattr(driver_urls, "read_agent_record", lambda _cfg, _app: None)
+        mp.setattr(driver_urls, "AGENTS", AgentHosts())
+        outcome: SparkRestClient | SparkRestError
+        try:
+            outcome = driver_rest(cfg, cfg.app("anyrec"))
+        except SparkRestError as exc:
+            outcome = exc
+    if isinstance(outcome, SparkRestError):
+        assert outcome.unreachable
+    else:
+        assert outcome.base_url.startswith(("http://", "https://"))
+
+
 # -- 2. the executor shape -------------------------------------------------------------------------------
 
 
@@ -278,6 +313,16 @@ def test_a_published_query_with_a_bad_checkpoint_is_kept_with_its_checkpoint_unk
             assert read["q"].checkpoint is None and read["q"].id == "id-1"
             assert not read["q"].migratable
     assert [e["record"] for e in _bad_lines(logs)] == ["q.checkpoint"]
+
+
+@given(st.dictionaries(st.text(max_size=8), st.text(max_size=60) | JSON.map(json.dumps), max_size=3))
+@PROPERTY
+def test_any_published_query_hash_reads_as_queries_with_bounded_checkpoints(published: dict[str, str]) -> None:
+    client = MiniRedis()
+    client.hashes[queries_key(PREFIX, "clicks")] = published
+    store = live_store(client, PREFIX, FakeZk(), ROOT, ActionLogConfig())  # type: ignore[arg-type]
+    for info in store.queries.read_queries("clicks").values():
+        assert info.checkpoint is None or checkpoint_refusal(info.checkpoint) is None
 
 
 # -- 4. the manual request ------------------------------------------------------------------------------
