@@ -29,6 +29,18 @@ class SparkConfig(_Section):
     driver_bind_address: str | None = None
     rest_timeout_s: float = Field(5.0, gt=0)
     home: str | None = None
+    # The hosts whose driver REST URLs the daemon opens (the URL an agent registers in Redis is
+    # anyone's with Redis access: store/driver_urls.py). Unset: driver_host, driver_bind_address, the
+    # master's and the workers' hosts, and the host the app's agent registered in ZooKeeper.
+    driver_hosts_allowed: list[str] | None = None
+
+    @field_validator("driver_hosts_allowed")
+    @classmethod
+    def _hosts_allowed(cls, value: list[str] | None) -> list[str] | None:
+        for i, host in enumerate(value or ()):
+            if not re.fullmatch(r"[A-Za-z0-9._:\-]{1,255}", host):
+                raise ValueError(f"driver_hosts_allowed[{i}] = {host!r} is not a host name or IP address")
+        return value
 
     @field_validator("master_url")
     @classmethod

@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 import redis
+import structlog
 
 from sparkscale.config import AppConfig, Config
 from sparkscale.control.act import ActionExecutor, RequestDesk
@@ -57,6 +58,9 @@ from sparkscale.monitors.spark_rest import SparkRestError
 from sparkscale.policies.capacity import short_warnings
 from sparkscale.policies.history import DecisionHistory
 from sparkscale.policies.outcomes import expectation_for
+from sparkscale.store.bad_records import escaped
+
+log = structlog.get_logger(__name__)
 
 MAX_BACKOFF_CYCLES = 6  # while a service is unreachable, skip up to 2^6 - 1 intervals between tries
 HISTORY_S = 3600.0  # decisions kept in memory (and recalled from the action log on election)
@@ -93,7 +97,7 @@ class Autoscaler:
     def __init__(self, cfg: Config, identity: str, *, collector: SnapshotCollector, planner: Planner,
                  cluster: ClusterPlanning, judge: OutcomeJudge, executor: ActionExecutor, requests: RequestDesk,
                  stores: Stores, elections: Mapping[str, Leadership], clock: Clock, sink: EventSink,
-                 wake: Callable[[str], None]) -> None:
+                 wake: Callable[[str], None], on_failed: Callable[[str], None] = lambda _app: None) -> None:
         self.cfg = cfg
         self.identity = identity
         self.collector = collector
@@ -107,6 +111,7 @@ class Autoscaler:
         self.clock = clock
         self.sink = sink
         self.wake = wake
+        self.on_failed = on_failed  # a cycle that failed past its own summary (a metric's count)
         self.states: dict[str, AppState] = {}
 
     # -- the managed apps -------------------------------------------------------------------------
@@ -142,8 +147,18 @@ class Autoscaler:
     # -- one cycle --------------------------------------------------------------------------------
 
     def cycle(self, app_name: str) -> CycleResult | None:
-        """One cycle of the app (None: not managed, or backing off). Never raises for a service
-        that fails or a bug: the cycle ends, backs off, and says why in its summary."""
+        """One cycle of the app (None: not managed, or backing off). Never raises: a service that
+        fails or a bug ends the cycle, which backs off and says why in its summary; what fails even
+        that (the summary's own feeds, an app gone from the config) is logged as `cycle.failed`,
+        counted through `on_failed`, and the app's next cycles and the other apps' go on."""
+        try:
+            return self._isolated_cycle(app_name)
+        except Exception as exc:
+            log.error("cycle.failed", app=escaped(app_name), error=escaped(repr(exc)), exc_info=exc)
+            self.on_failed(app_name)
+            return "error"
+
+    def _isolated_cycle(self, app_name: str) -> CycleResult | None:
         st = self.states.get(app_name)
         if st is None or self.clock.monotonic() < st.skip_until:
             return None

@@ -23,6 +23,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
 from typing import Unpack
 
+import redis
+import structlog
+from kazoo.exceptions import KazooException
+
 from sparkscale.actuators.base import ActuationContext, dispatch
 from sparkscale.actuators.migration import MigrationError, check_operable
 from sparkscale.apps.submit import restart
@@ -43,7 +47,9 @@ from sparkscale.model.manual_request import (
 from sparkscale.model.plan import Action, Plan
 from sparkscale.model.snapshot import Snapshot
 from sparkscale.model.snapshot_merge import query_names
+from sparkscale.monitors.spark_rest import SparkRestError
 from sparkscale.protocol.streams import query_partitions
+from sparkscale.store.bad_records import escaped
 from sparkscale.store.base import ActionLogStore, JournalStores, RequestStore
 from sparkscale.store.zk_requests import REQUEST_PREFIX
 
@@ -52,6 +58,10 @@ __all__ = ["JOURNAL_REQUESTS", "MANUAL_POLICY", "REQUEST_JSON", "REQUEST_PREFIX"
            "run_migration", "serve_requests", "settled_migration", "submit_request"]
 
 MANUAL_POLICY = "manual"
+# What ends the cycle (and retries the request in the next one) rather than refuse the request.
+SERVICE_FAILURES = (redis.RedisError, KazooException, SparkRestError, OSError)
+
+log = structlog.get_logger(__name__)
 
 
 def submit_request(requests: RequestStore, app: str, to: int | None, by: str, timeout_s: float,
@@ -151,46 +161,68 @@ def serve_requests(requests: RequestStore, journals: JournalStores, app: str, ac
                    snapshot: Snapshot | None) -> list[ActionResult]:
     """The leader carries out and answers the app's pending requests (`context(**request)`: its
     actuation context). Without a snapshot (no live query) only the requests on a journaled
-    migration are served; the others wait for one, or expire. Returns what was carried out."""
+    migration are served; the others wait for one, or expire. Returns what was carried out.
+
+    A request whose handling raises anything but a service's failure is answered refused with the
+    error and removed (logged once): left pending, it would fail every later cycle of the app. A
+    service's failure (Redis, ZooKeeper, a driver) ends the cycle as before; the request is retried."""
     results: list[ActionResult] = []
     for request in requests.pending(app):
-        decision_id: str | None
-        if snapshot is None and request.type not in JOURNAL_REQUESTS:
-            continue
-        now = time.time()
-        if request.expires_at < now:
-            requests.answer(app, request.name, ManualResult(False, "expired before a leader could carry it out"))
-            continue
-        if dry_run:
+        try:
+            result = _serve(requests, journals, app, action_log, context, leader, dry_run, snapshot, request)
+        except SERVICE_FAILURES:
+            raise
+        except Exception as exc:
+            log.error("manual.request_failed", app=app, request=escaped(request.name), error=escaped(repr(exc)),
+                      action="refused", exc_info=exc)
             requests.answer(app, request.name,
-                   ManualResult(False, "the daemon runs in dry-run mode: it never acts", leader=leader))
+                            ManualResult(False, f"refused: carrying it out failed: {escaped(str(exc))}", None, leader))
             continue
-        if request.type in JOURNAL_REQUESTS:
-            try:
-                journal = check_operable(journals.journal(app).read(), app, str(request.migration),
-                                         request.type.split("_")[0])
-            except MigrationError as exc:
-                requests.answer(app, request.name,
-                       ManualResult(False, json.dumps({"detail": str(exc), "refused": True}), None, leader))
-                continue
-            decision_id, result = operate_migration(action_log, context(), journal,
-                                                    abort=request.type == "abort_migration")
-        elif request.type == "migrate":
-            assert snapshot is not None
-            names = query_names(snapshot)
-            settled = settled_migration(journals, app, request, names, leader)
-            if settled is not None:
-                requests.answer(app, request.name, settled)
-                continue
-            decision_id, result = run_migration(
-                action_log, context(strategy=request.strategy, shape=request.executor_shape),
-                request.query or names[0], request.to, f"manual request by {request.by}", executors=request.executors)
-        else:
-            assert snapshot is not None and request.to is not None
-            decision_id, result = carry_out(action_log, context(), request.to, request.by,
-                                            current=len(snapshot.executors), snapshot_id=snapshot_id(snapshot), at=now)
-        results.append(result)
-        detail = (result.detail if request.type == "scale_executors"
-                  else json.dumps({"detail": result.detail, "figures": result.figures}))
-        requests.answer(app, request.name, ManualResult(result.status == "done", detail, decision_id, leader))
+        if result is not None:
+            results.append(result)
     return results
+
+
+def _serve(requests: RequestStore, journals: JournalStores, app: str, action_log: ActionLogStore,
+           context: Callable[..., ActuationContext], leader: str, dry_run: bool, snapshot: Snapshot | None,
+           request: ManualRequest) -> ActionResult | None:
+    """One request carried out and answered (None: answered without acting, or left waiting)."""
+    decision_id: str | None
+    if snapshot is None and request.type not in JOURNAL_REQUESTS:
+        return None
+    now = time.time()
+    if not request.expires_at >= now:  # NaN never passes (the store refuses it; a request made here may hold one)
+        requests.answer(app, request.name, ManualResult(False, "expired before a leader could carry it out"))
+        return None
+    if dry_run:
+        requests.answer(app, request.name,
+                        ManualResult(False, "the daemon runs in dry-run mode: it never acts", leader=leader))
+        return None
+    if request.type in JOURNAL_REQUESTS:
+        try:
+            journal = check_operable(journals.journal(app).read(), app, str(request.migration),
+                                     request.type.split("_")[0])
+        except MigrationError as exc:
+            requests.answer(app, request.name,
+                            ManualResult(False, json.dumps({"detail": str(exc), "refused": True}), None, leader))
+            return None
+        decision_id, result = operate_migration(action_log, context(), journal,
+                                                abort=request.type == "abort_migration")
+    elif request.type == "migrate":
+        assert snapshot is not None
+        names = query_names(snapshot)
+        settled = settled_migration(journals, app, request, names, leader)
+        if settled is not None:
+            requests.answer(app, request.name, settled)
+            return None
+        decision_id, result = run_migration(
+            action_log, context(strategy=request.strategy, shape=request.executor_shape),
+            request.query or names[0], request.to, f"manual request by {request.by}", executors=request.executors)
+    else:
+        assert snapshot is not None and request.to is not None
+        decision_id, result = carry_out(action_log, context(), request.to, request.by,
+                                        current=len(snapshot.executors), snapshot_id=snapshot_id(snapshot), at=now)
+    detail = (result.detail if request.type == "scale_executors"
+              else json.dumps({"detail": result.detail, "figures": result.figures}))
+    requests.answer(app, request.name, ManualResult(result.status == "done", detail, decision_id, leader))
+    return result

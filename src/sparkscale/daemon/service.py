@@ -38,6 +38,7 @@ from sparkscale.daemon.wiring import ActuationContexts, RequestDesk, loop_stores
 from sparkscale.monitors.collector import collect_snapshots
 from sparkscale.policies.planner import decide_app
 from sparkscale.redisconn import connect
+from sparkscale.store.bad_records import escaped
 from sparkscale.store.live import live_store
 
 log = structlog.get_logger(__name__)
@@ -88,7 +89,8 @@ class Daemon:
         requests = RequestDesk(store.requests, store.journals, action_log, contexts, self.identity)
         return Autoscaler(cfg, self.identity, collector=collect_snapshots, planner=decide_app, cluster=self.cluster,
                           judge=OutcomeEvaluator(blocklist, sink), executor=executor, requests=requests, stores=stores,
-                          elections=self.elections, clock=clock, sink=sink, wake=self._wake_app)
+                          elections=self.elections, clock=clock, sink=sink, wake=self._wake_app,
+                          on_failed=lambda app: self.metrics.count_cycle(app, "failed"))
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -142,18 +144,39 @@ class Daemon:
         self._wake.set()
 
     def reload(self) -> None:
-        """Re-read the config file; keep every app's state. An invalid file changes nothing."""
+        """Re-read the config file; keep every app's state. An invalid file, or anything else that
+        fails while reloading, changes nothing: the running config stays and the reason is logged."""
         self.notifier.reloading()
         try:
             new = load_config(self.config_path, self.overrides)
+            kept = {name for name in RESTART_SECTIONS if getattr(new, name) != getattr(self.cfg, name)}
         except ConfigError as exc:
-            log.error("config.reload_refused", path=self.config_path, error=str(exc), keeping="the running config")
-            self.notifier.ready("config reload refused")
+            self._reload_refused(str(exc))
             return
-        kept = {name for name in RESTART_SECTIONS if getattr(new, name) != getattr(self.cfg, name)}
+        except Exception as exc:  # an unreadable file, a bug: the daemon keeps running as it was
+            self._reload_refused(repr(exc))
+            return
         if kept:
             log.warning("config.reload_needs_restart", sections=sorted(kept), keeping="the running values")
             new = new.model_copy(update={name: getattr(self.cfg, name) for name in kept})
+        old = self.cfg
+        try:
+            self._apply(new)
+        except Exception as exc:  # back to the running config (an app added or removed meanwhile stays so)
+            self.cfg = old
+            self.cluster.configure(old)
+            self.autoscaler.configure(old)
+            self._reload_refused(repr(exc))
+            return
+        self.notifier.ready(f"managing {len(new.apps)} apps")
+
+    def _reload_refused(self, reason: str) -> None:
+        log.error("config.reload_refused", path=self.config_path, error=escaped(reason, 1000),
+                  keeping="the running config")
+        self.notifier.ready("config reload refused")
+
+    def _apply(self, new: Config) -> None:
+        """Run with the reloaded config `new`: apps added and removed, intervals changed."""
         old_apps = {a.name for a in self.cfg.apps}
         new_apps = {a.name for a in new.apps}
         interval_changed = new.loop.interval_s != self.cfg.loop.interval_s
@@ -170,7 +193,6 @@ class Daemon:
         log.info("config.reloaded", path=self.config_path, added=sorted(new_apps - old_apps),
                  removed=sorted(old_apps - new_apps), policy=new.policy.name, dry_run=new.loop.dry_run,
                  interval_s=new.loop.interval_s)
-        self.notifier.ready(f"managing {len(new.apps)} apps")
 
     def _add_app(self, app: AppConfig) -> None:
         self.autoscaler.add_app(app.name)

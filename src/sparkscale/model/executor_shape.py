@@ -4,6 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sparkscale.config.apps import MAX_EXECUTOR_CORES
+
+# A shape read from the store (or asked for) is bounded: far beyond any executor's JVM (4 TiB), yet
+# a shape above it is one no spark-submit could start, and every later submit would carry it.
+MAX_EXECUTOR_MEMORY_MB = 1 << 22
+SHAPE_BOUNDS = {"executor_cores": MAX_EXECUTOR_CORES, "executor_memory_mb": MAX_EXECUTOR_MEMORY_MB}
+
 
 @dataclass(frozen=True)
 class ExecutorShape:

@@ -10,9 +10,10 @@ from typing import Annotated, Any, TypedDict
 from pydantic import AfterValidator, Field, GetCoreSchemaHandler
 from pydantic_core import CoreSchema
 
-from sparkscale.model.codec import Codec, one_of, reshaped
-from sparkscale.model.executor_shape import ExecutorShape
-from sparkscale.model.fields import FieldError, get, object_at
+from sparkscale.config.apps import MAX_EXECUTORS
+from sparkscale.model.codec import Codec, between, one_of, reshaped, whole
+from sparkscale.model.executor_shape import SHAPE_BOUNDS, ExecutorShape
+from sparkscale.model.fields import MAX_TIME, FieldError, get, integer, object_at
 
 
 class RequestType(StrEnum):
@@ -30,10 +31,19 @@ _SHAPE_KEYS = ("executor_cores", "executor_memory_mb")
 
 
 def _shape(shape: dict[str, int]) -> dict[str, int]:
-    """ExecutorShape's fields, all of them (a malformed shape is an invalid request)."""
+    """ExecutorShape's fields, all of them, within the shape's bounds (a malformed shape is an
+    invalid request)."""
     if sorted(shape) != sorted(_SHAPE_KEYS):
         raise FieldError("", f"expected the keys {', '.join(_SHAPE_KEYS)} (got {', '.join(map(str, shape)) or 'none'})")
+    for key, value in shape.items():
+        integer(value, key, 1, SHAPE_BOUNDS[key])
     return shape
+
+
+# A request is read from a znode anyone with access to ZooKeeper may write: every figure is an
+# exact JSON integer or a finite number within bounds (a NaN expiry would never expire).
+Target = Annotated[int, whole(0, MAX_EXECUTORS)]  # executors, or a migration's partitions
+Time = Annotated[float, between(0, MAX_TIME)]
 
 
 @dataclass(frozen=True)
@@ -43,16 +53,16 @@ class ManualRequest:
     optionally to `executors` executors; or `resume_migration` / `abort_migration` of the journaled
     migration `migration` (its id). Written without `name` (the znode's)."""
 
-    to: int | None
+    to: Target | None
     by: str
-    requested_at: float
-    expires_at: float
+    requested_at: Time
+    expires_at: Time
     name: Annotated[str, Field(exclude=True)] = ""
     type: Annotated[RequestType, one_of(RequestType)] = RequestType.SCALE_EXECUTORS
     query: str | None = None
     strategy: str | None = None
-    executors: int | None = None
-    shape: Annotated[dict[str, int], AfterValidator(_shape)] | None = None  # ExecutorShape fields
+    executors: Target | None = None
+    shape: Annotated[dict[str, Annotated[int, whole(1)]], AfterValidator(_shape)] | None = None  # ExecutorShape's
     migration: str | None = None  # a journaled migration's id
 
     @classmethod

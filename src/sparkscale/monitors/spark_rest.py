@@ -22,11 +22,15 @@ from typing import Any
 import structlog
 
 from sparkscale.config import AppConfig, Config
+from sparkscale.model.fields import object_at
+from sparkscale.store.bad_records import PROBLEMS, BadRecords, escaped, load_json
+from sparkscale.store.driver_urls import OPENER, driver_url_refusal
 
 log = structlog.get_logger(__name__)
 
 DEFAULT_RETRIES = 3
 DEFAULT_BACKOFF_S = 0.2
+REFUSED_URLS = BadRecords()  # driver URLs refused: each logged once (`store.bad_record`, with the app's key)
 
 
 class SparkRestError(Exception):
@@ -298,7 +302,7 @@ class SparkRestClient:
         attempt = 0
         while True:
             try:
-                with urllib.request.urlopen(url, timeout=self.timeout_s) as resp:
+                with OPENER.open(url, timeout=self.timeout_s) as resp:
                     return json.load(resp)
             except urllib.error.HTTPError as exc:
                 error = SparkRestError(url, f"HTTP {exc.code} {exc.reason}", status=exc.code)
@@ -364,9 +368,16 @@ def driver_rest(cfg: Config, app: AppConfig, **kwargs: Any) -> SparkRestClient:
     url = None
     if raw:
         try:
-            url = json.loads(raw).get("ui_url")
-        except (ValueError, AttributeError):
+            url = object_at(load_json(raw), "").get("ui_url")
+        except PROBLEMS:
             url = None
     if not url:
         raise SparkRestError(f"(driver of {app.name})", "its agent has not registered a REST URL", unreachable=True)
+    refusal = driver_url_refusal(cfg, app.name, url)
+    if refusal is not None:
+        key = driver_key(cfg.redis.key_prefix, app.name)
+        REFUSED_URLS.skip(key, escaped(str(url)), f"driver REST URL refused: {refusal}")
+        raise SparkRestError(f"(driver of {app.name})", f"its registered REST URL is refused: {refusal}",
+                             unreachable=True)
+    assert isinstance(url, str)  # url_refusal passes strings only
     return SparkRestClient(f"{url.rstrip('/')}/api/v1", **kwargs)

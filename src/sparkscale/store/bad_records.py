@@ -15,8 +15,10 @@ import structlog
 
 log = structlog.get_logger(__name__)
 
-PROBLEMS = (ValueError, TypeError, KeyError, AttributeError)  # what parsing a bad record raises
+# What parsing a bad record raises (RecursionError: JSON nested too deeply for the parser).
+PROBLEMS = (ValueError, TypeError, KeyError, AttributeError, RecursionError)
 REMEMBERED = 10_000  # records remembered as logged; beyond, the oldest may be logged again
+ESCAPED_MAX_CHARS = 200  # a stored value quoted in a log line: longer ones are cut
 
 
 class BadRecords:
@@ -34,7 +36,8 @@ class BadRecords:
             self._logged[(key, record)] = None
             while len(self._logged) > REMEMBERED:
                 self._logged.popitem(last=False)
-        log.warning("store.bad_record", key=key, record=record, problem=describe(problem), action="skipped")
+        log.warning("store.bad_record", key=escaped(key), record=escaped(record),
+                    problem=escaped(describe(problem), 4 * ESCAPED_MAX_CHARS), action="skipped")
 
 
 def describe(problem: str | BaseException) -> str:
@@ -44,6 +47,15 @@ def describe(problem: str | BaseException) -> str:
     text = str(problem)
     return f"{type(problem).__name__}: {text}" if text and isinstance(problem, (KeyError, TypeError)) \
         else text or type(problem).__name__
+
+
+def escaped(value: str | bytes, limit: int = ESCAPED_MAX_CHARS) -> str:
+    """A stored value as one printable line: control and non-ASCII characters as Python escapes, cut
+    at `limit` characters (a record another process wrote must not forge log lines or flood them)."""
+    text = value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else value
+    out = text.encode("ascii", "backslashreplace").decode("ascii")
+    out = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in out)
+    return out if len(out) <= limit else out[:limit] + "..."
 
 
 def _refuse_constant(name: str) -> object:

@@ -1,12 +1,13 @@
 """The query registry the agent publishes (hash `<prefix><app>:queries`, protocol/queries.py: one
 field per query, its QueryInfo as JSON), and the measured downtime samples (daemon/downtime_tracker.py:
-one list per kind, newest first). Records that do not parse are skipped, logged once."""
+one list per kind, newest first). Records that do not parse are skipped, logged once; a query whose
+checkpoint path is out of bounds (store/checkpoint_paths.py) is read with its checkpoint unknown."""
 
 from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import cast
 
 import redis
@@ -15,7 +16,8 @@ from sparkscale.model.fields import number, object_at
 from sparkscale.policies.placement.downtime import MEASURED_KINDS
 from sparkscale.protocol.keys import downtime_samples_key
 from sparkscale.protocol.queries import QueryInfo, queries_key
-from sparkscale.store.bad_records import PROBLEMS, BadRecords, load_json
+from sparkscale.store.bad_records import PROBLEMS, BadRecords, escaped, load_json
+from sparkscale.store.checkpoint_paths import checkpoint_refusal
 from sparkscale.store.redis_action_log import Hash, text
 
 KEEP = 20  # downtime samples per kind: the median of the last ones
@@ -30,17 +32,32 @@ class RedisQueries:
     def read_queries(self, app: str) -> dict[str, QueryInfo]:
         key = queries_key(self.prefix, app)
         out: dict[str, QueryInfo] = {}
-        for name, value in cast(Hash, self.client.hgetall(key) or {}).items():
+        try:
+            published = cast(Hash, self.client.hgetall(key) or {})
+        except (redis.ResponseError, UnicodeDecodeError) as exc:  # WRONGTYPE: not a hash; bytes not UTF-8
+            self.bad.skip(key, "queries", exc)
+            return out
+        for name, value in published.items():
             try:
-                out[text(name)] = QueryInfo.from_json(value)
+                info = QueryInfo.from_json(value)
             except PROBLEMS as exc:
                 self.bad.skip(key, text(name), exc)
+                continue
+            refusal = None if info.checkpoint is None else checkpoint_refusal(info.checkpoint)
+            if refusal is not None:  # the query is still listed; unknown checkpoint: not migratable
+                self.bad.skip(key, f"{text(name)}.checkpoint", f"checkpoint {escaped(str(info.checkpoint))} {refusal}")
+                info = replace(info, checkpoint=None)
+            out[text(name)] = info
         return out
+
+
+_READ_QUERIES_BAD = BadRecords()  # `read_queries`' callers read every cycle: each bad record logged once
 
 
 def read_queries(client: redis.Redis, prefix: str, app: str) -> dict[str, QueryInfo]:
     """The app's queries by name, as the agent last published them (empty before the agent ran)."""
-    return RedisQueries(client, prefix).read_queries(app)
+    return RedisQueries(client, prefix, _READ_QUERIES_BAD).read_queries(app)
+
 
 
 @dataclass

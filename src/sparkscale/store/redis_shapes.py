@@ -1,20 +1,42 @@
 """The executor shape a migration gave each app, in Redis (hash `<prefix><app>:shape`, protocol/keys.py:
 `executor_cores`, `executor_memory_mb`, the `migration` that set it and when). A hash that does not
-parse is read as no stored shape (logged once, store/bad_records.py): the config's shape holds."""
+parse (a field missing, not a plain decimal, out of bounds; the key not a hash) is read as no stored
+shape (logged once, store/bad_records.py): the config's shape holds. Every submit of the app applies
+a stored shape, so one out of bounds would break each of them."""
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Annotated, cast
 
 import redis
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
-from sparkscale.model.executor_shape import ExecutorShape
-from sparkscale.model.fields import integer
+from sparkscale.config.apps import MAX_EXECUTOR_CORES
+from sparkscale.model.executor_shape import MAX_EXECUTOR_MEMORY_MB, ExecutorShape
 from sparkscale.protocol.keys import shape_key
-from sparkscale.store.bad_records import PROBLEMS, BadRecords
+from sparkscale.store.bad_records import PROBLEMS, BadRecords, escaped
 from sparkscale.store.redis_action_log import Hash, text
+
+MAX_DIGITS = 12  # a stored count longer than this is out of bounds before it is parsed
+
+
+def _decimal(value: object) -> int:
+    """A Redis hash value as a whole number: plain decimal digits only (no sign, space, 1e3, 5.0)."""
+    if not isinstance(value, str) or not re.fullmatch(rf"[0-9]{{1,{MAX_DIGITS}}}", value):
+        raise ValueError(f"expected decimal digits (got {escaped(str(value), 40)!r})")
+    return int(value)
+
+
+class StoredShape(BaseModel):
+    """The shape hash's figures, bounded as the config bounds them (Spark needs at least 1 of each)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    executor_cores: Annotated[int, BeforeValidator(_decimal), Field(ge=1, le=MAX_EXECUTOR_CORES)]
+    executor_memory_mb: Annotated[int, BeforeValidator(_decimal), Field(ge=1, le=MAX_EXECUTOR_MEMORY_MB)]
 
 
 @dataclass
@@ -25,7 +47,11 @@ class RedisShapes:
 
     def stored_shape(self, app: str) -> ExecutorShape | None:
         key = shape_key(self.prefix, app)
-        raw = {text(k): text(v) for k, v in cast(Hash, self.client.hgetall(key) or {}).items()}
+        try:
+            raw = {text(k): text(v) for k, v in cast(Hash, self.client.hgetall(key) or {}).items()}
+        except (redis.ResponseError, UnicodeDecodeError) as exc:  # WRONGTYPE: not a hash; bytes not UTF-8
+            self.bad.skip(key, "shape", exc)
+            return None
         if not raw:
             return None
         try:
@@ -42,7 +68,12 @@ class RedisShapes:
 
 
 def parse_shape(raw: dict[str, str]) -> ExecutorShape:
-    """A stored shape's hash (its values are strings in Redis) as a shape of whole positive numbers."""
-    return ExecutorShape(integer(int(raw["executor_cores"]), "executor_cores", 1),
-                         integer(int(raw["executor_memory_mb"]), "executor_memory_mb", 1))
-
+    """A stored shape's hash (its values are strings in Redis) as a shape of bounded whole numbers;
+    raises a ValueError (one of bad_records.PROBLEMS) saying which field is wrong."""
+    try:
+        shape = StoredShape.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise ValueError(f"{where}: {first['msg']}") from None
+    return ExecutorShape(shape.executor_cores, shape.executor_memory_mb)
