@@ -14,6 +14,7 @@ import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -56,9 +57,21 @@ def client_kwargs(cfg: ZooKeeperConfig) -> dict[str, Any]:
             "logger": _KAZOO_LOG}
 
 
+def _tls_kwargs(cfg: ZooKeeperConfig) -> dict[str, Any]:
+    """KazooClient's TLS arguments for `zookeeper.tls`: none without it. The server's certificate is
+    always verified (against ca_file, else the system's CAs), and its name too: a certificate from
+    the same CA issued to a client must not pass for the server."""
+    if not cfg.tls:
+        return {}
+    files = {"ca": cfg.ca_file, "certfile": cfg.cert_file, "keyfile": cfg.key_file}
+    return {"use_ssl": True, "verify_certs": True, "check_hostname": True,
+            **{name: str(Path(path).expanduser()) for name, path in files.items() if path is not None}}
+
+
 def client(cfg: ZooKeeperConfig, **kwargs: Any) -> KazooClient:
     """A client (not started) for `zookeeper.hosts`, with the session timeout and the config's auth."""
-    return KazooClient(hosts=cfg.hosts, timeout=cfg.session_timeout_s, **client_kwargs(cfg), **kwargs)
+    return KazooClient(hosts=cfg.hosts, timeout=cfg.session_timeout_s, **client_kwargs(cfg), **_tls_kwargs(cfg),
+                       **kwargs)
 
 
 @dataclass(frozen=True)

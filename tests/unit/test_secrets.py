@@ -23,7 +23,8 @@ from sparkscale.config.secrets import (
     redis_password,
     zookeeper_auth,
 )
-from sparkscale.localenv.environment import EnvironmentStartError, LocalEnvironment, _write_private
+from sparkscale.localenv.environment import EnvironmentStartError, LocalEnvironment
+from sparkscale.localenv.private_files import write_private as _write_private
 from sparkscale.localenv.redis_auth import quoted, redis_auth_lines
 from sparkscale.protocol.sinks import SinkTarget
 from sparkscale.redisconn import RedisAuth

@@ -1,5 +1,6 @@
 """Where a managed pipeline's files are, under the run dir (`cluster.run_dir`/pipelines): its log,
-the supervisor's record, the driver's record and the marker its driver writes once its queries run.
+the supervisor's record, the driver's record, its Spark properties and the marker its driver writes
+once its queries run.
 Shared by submitting (submit.py) and supervising (supervisor.py), which both read and write them."""
 
 from __future__ import annotations
@@ -30,3 +31,9 @@ def supervisor_record_path(cfg: Config, app_name: str) -> Path:
 def driver_record_path(cfg: Config, app_name: str) -> Path:
     """The driver's process (`driver_record.DriverRecord`), written by its supervisor."""
     return pipelines_dir(cfg) / f"{app_name}.driver.json"
+
+
+def spark_properties_path(cfg: Config, app_name: str) -> Path:
+    """The driver's Spark configuration for spark-submit --properties-file (mode 0600: it may hold
+    secrets; apps/spark_properties.py), written at each launch."""
+    return pipelines_dir(cfg) / f"{app_name}.properties"

@@ -26,9 +26,11 @@ from sparkscale.apps.run_files import (
     driver_record_path,
     log_path,
     pipelines_dir,
+    spark_properties_path,
     started_marker,
     supervisor_record_path,
 )
+from sparkscale.apps.spark_properties import submit_arguments, write_properties
 from sparkscale.config import AppConfig, Config
 from sparkscale.localenv.preflight import Tools, check_tools
 from sparkscale.model.executor_shape import ExecutorShape
@@ -129,6 +131,8 @@ def spark_conf(cfg: Config, app: AppConfig) -> dict[str, str]:
         "spark.sql.session.timeZone": "UTC",
         # 0: any free port; the agent publishes the URL it got (protocol.keys.driver_key).
         "spark.ui.port": str(driver_ui_port(cfg, app)),
+        # Nobody who reaches the UI may kill its jobs and stages (Spark's default is true).
+        "spark.ui.killEnabled": "false",
         **({"spark.driver.host": cfg.spark.driver_host} if cfg.spark.driver_host else {}),
         **({"spark.driver.bindAddress": cfg.spark.driver_bind_address} if cfg.spark.driver_bind_address else {}),
         "spark.pyspark.python": sys.executable,
@@ -155,11 +159,12 @@ def _dynamic_allocation_conf(app: AppConfig) -> dict[str, str]:
 
 
 def submit_command(
-    cfg: Config, app: AppConfig, config_path: str | None, overrides: list[str], tools: Tools
+    cfg: Config, app: AppConfig, config_path: str | None, overrides: list[str], tools: Tools, properties: Path
 ) -> list[str]:
-    argv = [str(tools.spark_submit), "--master", cfg.spark.master_url, "--deploy-mode", "client"]
-    for key, value in spark_conf(cfg, app).items():
-        argv += ["--conf", f"{key}={value}"]
+    """spark-submit's command line; the Spark configuration is in the `properties` file (written by
+    `write_properties`), not on it: `ps` shows command lines to every user of the host."""
+    argv = [str(tools.spark_submit), "--master", cfg.spark.master_url, "--deploy-mode", "client",
+            *submit_arguments(properties)]
     if app.py_files:
         argv += ["--py-files", ",".join(app.py_files)]
     # The driver's main program: starts the agent, then runs the app's script (or the shipped job).
@@ -184,17 +189,23 @@ def launch_driver(cfg: Config, app_name: str, config_path: str | None, overrides
     directory = pipelines_dir(cfg)
     directory.mkdir(parents=True, exist_ok=True)
     tools = check_tools(cfg.cluster.java, cfg.spark.home)  # runs `java -version`: once per launch
-    argv = submit_command(cfg, app, config_path, list(overrides), tools)
-    env = {
+    properties = write_properties(spark_properties_path(cfg, app_name), spark_conf(cfg, app))
+    argv = submit_command(cfg, app, config_path, list(overrides), tools, properties)
+    with open(log_path(cfg, app_name), "ab") as out:
+        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=driver_environment(cfg, tools), cwd=directory)
+
+
+def driver_environment(cfg: Config, tools: Tools) -> dict[str, str]:
+    """The driver's environment: this one (its agent reads sparkscale's secrets from it), with
+    SPARK_LOCAL_IP at `spark.driver_bind_address`, the address Spark binds the driver's UI to."""
+    return {
         **os.environ,
         **({"SPARK_LOCAL_IP": cfg.spark.driver_bind_address} if cfg.spark.driver_bind_address else {}),
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
         "SPARK_HOME": str(tools.spark_home),
     }
-    with open(log_path(cfg, app_name), "ab") as out:
-        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, cwd=directory)
 
 
 def supervisor_command(cfg: Config, app_name: str, config_path: str | None, overrides: list[str]) -> list[str]:

@@ -3,14 +3,20 @@
 Why: a driver the daemon starts with a plain fork lives in the daemon's cgroup, and systemd stops
 that whole cgroup when the daemon restarts. Started as `sparkscale-app@APP.service` (the template in
 systemd/), it lives in a cgroup of its own and systemd restarts its supervisor if that dies. The
-daemon's user needs the right to start and stop these units: systemd/README.md gives the polkit rule.
+daemon's user needs the right to start and stop these units: `polkit_rule` renders the polkit rule
+that grants it (systemd/README.md), scoped so that an app's driver may restart its own unit only.
 """
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
+from collections.abc import Mapping
 
 import structlog
+
+from sparkscale.config.drivers import DriversConfig
 
 log = structlog.get_logger(__name__)
 
@@ -59,3 +65,52 @@ def main_pid(unit: str) -> int:
     if done.returncode != 0 or pid <= 0:
         raise UnitError(f"{unit} has no main process ({(done.stderr or done.stdout).strip() or 'MainPID=0'})")
     return pid
+
+
+DAEMON_VERBS = ("start", "stop", "restart")
+
+
+def polkit_rule(units: Mapping[str, str], daemon_user: str = "sparkscale") -> str:
+    """The polkit rule (/etc/polkit-1/rules.d/50-sparkscale.rules) for `units`, each driver unit
+    (`drivers.unit(app)`) with the user its driver runs as: the daemon's user may start, stop and
+    restart exactly these units; a driver's user may restart its own unit and no other. Why a list
+    and not a pattern: a unit not named here (another app's, an app removed from the config) is
+    nobody's to touch. polkit tells callers apart by user only, so a driver that runs as the
+    daemon's user (the shipped unit's User=sparkscale) has the daemon's rights: give each app's
+    unit a user of its own (a drop-in with User=) for the per-app scoping to bite."""
+    for unit, user in units.items():
+        if not re.fullmatch(r"[A-Za-z0-9:_.@\\-]+\.service", unit):
+            raise ValueError(f"not a unit name: {unit!r}")
+        if not re.fullmatch(r"[a-z_][a-z0-9_-]*\$?", user):
+            raise ValueError(f"not a user name: {user!r}")
+    if not re.fullmatch(r"[a-z_][a-z0-9_-]*\$?", daemon_user):
+        raise ValueError(f"not a user name: {daemon_user!r}")
+    owners = json.dumps(dict(sorted(units.items())), indent=8).replace("\n}", "\n    }")
+    return f"""// sparkscale's driver units: rendered by sparkscale.apps.systemd_units.polkit_rule.
+polkit.addRule(function (action, subject) {{
+    if (action.id != "org.freedesktop.systemd1.manage-units") {{
+        return polkit.Result.NOT_HANDLED;
+    }}
+    // Each managed app's unit, with the user its driver runs as.
+    var owners = {owners};
+    var unit = action.lookup("unit");
+    var verb = action.lookup("verb");
+    if (!Object.prototype.hasOwnProperty.call(owners, unit)) {{
+        return polkit.Result.NOT_HANDLED;
+    }}
+    // The daemon starts, stops and restarts every app's driver.
+    if (subject.user == {json.dumps(daemon_user)} && {json.dumps(list(DAEMON_VERBS))}.indexOf(verb) >= 0) {{
+        return polkit.Result.YES;
+    }}
+    // A driver restarts its own unit, and only that one.
+    if (subject.user == owners[unit] && verb == "restart") {{
+        return polkit.Result.YES;
+    }}
+    return polkit.Result.NOT_HANDLED;
+}});
+"""
+
+
+def app_units(drivers: DriversConfig, app_users: Mapping[str, str]) -> dict[str, str]:
+    """{unit: user} for `polkit_rule`, from {app: the user its driver runs as}."""
+    return {drivers.unit(app): user for app, user in app_users.items()}

@@ -11,6 +11,7 @@ from typing import Any
 import click
 import redis
 
+from sparkscale.apps.spark_properties import masked
 from sparkscale.cli.common import (
     EXIT_CONFIG,
     cli_store,
@@ -30,9 +31,18 @@ def check_config(path: str, overrides: tuple[str, ...], show: bool) -> None:
     """Validate a config file: exit 0 if usable, 2 naming the file, key and problem if not."""
     cfg = load_or_exit(path, overrides)
     if show:
-        click.echo(json.dumps(cfg.model_dump(mode="json"), indent=2))
+        click.echo(json.dumps(shown_config(cfg), indent=2))
     else:
         click.echo(f"{path}: ok ({len(cfg.apps)} app(s), policy {cfg.policy.name})")
+
+
+def shown_config(cfg: Config) -> dict[str, Any]:
+    """The config as `--show` prints it: each app's spark_conf values masked where Spark's own rule
+    calls the key a secret (apps/spark_properties.py), so the output can be pasted anywhere."""
+    dump = cfg.model_dump(mode="json")
+    for app in dump["apps"]:
+        app["spark_conf"] = masked(app["spark_conf"])
+    return dump
 
 
 @click.command("run")

@@ -4,6 +4,7 @@ drivers' REST APIs), Redis and ZooKeeper. Secrets are checked here but kept as f
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from pathlib import Path
 
@@ -24,9 +25,11 @@ class SparkConfig(_Section):
     # else the first app's port, the next app's one above, and so on in config order.
     driver_ui_port: int = Field(0, ge=0, le=65535)
     # spark.driver.host: the address executors and the daemon reach a driver at (default: Spark's
-    # choice, the host's address); driver_bind_address: spark.driver.bindAddress (default: all).
+    # choice, which follows SPARK_LOCAL_IP); driver_bind_address: spark.driver.bindAddress and
+    # SPARK_LOCAL_IP, where the driver's RPC and its UI (which binds SPARK_LOCAL_IP, else 0.0.0.0)
+    # listen: loopback by default (issue 32); None = Spark's default, every address.
     driver_host: str | None = None
-    driver_bind_address: str | None = None
+    driver_bind_address: str | None = "127.0.0.1"
     rest_timeout_s: float = Field(5.0, gt=0)
     home: str | None = None
     # The hosts whose driver REST URLs the daemon opens (the URL an agent registers in Redis is
@@ -56,6 +59,17 @@ class SparkConfig(_Section):
             raise ValueError("expected http://HOST:PORT")
         return value.rstrip("/")
 
+    @model_validator(mode="after")
+    def _driver_reachable(self) -> SparkConfig:
+        """A driver listening on loopback only cannot be reached at another address."""
+        if (self.driver_host is not None and self.driver_bind_address is not None
+                and _loopback(self.driver_bind_address) and not _loopback(self.driver_host)):
+            raise ValueError(
+                f"driver_host {self.driver_host} is not a loopback address but drivers listen on "
+                f"driver_bind_address {self.driver_bind_address}: set spark.driver_bind_address too "
+                f"(the address itself, or 0.0.0.0 for all)")
+        return self
+
     @property
     def master_host(self) -> str:
         return self.master_url.removeprefix("spark://").rsplit(":", 1)[0]
@@ -67,6 +81,13 @@ class SparkConfig(_Section):
     @property
     def master_web_port(self) -> int:
         return int(self.master_web_url.rsplit(":", 1)[1])
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class RedisConfig(_Section):
@@ -119,6 +140,28 @@ class ZooKeeperConfig(_Section):
     # without it, $SPARKSCALE_ZOOKEEPER_AUTH; neither: no auth. With it, sparkscale's znodes are
     # readable and writable by that identity only (the daemon locks the root at start).
     auth_file: str | None = None
+    # TLS (a server with secureClientPort): verify the server against ca_file (default: the system's
+    # CAs); cert_file and key_file: a client certificate, for a server that requires one.
+    tls: bool = False
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+
+    @field_validator("ca_file", "cert_file", "key_file")
+    @classmethod
+    def _tls_file(cls, value: str | None) -> str | None:
+        if value is not None and not Path(value).expanduser().is_file():
+            raise ValueError(f"file {value} does not exist or is not a file")
+        return value
+
+    @model_validator(mode="after")
+    def _tls_files(self) -> ZooKeeperConfig:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("cert_file and key_file go together: set both or neither")
+        for name in ("ca_file", "cert_file", "key_file"):
+            if getattr(self, name) is not None and not self.tls:
+                raise ValueError(f"{name} is set but tls is false: set zookeeper.tls: true (or drop {name})")
+        return self
 
     @field_validator("auth_file")
     @classmethod

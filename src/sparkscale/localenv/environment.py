@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import subprocess
 import sys
 import time
@@ -27,7 +26,9 @@ import psutil
 import structlog
 
 from sparkscale.config import Config
+from sparkscale.localenv.child_env import child_environment
 from sparkscale.localenv.preflight import ZOOKEEPER_CLASSPATH, Tools, check_addresses, check_tools
+from sparkscale.localenv.private_files import write_private
 from sparkscale.localenv.probes import answered, master_json, port_open, redis_ping, worker_alive, zookeeper_ruok
 from sparkscale.localenv.redis_auth import redis_auth_lines
 from sparkscale.processes import live_process, stop_trees, tail
@@ -53,6 +54,7 @@ class ServiceSpec:
     answers: Callable[[], bool]
     files: dict[Path, str] = field(default_factory=dict)
     host: str = LOOPBACK  # the address its ports are bound on
+    spark: bool = False  # a Spark master or worker: it also gets the caller's Spark settings (child_env.py)
 
     @property
     def log_path(self) -> Path:
@@ -98,6 +100,11 @@ class LocalEnvironment:
             raise EnvironmentStartError(
                 "redis.tls is set, but the embedded Redis does not serve TLS: set redis.tls: false for "
                 "`cluster up`, or point redis.* at a Redis of your own that does"
+            )
+        if self.cfg.zookeeper.tls:
+            raise EnvironmentStartError(
+                "zookeeper.tls is set, but the embedded ZooKeeper does not serve TLS: set zookeeper.tls: false "
+                "for `cluster up`, or point zookeeper.* at a ZooKeeper of your own that does"
             )
         tools = check_tools(self.cfg.cluster.java, self.cfg.spark.home, pin_cpus=bool(self.cfg.cluster.worker_cpus))
         check_addresses(self.cfg.cluster.worker_host(i) for i in range(1, self.cfg.cluster.workers + 1))
@@ -202,7 +209,9 @@ class LocalEnvironment:
                 workdir=self.run_dir / "spark",
                 ports=[cfg.spark.master_port, cfg.spark.master_web_port],
                 answers=lambda: master_json(cfg.spark.master_web_url).get("status") == "ALIVE",
-                files={self.run_dir / "spark" / "conf" / "spark-defaults.conf": ""},
+                # Read by the master and the workers (SPARK_CONF_DIR): their UIs cannot kill apps.
+                files={self.run_dir / "spark" / "conf" / "spark-defaults.conf": "spark.ui.killEnabled false\n"},
+                spark=True,
             ),
         ]
         for i in range(1, cfg.cluster.workers + 1):
@@ -230,6 +239,7 @@ class LocalEnvironment:
                     ports=[web_port],
                     answers=functools.partial(worker_alive, cfg.spark.master_web_url, host, web_port),
                     host=host,
+                    spark=True,
                 )
             )
         return specs
@@ -286,9 +296,11 @@ class LocalEnvironment:
         spec.workdir.mkdir(parents=True, exist_ok=True)
         for path, text in spec.files.items():
             path.parent.mkdir(parents=True, exist_ok=True)
-            _write_private(path, text)
+            write_private(path, text)
         (self.run_dir / "zookeeper" / "data").mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, **spec.env}
+        # Only the allowed part of this environment (no secrets of sparkscale's: child_env.py); a
+        # worker's executors inherit the worker's.
+        env = child_environment(spec.env, spec.spark)
         with open(spec.log_path, "ab") as out:
             proc = subprocess.Popen(
                 spec.argv, cwd=spec.workdir, env=env, stdout=out, stderr=subprocess.STDOUT,
@@ -351,10 +363,3 @@ def _stop_order(name: str) -> tuple[int, str]:
 def _live_process(record: ServiceRecord) -> psutil.Process | None:
     return live_process(record.pid, record.create_time)
 
-
-def _write_private(path: Path, text: str) -> None:
-    """A service's config, readable by this user only (the Redis one may hold its password)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(fd, 0o600)  # a file left by an earlier run keeps its mode otherwise
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
