@@ -24,6 +24,7 @@ from sparkscale.cli import main
 from sparkscale.config import ConfigError, load_config
 from sparkscale.config.problems import ConfigProblem
 from sparkscale.model.fields import FieldError, parse_json
+from sparkscale_lab.pipelines.profiles import parse_profile
 
 FIXTURE = Path(__file__).parent / "fixtures" / "design_snapshot.json"
 HUGE = "1" * 5001  # the probe: Python refuses int() of more than 4,300 digits
@@ -279,3 +280,73 @@ def test_any_cluster_plan_worker_list_is_planned_or_refused_with_exit_2(tmp_path
         assert len(set(ids)) == len(ids)
         assert all(not w.get("cores") or w["cores_free"] <= w["cores"] for w in listed)
         assert all(not w.get("memory_mb") or w["memory_free_mb"] <= w["memory_mb"] for w in listed)
+
+
+# -- 5. simulate ---------------------------------------------------------------------------------------
+
+SIM = ("simulate", "--policy", "ds2")
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (["--graph", "linear:2", "--profile", "steps:10@10s", "--peak-cores", "0"],
+     "Invalid value for '--peak-cores': 0.0 is not in the range 0.1<=x<=1000"),  # was a ZeroDivisionError
+    (["--graph", "linear:10000000", "--profile", "steps:10@10s"], "graph 'linear:10000000': at most 10000 operators"),
+    (["--graph", "linear:2", "--profile", "steps:10@10s", "--apps", "100000"],
+     "Invalid value for '--apps': 100000 is not in the range 1<=x<=1000"),  # ran for ever
+    (["--graph", "linear:2", "--profile", "constant:10@100000000m"], "duration '100000000m' is above 2.592e+06 s"),
+    (["--graph", "linear:2", "--profile", f"constant:{'9' * 400}@10s"], "is above 1e+09 records/s"),  # NaN
+    (["--graph", "linear:2", "--profile", "constant:0@10s"], "peaks at 0 records/s"),  # ZeroDivisionError
+    (["--graph", "linear:2", "--profile", "steps:10@10s", "--peak-cores", "nan"], "nan is not a finite number"),
+    (["--graph", "linear:2", "--profile", "steps:10@10s", "--interval-s", "nan"], "nan is not a finite number"),
+    (["--graph", f"linear:{HUGE}", "--profile", "steps:10@10s"], "expected whole numbers after 'linear'"),
+    (["--graph", "layered:10000:10", "--apps", "1000", "--profile", "constant:1@1000s"],
+     "instance figures, above the 1e+08 a run may build"),
+    (["--graph", "linear:2", "--apps", "1000", "--profile", "constant:1@30m"], "app-seconds, above the 1e+06"),
+])
+def test_simulate_refuses_unbounded_input_with_exit_2(args, fragment, no_hang):
+    refused(invoke(*SIM, *args), fragment)
+
+
+def test_the_profile_parser_bounds_rates_and_durations():
+    with pytest.raises(ValueError, match=r"rate '2000000000' is above 1e\+09 records/s"):
+        parse_profile("constant:2000000000")
+    with pytest.raises(ValueError, match=r"PERIOD '43201m' is above 2.592e\+06 s"):
+        parse_profile("sine:10,5,43201m")
+    assert parse_profile("constant:1000000000@43200m").duration_s == 30 * 86400
+
+
+RATE = mostly(["0", "0.0001", "1", "250", "5000", "1000000000"], ["1000000001", "9" * 40, "-1", "1e3"])
+DURATION = mostly(["2s", "7s", "20s", "0.5m"], ["1s", "0.5s", "40m", "100000000m", "0s", "5"])
+
+
+@st.composite
+def profiles(draw: st.DrawFn) -> str:
+    kind = draw(mostly(["constant", "steps", "ramp", "sine", "diurnal"], ["bare"]))
+    rate, duration = draw(RATE), draw(DURATION)
+    return {"constant": f"constant:{rate}@{duration}", "bare": rate,
+            "steps": f"steps:{rate}@{duration},{draw(RATE)}@{draw(DURATION)}",
+            "ramp": f"ramp:{rate}-{draw(RATE)}@{duration}", "sine": f"sine:{rate},{draw(RATE)},{duration}@{duration}",
+            "diurnal": f"diurnal:{rate}@{duration}"}[kind]
+
+
+def floats(valid: list[str]) -> st.SearchStrategy[str]:
+    return mostly(valid, ["nan", "inf", "-inf", "-1", "0", "1e9", "x"])
+
+
+# Mostly small runs (the accepted ones run: they must be quick), with every option's extremes.
+@PROPERTY
+@given(graph=mostly(["linear:1", "linear:3", "star:3", "dag-diamond", "layered:4:2"],
+                    ["linear:0", "linear:10001", "layered:5:10", "ring:4", f"linear:{'9' * 30}"]),
+       profile=profiles(), apps=mostly(["1", "2"], ["0", "-1", "1001", "9" * 30]),
+       partitions=mostly(["1", "16", "64"], ["0", "4097"]), peak_cores=floats(["0.1", "0.5", "3", "1000"]),
+       interval_s=floats(["0.5", "1", "10", "3600"]), restart_cost_s=floats(["0", "10", "3600"]),
+       seed=mostly(["0", "7", str(2**63 - 1)], ["-1", "9" * 30]))
+def test_any_simulate_input_is_run_or_refused_with_exit_2(graph, profile, apps, partitions, peak_cores, interval_s,
+                                                          restart_cost_s, seed):
+    result = invoke(*SIM, "--graph", graph, "--profile", profile, "--apps", apps, "--partitions", partitions,
+                    "--peak-cores", peak_cores, "--interval-s", interval_s, "--restart-cost-s", restart_cost_s,
+                    "--seed", seed, "--json")
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert result.exit_code in (0, 2), result.output
+    assert "Traceback" not in result.output
+    event(f"exit {result.exit_code}")
