@@ -5,12 +5,15 @@ dataflow) is the lab's (sparkscale_lab/cli/simulate.py)."""
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 import redis
 
+from sparkscale.bounded import printable
 from sparkscale.cli.common import exit_invalid, load_or_exit
 from sparkscale.config import AppConfig
 from sparkscale.logsetup import configure_logging
@@ -23,6 +26,19 @@ from sparkscale.policies.planner import decide_app
 
 EXIT_INVALID = 2  # a bad config, snapshot, app or argument (as common.EXIT_CONFIG)
 EXIT_FAILED = 1
+
+
+class FiniteRange(click.FloatRange):
+    """click's FloatRange, refusing NaN too (which compares false with both bounds and so passes
+    FloatRange) and infinities: an option's number is finite and within its range."""
+
+    name = "finite float range"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        number: float = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{number} is not a finite number", param, ctx)
+        return number
 
 
 def registered_policy(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
@@ -70,8 +86,8 @@ def plan_command(snapshot_path: str, config_path: str | None, policy: str | None
         # The last line of defence, not the validation: every figure and setting is bounded when it
         # is read, yet a policy's arithmetic on an extreme combination of them (a catch-up of 1e-320 s
         # on a backlog) can still fail. Say which inputs, rather than print a traceback.
-        exit_invalid("input", f"{snapshot_path}: policy {policy or cfg.policy.name} cannot plan with these figures "
-                              f"and settings ({exc})")
+        exit_invalid("input", printable(f"{snapshot_path}: policy {policy or cfg.policy.name} cannot plan with "
+                                        f"these figures and settings ({exc})"))
     click.echo(json.dumps(plan.to_dict(), indent=2) if as_json else plan.to_table())
 
 
@@ -86,7 +102,7 @@ def plan_command(snapshot_path: str, config_path: str | None, policy: str | None
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a dotted config key.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None,
               help="Write the snapshot JSON to this file instead of stdout.")
-@click.option("--window-s", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--window-s", type=FiniteRange(min=0, min_open=True), default=None,
               help="Observation window (default: loop.window_s).")
 def snapshot_command(app_name: str, query: str | None, config_path: str | None, overrides: tuple[str, ...],
                      out_path: str | None, window_s: float | None) -> None:
@@ -97,15 +113,15 @@ def snapshot_command(app_name: str, query: str | None, config_path: str | None, 
     try:
         cfg = cfg.with_app(app_name)
     except KeyError as exc:
-        click.echo(f"invalid --app: {exc.args[0]}", err=True)
+        click.echo(printable(f"invalid --app: {exc.args[0]}"), err=True)
         sys.exit(EXIT_INVALID)
     try:
         snapshots = collect_snapshots(cfg, app_name, query, CollectOptions(window_s=window_s))
     except AppNotRunningError as exc:
-        click.echo(str(exc), err=True)
+        click.echo(printable(str(exc)), err=True)
         sys.exit(EXIT_FAILED)
     except NoQueriesYet as exc:
-        click.echo(str(exc), err=True)
+        click.echo(printable(str(exc)), err=True)
         sys.exit(EXIT_INVALID if query is not None and exc.known else EXIT_FAILED)
     except SparkRestError as exc:
         click.echo(f"cannot read {app_name!r} from Spark: {exc}", err=True)

@@ -12,6 +12,7 @@ from typing import Any
 import click
 import redis
 
+from sparkscale.bounded import printable
 from sparkscale.cli.common import exit_invalid, load_or_exit
 from sparkscale.config import Config
 from sparkscale.logsetup import configure_logging
@@ -37,7 +38,7 @@ def live_snapshots(cfg: Config) -> list[Snapshot]:
         try:
             out += collect_snapshots(cfg, app.name, None, CollectOptions())
         except (AppNotRunningError, NoQueriesYet, SparkRestError, redis.RedisError) as exc:
-            click.echo(f"{app.name}: left out ({exc})", err=True)
+            click.echo(printable(f"{app.name}: left out ({exc})"), err=True)
     return out
 
 
@@ -78,7 +79,7 @@ def cluster_plan_command(snapshot_paths: tuple[str, ...], config_path: str | Non
         plan = get_placement(name).place(model, cfg.placement.section(name) if cfg.placement.section_model(name)
                                          else None)
     except (ValueError, ArithmeticError) as exc:
-        exit_invalid("input", f"placement {name} cannot plan with these figures and settings ({exc})")
+        exit_invalid("input", printable(f"placement {name} cannot plan with these figures and settings ({exc})"))
     if as_json:
         click.echo(json.dumps({"model": model_dict(model), "plan": plan.to_dict()}, indent=2))
     else:

@@ -14,6 +14,14 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from sparkscale.bounded import (
+    CONFIG_MAX_BYTES,
+    MAX_INTEGER_DIGITS,
+    HugeInteger,
+    InputFileError,
+    find_huge,
+    read_user_file,
+)
 from sparkscale.config.problems import ConfigError, ConfigProblem
 from sparkscale.config.sectioned import SectionedConfig
 from sparkscale.config.sections import Config
@@ -34,7 +42,10 @@ def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] 
 
 class _Loader(yaml.SafeLoader):
     """YAML's safe loader, refusing a key given twice in one mapping: YAML keeps the last silently,
-    so a second `spark:` section would drop the first without a word."""
+    so a second `spark:` section would drop the first without a word. Integers are bounded
+    (`construct_bounded_int`); `met_huge` says whether one was too long."""
+
+    met_huge = False
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         if isinstance(node, yaml.MappingNode):
@@ -50,21 +61,55 @@ class _Loader(yaml.SafeLoader):
                 seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
+    def construct_bounded_int(self, node: yaml.ScalarNode) -> int | HugeInteger:
+        """An integer of at most MAX_INTEGER_DIGITS digits, else a HugeInteger (`_refuse_huge` names
+        its key): `int()` of more than 4,300 digits raises ValueError from inside the parser."""
+        text = str(self.construct_scalar(node)).replace("_", "").lstrip("+-").removeprefix("0x").removeprefix("0b")
+        if len(text) > MAX_INTEGER_DIGITS:  # hexadecimal, octal, binary or base 60 digits count too
+            self.met_huge = True
+            return HugeInteger(sum(1 for c in text if c.isalnum()))
+        value: int = self.construct_yaml_int(node)
+        digits = len(str(abs(value)))  # at most ~1,200 from 1,000 hexadecimal digits: printable
+        if digits > MAX_INTEGER_DIGITS:
+            self.met_huge = True
+            return HugeInteger(digits)
+        return value
+
+
+_Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_bounded_int)
+
+
+def _load_yaml(text: str) -> tuple[Any, bool]:
+    """The YAML document in `text` (as `yaml.load` with the safe `_Loader` does), and whether it
+    holds a too long integer (then `_refuse_huge` names its key)."""
+    loader = _Loader(text)
+    try:
+        return loader.get_single_data(), loader.met_huge
+    finally:
+        loader.dispose()
+
+
+def _refuse_huge(document: object, source: str, key: str = "") -> None:
+    """A ConfigError naming the key of the first too long integer in `document` (under `key`)."""
+    huge = find_huge(document)
+    if huge is not None:
+        path, marker = huge
+        where = ".".join([*([key] if key else []), *map(str, path)])
+        raise ConfigError([ConfigProblem(source, where, marker.problem())])
+
 
 def _read_yaml(path: Path) -> dict[str, Any]:
     try:
-        data = path.read_bytes()
-    except IsADirectoryError:
-        raise ConfigError([ConfigProblem(str(path), "", "is a directory, not a file")]) from None
-    except OSError as exc:
-        raise ConfigError([ConfigProblem(str(path), "", f"cannot read file: {exc.strerror or exc}")]) from None
+        data = read_user_file(path, CONFIG_MAX_BYTES, "config file")
+    except InputFileError as exc:
+        raise ConfigError([ConfigProblem(str(path), "", exc.problem)]) from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         problem = f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})"
         raise ConfigError([ConfigProblem(str(path), "", problem)]) from None
     try:
-        document = yaml.load(text, Loader=_Loader)  # a SafeLoader
+        document, huge = _load_yaml(text)  # a SafeLoader
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
@@ -72,6 +117,8 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         raise ConfigError([ConfigProblem(where, "", f"invalid YAML: {problem}")]) from None
     except RecursionError:
         raise ConfigError([ConfigProblem(str(path), "", "invalid YAML: nested too deeply")]) from None
+    if huge:
+        _refuse_huge(document, str(path))
     if document is None:
         return {}
     if not isinstance(document, dict):
@@ -92,16 +139,18 @@ def _apply_override(raw: dict[str, Any], item: str) -> str:
     if not sep or not key:
         raise ConfigError([ConfigProblem("--set", item, "expected KEY=VALUE, e.g. policy.target_utilization=0.7")])
     try:
-        value = yaml.load(text, Loader=_Loader) if text.strip() else ""  # a SafeLoader
+        value, huge = _load_yaml(text) if text.strip() else ("", False)  # a SafeLoader
     except yaml.YAMLError as exc:
         if text.strip().startswith(("{", "[")):  # meant as a list or mapping: say what is wrong with it
             problem = getattr(exc, "problem", None) or str(exc)
             raise ConfigError([ConfigProblem("--set", key, f"invalid YAML: {problem}", text, True)]) from None
-        value = text  # anything else that is not YAML is a plain string
+        value, huge = text, False  # anything else that is not YAML is a plain string
     except RecursionError:
         raise ConfigError([ConfigProblem("--set", key, "invalid YAML: nested too deeply")]) from None
     if isinstance(value, (dict, list)) and not text.strip().startswith(("{", "[")):
-        value = text  # `prefix=foo:` is the string "foo:", not the mapping {"foo": None}
+        value, huge = text, False  # `prefix=foo:` is the string "foo:", not the mapping {"foo": None}
+    if huge:
+        _refuse_huge(value, "--set", key)
     parts = key.split(".")
     resolved: list[str] = []  # the key as validation errors will name it (list items by index)
     node: Any = raw

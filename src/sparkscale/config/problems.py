@@ -7,6 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from sparkscale.bounded import printable
+
+MAX_SHOWN_CHARS = 200  # of a value in a message: a longer one is cut, saying how long it was
+
 
 @dataclass(frozen=True)
 class ConfigProblem:
@@ -19,9 +23,22 @@ class ConfigProblem:
     has_value: bool = False
 
     def __str__(self) -> str:
-        got = f" (got {self.value!r})" if self.has_value else ""
+        """One line; the source, key and message may hold user text: control characters in them are
+        escaped (`\\x1b`), so that they do not act on the operator's terminal."""
+        got = f" (got {shown(self.value)})" if self.has_value else ""
         key = f"{self.key}: " if self.key else ""
-        return f"{self.source}: {key}{self.message}{got}"
+        return printable(f"{self.source}: {key}{self.message}{got}")
+
+
+def shown(value: Any) -> str:
+    """A value as a message shows it: its repr (which escapes control characters), an integer of
+    many digits by its length, a long text cut."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**40:
+        return f"an integer of {len(str(abs(value)))} digits"
+    text = repr(value)
+    if len(text) > MAX_SHOWN_CHARS:
+        return f"{text[:MAX_SHOWN_CHARS // 2]}... ({len(text)} characters)"
+    return text
 
 
 class ConfigError(Exception):

@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from sparkscale.bounded import DATA_MAX_BYTES, BoundedInts, InputFileError, find_huge, printable, read_user_file
+
 MAX_DEPTH = 100  # nesting of a JSON document; deeper ones are refused before anything recurses on them
 MAX_TIME = 1e11  # seconds since the epoch (the year 5138): the latest time a record may name
 
@@ -30,7 +32,7 @@ class FieldError(ValueError):
         self.problem = problem
         self.source = source
         where = f"{source}: " if source else ""
-        super().__init__(f"{where}{path}: {problem}" if path else f"{where}{problem}")
+        super().__init__(printable(f"{where}{path}: {problem}" if path else f"{where}{problem}"))
 
     def under(self, prefix: str) -> FieldError:
         """The same error for the document found at `prefix` of a larger one (`[1]` of a list)."""
@@ -44,14 +46,13 @@ class FieldError(ValueError):
 
 def read_json(path: str | Path) -> Any:
     """The JSON document in the file `path`; a FieldError (path "") names the file and what is
-    wrong with it: unreadable, a directory, not UTF-8, not JSON, nested too deeply."""
+    wrong with it: unreadable, not a regular file, above the size cap (bounded.py), not UTF-8, not
+    JSON, nested too deeply."""
     source = str(path)
     try:
-        data = Path(path).read_bytes()
-    except IsADirectoryError:
-        raise FieldError("", "is a directory, not a file", source) from None
-    except OSError as exc:
-        raise FieldError("", f"cannot read file: {exc.strerror or exc}", source) from None
+        data = read_user_file(path, DATA_MAX_BYTES, "snapshot or history file")
+    except InputFileError as exc:
+        raise FieldError("", exc.problem, source) from None
     return parse_json(data, source)
 
 
@@ -63,14 +64,21 @@ def parse_json(data: str | bytes, source: str | None = None) -> Any:
         except UnicodeDecodeError as exc:
             raise FieldError("", f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})",
                              source) from None
+    ints = BoundedInts()
     try:
-        document = json.loads(data)
+        document = json.loads(data, parse_int=ints)
     except json.JSONDecodeError as exc:
         raise FieldError("", f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", source) from None
     except RecursionError:
         document = _TOO_DEEP
     if document is _TOO_DEEP or _depth_exceeds(document, MAX_DEPTH):
         raise FieldError("", f"invalid JSON: nested deeper than {MAX_DEPTH} levels", source)
+    huge = find_huge(document) if ints.met_huge else None
+    if huge is not None:
+        where = ""
+        for key in huge[0]:
+            where = join(where, key)
+        raise FieldError(where, huge[1].problem(), source)
     return document
 
 

@@ -114,6 +114,7 @@ class Placement:
                 cores=optional_integer(worker.get("cores"), join(at, "cores"), 0, MAX_CORES) or 0,
                 memory_mb=optional_integer(worker.get("memory_mb"), join(at, "memory_mb"), 0, MAX_MEMORY_MB) or 0,
             ))
+        _check_workers(workers, workers_path)
         seen: dict[str, str] = {}
         for i, slots in enumerate(workers):
             for executor in slots.executors:
@@ -131,6 +132,23 @@ class Placement:
                                                 MAX_MEMORY_MB) or 0,
             error=optional_string(obj.get("error"), join(path, "error")),
         )
+
+
+def _check_workers(workers: list[WorkerSlots], path: str) -> None:
+    """Each worker once, with no more free than it has (issue 32: `cluster-plan` took duplicate ids
+    and `cores_free` above `cores`, and planned on a cluster that cannot be); FieldError naming it."""
+    first: dict[str, int] = {}
+    for i, w in enumerate(workers):
+        at = f"{path}[{i}]"
+        if w.id in first:
+            raise FieldError(join(at, "id"), f"worker {w.id!r} appears twice (also workers[{first[w.id]}])")
+        first[w.id] = i
+        if w.cores and w.cores_free > w.cores:
+            raise FieldError(join(at, "cores_free"), f"{w.cores_free} free cores on worker {w.id!r}, which has "
+                             f"{w.cores} cores")
+        if w.memory_mb and w.memory_free_mb > w.memory_mb:
+            raise FieldError(join(at, "memory_free_mb"), f"{w.memory_free_mb} MB free on worker {w.id!r}, which "
+                             f"has {w.memory_mb} MB")
 
 
 def executor_order(executor_id: str) -> tuple[int, str]:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 GRAPH_FORMS = "linear:N | star:N | layered:N:L | dag-linear | dag-diamond | dag-star"
 SOURCE = "source"
-
+MAX_OPERATORS = 10_000  # ten times the largest documented run (docs/results/simulate/results.md)
 
 
 @dataclass(frozen=True)
@@ -37,9 +37,13 @@ def parse_graph(spec: str, seed: int = 0) -> Graph:
     kind, _, rest = spec.partition(":")
     args = rest.split(":") if rest else []
     try:
-        numbers = [int(a) for a in args]
+        numbers = [int(a) for a in args if len(a) <= 20]  # a longer one is no count (and int() may refuse it)
     except ValueError:
-        raise ValueError(f"graph {spec!r}: expected whole numbers after {kind!r} ({GRAPH_FORMS})") from None
+        numbers = []
+    if len(numbers) != len(args):
+        raise ValueError(f"graph {spec[:60]!r}: expected whole numbers after {kind[:20]!r} ({GRAPH_FORMS})")
+    if any(n > MAX_OPERATORS for n in numbers):
+        raise ValueError(f"graph {spec!r}: at most {MAX_OPERATORS} operators")
     if kind in ("dag-linear", "dag-diamond", "dag-star") and not args:
         shapes = {"dag-linear": [("a", SOURCE), ("b", "a"), ("c", "b")],
                   "dag-diamond": [("a", SOURCE), ("b", "a"), ("c", "a"), ("d", "b"), ("d", "c")],
@@ -66,4 +70,4 @@ def parse_graph(spec: str, seed: int = 0) -> Graph:
                 for up in rng.sample(names[k - 1], min(len(names[k - 1]), rng.randint(1, 3))):
                     edges.append((up, op))
         return Graph((SOURCE, *(op for layer in names for op in layer)), tuple(edges))
-    raise ValueError(f"graph {spec!r} is not one of {GRAPH_FORMS} (N operators, L layers, L <= N)")
+    raise ValueError(f"graph {spec[:60]!r} is not one of {GRAPH_FORMS} (N operators, L layers, L <= N)")

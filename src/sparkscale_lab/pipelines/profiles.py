@@ -16,6 +16,9 @@ Accepted forms (durations take an `s` or `m` suffix; rates are records per secon
                                    e.g. sine:3000,2000,60s@10m (AMPLITUDE <= BASE)
     diurnal:PEAK@DAY_DURATION      e.g. diurnal:8000@24m: one day's curve in 24 minutes
 
+Rates are at most MAX_RATE_PER_S and durations (a step's, a period, a day) at most MAX_DURATION_S:
+beyond them the arithmetic on a profile overflows or a run never ends (issue 32).
+
 Time intervals are half-open: a step `1000@60s` covers [0 s, 60 s); at exactly 60 s the next step
 applies. After a bounded profile's end, `rate_at` is 0 and `records_by` stays at its total.
 """
@@ -37,6 +40,9 @@ ACCEPTED_FORMS = (
     "durations take an s or m suffix (60s, 2m, 1.5m), rates are records/s, "
     "e.g. 'steps:1000@60s,4000@120s,1000@60s'"
 )
+
+MAX_RATE_PER_S = 1e9  # records/s: far beyond what one generator sends
+MAX_DURATION_S = 30 * 86400.0  # 30 days
 
 _NUMBER = r"\d+(?:\.\d+)?"
 _NUMBER_RE = re.compile(_NUMBER)
@@ -251,24 +257,34 @@ class _SpecError(Exception):
 
 
 def _bad(spec: str, reason: str) -> ValueError:
-    return ValueError(f"bad load profile {spec!r}: {reason}; accepted forms: {ACCEPTED_FORMS}")
+    return ValueError(f"bad load profile {_short(spec, 200)!r}: {reason}; accepted forms: {ACCEPTED_FORMS}")
 
 
 def _rate(text: str, what: str = "rate") -> float:
     text = text.strip()
     if not _NUMBER_RE.fullmatch(text):
-        raise _SpecError(f"{what} {text!r} is not a non-negative number")
-    return float(text)
+        raise _SpecError(f"{what} {_short(text)!r} is not a non-negative number")
+    rate = float(text)
+    if rate > MAX_RATE_PER_S:
+        raise _SpecError(f"{what} {_short(text)!r} is above {MAX_RATE_PER_S:g} records/s")
+    return rate
+
+
+def _short(text: str, limit: int = 40) -> str:
+    """A spec or a part of one as a message quotes it: a long one cut (a number of 5,000 digits)."""
+    return text if len(text) <= limit else f"{text[:limit // 2]}...({len(text)} characters)"
 
 
 def _duration(text: str, what: str = "duration") -> float:
     text = text.strip().lower()
     match = _DURATION_RE.fullmatch(text)
     if match is None:
-        raise _SpecError(f"{what} {text!r} is not a number with an s or m suffix (e.g. 60s, 2m)")
+        raise _SpecError(f"{what} {_short(text)!r} is not a number with an s or m suffix (e.g. 60s, 2m)")
     seconds = float(match.group(1)) * _SECONDS_PER_UNIT[match.group(2)]
     if seconds <= 0:
-        raise _SpecError(f"{what} {text!r} must be positive")
+        raise _SpecError(f"{what} {_short(text)!r} must be positive")
+    if seconds > MAX_DURATION_S:
+        raise _SpecError(f"{what} {_short(text)!r} is above {MAX_DURATION_S:g} s (30 days)")
     return seconds
 
 
