@@ -350,3 +350,12 @@ def test_any_simulate_input_is_run_or_refused_with_exit_2(graph, profile, apps, 
     assert result.exit_code in (0, 2), result.output
     assert "Traceback" not in result.output
     event(f"exit {result.exit_code}")
+
+
+def test_a_secret_file_above_its_cap_is_refused_without_reading_it_whole(tmp_path):
+    from sparkscale.config.secret_files import MAX_SECRET_BYTES, SecretFileProblem, read_secret_file
+    big = tmp_path / "pw"
+    big.write_bytes(b"x" * (MAX_SECRET_BYTES + 10))
+    big.chmod(0o600)
+    with pytest.raises(SecretFileProblem, match="above"):
+        read_secret_file(big)

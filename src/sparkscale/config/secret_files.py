@@ -8,6 +8,9 @@ import os
 import stat
 from pathlib import Path
 
+# A password or USER:PASSWORD line is short; /dev/zero's like, or a log file named by mistake, is not read whole.
+MAX_SECRET_BYTES = 64 * 1024
+
 
 class SecretFileProblem(ValueError):
     """A secret file that cannot be used. The message names the file and the fix, never its content
@@ -30,7 +33,9 @@ def read_secret_file(path: str | Path) -> str:
                     f"secret file {p} is open to group or others (mode {mode:04o}); "
                     f"run: chmod 600 {p}"
                 )
-            raw = f.read()
+            raw = f.read(MAX_SECRET_BYTES + 1)
+            if len(raw) > MAX_SECRET_BYTES:
+                raise SecretFileProblem(f"secret file {p} is above {MAX_SECRET_BYTES} bytes: not a secret file")
     except FileNotFoundError:
         raise SecretFileProblem(f"secret file {p} does not exist") from None
     except IsADirectoryError:
