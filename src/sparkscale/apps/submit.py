@@ -30,10 +30,12 @@ from sparkscale.apps.run_files import (
     supervisor_record_path,
 )
 from sparkscale.config import AppConfig, Config
+from sparkscale.config.identities import IDENTITY_FILE_ENV, OPERATOR
+from sparkscale.identity_setup import provision_app
 from sparkscale.localenv.preflight import Tools, check_tools
 from sparkscale.model.executor_shape import ExecutorShape
 from sparkscale.processes import live_process, stop_trees, tail
-from sparkscale.redisconn import connect
+from sparkscale.redisconn import connect_as
 from sparkscale.store.base import ShapeStore
 from sparkscale.store.redis_shapes import RedisShapes
 
@@ -175,8 +177,11 @@ def submit_command(
 def launch_driver(cfg: Config, app_name: str, config_path: str | None, overrides: list[str]) -> subprocess.Popen[bytes]:
     """Start the app's driver (spark-submit in client mode) as a child of the caller, the supervisor
     (apps/supervisor.py); its output goes to the app's log. The executor shape is the one a
-    migration stored, if any, else the config's."""
-    client = connect(cfg.redis)
+    migration stored, if any, else the config's. With `security.identity_dir`, the app's agent
+    identity, Redis user and znode ACLs are made first (identity_setup.py) and the driver is given
+    only its own secret's path."""
+    identity_file = provision_app(cfg, app_name)
+    client = connect_as(cfg, OPERATOR)
     try:
         app = with_stored_shape(cfg.app(app_name), client, cfg.redis.key_prefix)
     finally:
@@ -191,6 +196,7 @@ def launch_driver(cfg: Config, app_name: str, config_path: str | None, overrides
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
         "SPARK_HOME": str(tools.spark_home),
+        **({IDENTITY_FILE_ENV: str(identity_file)} if identity_file is not None else {}),
     }
     with open(log_path(cfg, app_name), "ab") as out:
         return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
