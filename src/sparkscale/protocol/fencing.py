@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import NoAuthError, NoNodeError
 
 from sparkscale.protocol.acls import acl_names, control_users, role_identities_on
 from sparkscale.protocol.znodes import leader_path
@@ -89,6 +89,8 @@ def trusted_holder(zk: KazooClient, root: str, app: str, users: frozenset[str]) 
             acls, stat = zk.get_acls(f"{parent}/{node}")
         except NoNodeError:
             continue  # released meanwhile: the next contender may hold it now
+        except NoAuthError:
+            continue  # one we may not even read: not the daemon's (it gives the agent READ)
         if acl_names(acls, users):
             return LiveLock(f"{parent}/{node}", epoch, stat.ephemeralOwner, stat.version)
     return None
