@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import structlog
-from kazoo.client import KazooClient, KazooState
+from kazoo.client import KazooClient, KazooState, TransactionRequest
 from kazoo.exceptions import KazooException, NoAuthError, NoNodeError
 from kazoo.protocol.serialization import Auth
 from kazoo.security import ACL, make_digest_acl
@@ -84,6 +84,18 @@ class PolicyClient(KazooClient):  # type: ignore[misc]  # kazoo has no annotatio
     def ensure_path_async(self, path: str, acl: Sequence[ACL] | None = None) -> Any:
         # kazoo hands a created child's ACL to its parents: each component gets its own instead.
         return super().ensure_path_async(path, None)
+
+    def transaction(self) -> TransactionRequest:
+        return _PolicyTransaction(self)
+
+
+class _PolicyTransaction(TransactionRequest):  # type: ignore[misc]  # kazoo has no annotations
+    """A transaction's creates (the migration journal's first write) by the policy too."""
+
+    def create(self, path: str, value: bytes = b"", acl: Sequence[ACL] | None = None, ephemeral: bool = False,
+               sequence: bool = False) -> None:
+        chosen = self.client.acl_for(path) if acl is None else acl
+        super().create(path, value, acl=chosen, ephemeral=ephemeral, sequence=sequence)
 
 
 def client(cfg: ZooKeeperConfig, identity: Credentials | None = None, acl_for: AclPolicy | None = None,
@@ -151,7 +163,13 @@ def client_as(cfg: Config, identity: Identity, **kwargs: Any) -> KazooClient:
 def adopt_agent_acl(zk: KazooClient, root: str, app: str, agent: Credentials) -> list[ACL]:
     """An agent's client (started): create from now on with `agent_acl`, the daemon and operator
     read from the app directory's ACL (set by `pipeline submit`). Returns that ACL."""
-    acls, _stat = zk.get_acls(app_path(root, app))
+    try:
+        acls, _stat = zk.get_acls(app_path(root, app))
+    except (NoNodeError, NoAuthError):
+        raise ConfigError([ConfigProblem(
+            "security.identity_dir", app_path(root, app),
+            f"{agent.user} cannot read its app's znode: start the app with `sparkscale pipeline submit`, "
+            "which makes it with its ACLs")]) from None
     acl = agent_acl(agent.digest_id, acls)
     zk.default_acl = acl
     return acl

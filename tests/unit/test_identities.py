@@ -27,6 +27,7 @@ from sparkscale.config.identities import (
 )
 from sparkscale.config.secrets import check_secrets, role_credentials
 from sparkscale.protocol.acls import acl_layout
+from tests.unit.identity_world import AGENT_USER, APP, PASSWORDS, ROOT, world
 
 
 @pytest.fixture(autouse=True)
@@ -205,3 +206,23 @@ def test_parents_made_on_the_way_get_their_own_acl():
     client.create("/ss/apps/wc/acks/cmd-1", b"x")
     client.create("/ss/x", b"x", acl=list(OPEN_ACL_UNSAFE))  # an explicit ACL still wins
     assert client.sent == [("/ss/apps/wc/acks/cmd-1", [("/ss/apps/wc/acks/cmd-1",)]), ("/ss/x", list(OPEN_ACL_UNSAFE))]
+
+
+def test_a_transactions_creates_follow_the_policy_too():
+    client = zkconn.PolicyClient(lambda path: [(path,)], hosts="127.0.0.1:1")
+    t = client.transaction()
+    t.create("/ss/apps/wc/migration", b"{}")
+    t.create("/ss/x", b"", acl=list(OPEN_ACL_UNSAFE))
+    assert [op.acl for op in t.operations] == [[("/ss/apps/wc/migration",)], list(OPEN_ACL_UNSAFE)]
+
+
+def test_an_agent_takes_the_daemon_and_operator_from_its_app_directory():
+    w = world()
+    agent = Credentials(identity_for(Role.AGENT, APP), PASSWORDS[AGENT_USER])
+    acl = zkconn.adopt_agent_acl(w.agent, ROOT, APP, agent)
+    assert w.agent.default_acl == acl
+    assert {(a.id.id.split(":")[0], a.perms) for a in acl} == {(AGENT_USER, Permissions.ALL),
+                                                               ("sparkscale-daemon", Permissions.READ),
+                                                               ("sparkscale-operator", Permissions.READ)}
+    with pytest.raises(ConfigError, match=r"start the app with `sparkscale pipeline submit`"):
+        zkconn.adopt_agent_acl(w.agent, ROOT, "other", agent)
