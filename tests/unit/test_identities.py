@@ -226,3 +226,20 @@ def test_an_agent_takes_the_daemon_and_operator_from_its_app_directory():
                                                                ("sparkscale-operator", Permissions.READ)}
     with pytest.raises(ConfigError, match=r"start the app with `sparkscale pipeline submit`"):
         zkconn.adopt_agent_acl(w.agent, ROOT, "other", agent)
+
+
+def test_commands_check_their_secret_once_cluster_up_made_the_directory(tmp_path):
+    from click.testing import CliRunner
+
+    from sparkscale.cli import main
+
+    directory = tmp_path / "ids"
+    config = tmp_path / "c.yaml"
+    config.write_text(f"security:\n  identity_dir: {directory}\n")
+    args = ["check-config", str(config)]
+    assert CliRunner().invoke(main, args).exit_code == 0  # before `cluster up`: nothing to check yet
+    directory.mkdir(mode=0o700)
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2 and "operator.secret does not exist" in result.output
+    ensure_secret(directory, OPERATOR)
+    assert CliRunner().invoke(main, args).exit_code == 0

@@ -7,6 +7,7 @@ import functools
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
@@ -51,8 +52,10 @@ def config_options(func: Callable[..., Any]) -> Callable[..., Any]:
 def load_or_exit(path: str | None, overrides: tuple[str, ...]) -> Config:
     try:
         cfg = load_config(path, overrides)
-        # Files or the environment; with security.identity_dir, this process's identity's secret too.
-        check_secrets(cfg, str(path) if path is not None else "<defaults>", process_identity())
+        # Files or the environment; once `cluster up` made security.identity_dir, this process's
+        # identity's secret too (before, `cluster up` itself must run, and makes it).
+        made = cfg.security.identity_dir is not None and Path(cfg.security.identity_dir).expanduser().is_dir()
+        check_secrets(cfg, str(path) if path is not None else "<defaults>", process_identity() if made else None)
         return cfg
     except ConfigError as exc:
         exit_invalid("config", *exc.problems)
