@@ -12,8 +12,9 @@ from typing import Any
 import redis
 from redis.typing import EncodableT, FieldT
 
-from sparkscale.config import RedisConfig
-from sparkscale.config.secrets import redis_password
+from sparkscale.config import Config, RedisConfig
+from sparkscale.config.identities import Credentials, Identity, process_identity
+from sparkscale.config.secrets import redis_password, role_credentials
 
 
 @dataclass(frozen=True)
@@ -26,9 +27,12 @@ class RedisAuth:
     ca_file: str | None = None
 
     @classmethod
-    def from_config(cls, cfg: RedisConfig) -> RedisAuth:
-        """Reads the password now (file or environment): ConfigError if it cannot be had."""
+    def from_config(cls, cfg: RedisConfig, identity: Credentials | None = None) -> RedisAuth:
+        """Reads the password now (file or environment): ConfigError if it cannot be had. With
+        `identity` (security.identity_dir), its ACL user and password instead of redis.*'s."""
         ca_file = str(Path(cfg.ca_file).expanduser()) if cfg.ca_file else None
+        if identity is not None:
+            return cls(identity.user, identity.password, cfg.tls, ca_file)
         return cls(cfg.username, redis_password(cfg), cfg.tls, ca_file)
 
     def client_kwargs(self) -> dict[str, Any]:
@@ -71,11 +75,12 @@ class RedisAuth:
 NO_AUTH = RedisAuth()
 
 
-def connect(cfg: RedisConfig, decode_responses: bool = True) -> redis.Redis:
+def connect(cfg: RedisConfig, decode_responses: bool = True, identity: Credentials | None = None) -> redis.Redis:
+    """A client for the config's Redis, as `identity`'s ACL user (None: redis.username/password_file)."""
     return redis.Redis(
         host=cfg.host, port=cfg.port, db=cfg.db, decode_responses=decode_responses,
         socket_timeout=cfg.socket_timeout_s, socket_connect_timeout=cfg.socket_timeout_s,
-        **RedisAuth.from_config(cfg).client_kwargs(),
+        **RedisAuth.from_config(cfg, identity).client_kwargs(),
     )
 
 
@@ -105,3 +110,18 @@ def text_hash(raw: RawHash | None) -> dict[str, str]:
 def stream_entries(raw: RawEntries) -> list[tuple[str, dict[str, str]]]:
     """An XRANGE answer as (entry id, fields) text pairs; a nil answer or entry is empty."""
     return [("" if entry_id is None else text(entry_id), text_hash(fields)) for entry_id, fields in raw or []]
+
+
+def connect_as(cfg: Config, identity: Identity | None = None, decode_responses: bool = True) -> redis.Redis:
+    """A client for a process of `identity` (config/identities.py; None: this process's): `connect(cfg.redis)`
+    when identities are off; ConfigError when its secret is unusable."""
+    creds = role_credentials(cfg, process_identity() if identity is None else identity)
+    if creds is None:
+        return connect(cfg.redis, decode_responses)
+    return connect(cfg.redis, decode_responses, identity=creds)
+
+
+def auth_as(cfg: Config, identity: Identity | None = None) -> RedisAuth:
+    """`RedisAuth` for `identity` (None: this process's), for clients made elsewhere (executors)."""
+    who = process_identity() if identity is None else identity
+    return RedisAuth.from_config(cfg.redis, role_credentials(cfg, who))

@@ -1,9 +1,10 @@
 """Authentication for real, on Redis and ZooKeeper alone (no Spark): `cluster up` with the auth keys
 starts Redis requiring the password (an ACL user with `redis.username`, `requirepass` without) and
-ZooKeeper; clients without the password are refused, the configured ones work; a daemon (`sparkscale
-run`, one app that is not running) locks ZooKeeper's root to its digest identity, so a client without
-it can neither create nor change a znode under the root, also one made earlier without auth, while
-the identity can; and no secret shows on a command line, in a config file others can read, or in
+ZooKeeper; clients without the password are refused, the configured ones work; `cluster up` locks
+ZooKeeper's root to the digest identity, and a daemon (`sparkscale run`, one app that is not running)
+locks it again (a root left open by an earlier version, opened by hand here), so a client without it
+can neither create nor change a znode under the root, also one made earlier without auth, while the
+identity can; and no secret shows on a command line, in a config file others can read, or in
 the daemon's log.
 """
 
@@ -21,6 +22,7 @@ import redis
 from click.testing import CliRunner
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
+from kazoo.security import OPEN_ACL_UNSAFE
 
 from sparkscale import zkconn
 from sparkscale.cli import main
@@ -129,7 +131,12 @@ def test_the_daemon_locks_the_root_to_its_identity(auth_env):
         client.start(timeout=15)
     daemon = None
     try:
-        # Made before any daemon ran, without auth: open to the world.
+        # `cluster up` locked the root already (issue 32: not only once a daemon stays connected).
+        with pytest.raises(NoAuthError):
+            anonymous.create(f"{ROOT}/early-intruder", b"x")
+        assert identity.get_acls(ROOT)[0] == acl
+        # A root left open by an earlier version, and znodes made there without auth: the daemon locks them.
+        identity.set_acls(ROOT, OPEN_ACL_UNSAFE)
         anonymous.ensure_path(f"{ROOT}/apps/old/commands")
         anonymous.create(f"{ROOT}/apps/old/note", b"x")
 

@@ -1,7 +1,9 @@
 """An in-memory stand-in for the few KazooClient calls the control channel, the agent's admission
 check and the migration journal make: znodes with versions, sessions (ephemeral owners), sequential
 names per parent, and multi-op transactions answered as ZooKeeper answers them (the failing op's
-error, the others rolled back)."""
+error, the others rolled back); and ACLs: kept per znode, and checked as ZooKeeper checks them
+(CREATE and DELETE on the parent, READ and WRITE on the znode) against the digest identities the
+client authenticated as (`auth_data`, as kazoo's), world entries open to all."""
 
 from __future__ import annotations
 
@@ -10,12 +12,14 @@ from typing import Any
 
 from kazoo.exceptions import (
     BadVersionError,
+    NoAuthError,
     NodeExistsError,
     NoNodeError,
     RolledBackError,
     RuntimeInconsistency,
 )
 from kazoo.protocol.states import ZnodeStat
+from kazoo.security import ACL, Permissions, make_digest_acl_credential
 
 
 @dataclass
@@ -24,12 +28,15 @@ class Node:
     version: int = 0
     owner: int = 0  # ephemeralOwner: 0 for a persistent znode
     ctime_ms: int = 0
+    acl: list[ACL] | None = None  # None: open to all (kazoo's default without auth)
 
 
 class FakeZk:
     def __init__(self, session: int = 0x1001, now_ms: int = 1_000_000):
         self.nodes: dict[str, Node] = {"/": Node(b"")}
         self.session = session
+        self.auth_data: set[tuple[str, str]] = set()  # ("digest", "user:password") as kazoo keeps it
+        self.default_acl: list[ACL] | None = None
         self.now_ms = now_ms
         self._seq: dict[str, int] = {}
         self.writes: list[tuple[str, bytes]] = []  # every data write (set, create), in order
@@ -46,6 +53,24 @@ class FakeZk:
         other.__dict__.update(self.__dict__)
         other.session = session
         return other
+
+    def as_identity(self, session: int, user: str, password: str, default_acl: list[ACL] | None = None) -> FakeZk:
+        """Another client, authenticated as the digest identity `user` (and creating with `default_acl`)."""
+        other = self.as_session(session)
+        other.auth_data = {("digest", f"{user}:{password}")}
+        other.default_acl = default_acl
+        return other
+
+    def _allowed(self, path: str, perm: int) -> None:
+        node = self.nodes.get(path)
+        if node is None or node.acl is None:
+            return
+        ids = {make_digest_acl_credential(*cred.split(":", 1)) for scheme, cred in self.auth_data if scheme == "digest"}
+        for entry in node.acl:
+            named = entry.id.scheme == "world" or (entry.id.scheme == "digest" and entry.id.id in ids)
+            if entry.perms & perm and named:
+                return
+        raise NoAuthError(path)
 
     def expire(self, session: int) -> None:
         """The session ends: its ephemeral znodes go."""
@@ -70,20 +95,40 @@ class FakeZk:
     def get(self, path: str, watch: Any = None) -> tuple[bytes, ZnodeStat]:
         if path not in self.nodes:
             raise NoNodeError(path)
+        self._allowed(path, Permissions.READ)
         node = self.nodes[path]
         return node.data, self._stat(node, path)
 
     def get_children(self, path: str, watch: Any = None) -> list[str]:
         if path not in self.nodes:
             raise NoNodeError(path)
+        self._allowed(path, Permissions.READ)
         return sorted(self._children(path))
+
+    def get_acls(self, path: str) -> tuple[list[ACL], ZnodeStat]:
+        """As ZooKeeper 3.5+: READ or ADMIN on the znode is needed."""
+        if path not in self.nodes:
+            raise NoNodeError(path)
+        self._allowed(path, Permissions.READ | Permissions.ADMIN)
+        node = self.nodes[path]
+        return list(node.acl if node.acl is not None else []), self._stat(node, path)
+
+    def set_acls(self, path: str, acls: list[ACL], version: int = -1) -> ZnodeStat:
+        if path not in self.nodes:
+            raise NoNodeError(path)
+        self._allowed(path, Permissions.ADMIN)
+        self.nodes[path].acl = list(acls)
+        return self._stat(self.nodes[path], path)
 
     # -- writes -----------------------------------------------------------------------------------
 
-    def ensure_path(self, path: str) -> None:
+    def ensure_path(self, path: str, acl: list[ACL] | None = None) -> None:
         parts = [p for p in path.split("/") if p]
         for i in range(1, len(parts) + 1):
-            self.nodes.setdefault("/" + "/".join(parts[:i]), Node(b"", ctime_ms=self.now_ms))
+            sub = "/" + "/".join(parts[:i])
+            if sub not in self.nodes:
+                self._allowed(sub.rsplit("/", 1)[0] or "/", Permissions.CREATE)
+                self.nodes[sub] = Node(b"", ctime_ms=self.now_ms, acl=acl or self.default_acl)
 
     def create(self, path: str, value: bytes = b"", acl: Any = None, ephemeral: bool = False,
                sequence: bool = False, makepath: bool = False) -> str:
@@ -98,7 +143,8 @@ class FakeZk:
             path = f"{path}{n:010d}"
         if path in self.nodes:
             raise NodeExistsError(path)
-        self.nodes[path] = Node(value, 0, self.session if ephemeral else 0, self.now_ms)
+        self._allowed(parent, Permissions.CREATE)
+        self.nodes[path] = Node(value, 0, self.session if ephemeral else 0, self.now_ms, acl or self.default_acl)
         self.writes.append((path, value))
         return path
 
@@ -106,6 +152,7 @@ class FakeZk:
         if path not in self.nodes:
             raise NoNodeError(path)
         node = self.nodes[path]
+        self._allowed(path, Permissions.WRITE)
         if version not in (-1, node.version):
             raise BadVersionError(path)
         node.data, node.version = value, node.version + 1
@@ -115,6 +162,7 @@ class FakeZk:
     def delete(self, path: str, version: int = -1, recursive: bool = False) -> bool:
         if path not in self.nodes:
             raise NoNodeError(path)
+        self._allowed(path.rsplit("/", 1)[0] or "/", Permissions.DELETE)
         del self.nodes[path]
         return True
 

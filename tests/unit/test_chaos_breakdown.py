@@ -128,7 +128,7 @@ def test_a_fault_that_keeps_every_executor_reads_no_executor_times_from_the_driv
 
     asked: list[str] = []
     monkeypatch.setattr(cb, "executor_spans", lambda cfg, app: asked.append(app) or [span("0", T0, FAULT + 30, "x")])
-    monkeypatch.setattr(cb, "connect", lambda redis_cfg: SimpleNamespace(close=lambda: None))
+    monkeypatch.setattr(cb, "connect_as", lambda cfg, identity: SimpleNamespace(close=lambda: None))
     monkeypatch.setattr(cb, "read_progress", lambda *a, **k: [])
     monkeypatch.setattr(cb, "workload", lambda name: SimpleNamespace(query="q"))
     cfg = SimpleNamespace(redis=SimpleNamespace(key_prefix="p:"),

@@ -98,7 +98,7 @@ def world(monkeypatch):
     rest = FakeRest()
     world = SimpleNamespace(rest=rest, redis=redis, cfg=Config(apps=[AppConfig(name="wc")]))
     monkeypatch.setattr(collector, "driver_rest", lambda cfg, app: world.rest)
-    monkeypatch.setattr(collector, "connect", lambda cfg: world.redis)
+    monkeypatch.setattr(collector, "connect_as", lambda cfg: world.redis)
     monkeypatch.setattr(collector, "sample_host", lambda sample_s: HostFigures(0.5, 0.25, 2, sample_s, "head"))
     monkeypatch.setattr(collector, "time", SimpleNamespace(time=lambda: T0 + 40))
     # No master here: the cluster view is the test's (None: loop.cluster_view off).

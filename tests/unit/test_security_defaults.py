@@ -394,3 +394,15 @@ process.stdout.write(String(rules[0](action, {{user: {json.dumps(user)}}})));
 ])
 def test_polkit_rule_lets_a_driver_restart_only_its_own_unit(user, unit, verb, expected):
     assert polkit_decides(polkit_rule(app_units(DriversConfig(), APPS)), user, unit, verb) == expected
+
+
+def test_a_driver_with_its_own_identity_gets_no_shared_secret_from_the_environment(monkeypatch, tmp_path):
+    from sparkscale.config.identities import IDENTITY_FILE_ENV
+    monkeypatch.setenv("SPARKSCALE_REDIS_PASSWORD", "shared")
+    monkeypatch.setenv("SPARKSCALE_ZOOKEEPER_AUTH", "u:shared")
+    cfg = load_config(None, [])
+    env = driver_environment(cfg, TOOLS, tmp_path / "agent-a.secret")
+    assert env[IDENTITY_FILE_ENV] == str(tmp_path / "agent-a.secret")
+    assert "SPARKSCALE_REDIS_PASSWORD" not in env and "SPARKSCALE_ZOOKEEPER_AUTH" not in env
+    # Without role identities the agent reads them from its environment, as before.
+    assert driver_environment(cfg, TOOLS)["SPARKSCALE_REDIS_PASSWORD"] == "shared"

@@ -12,7 +12,7 @@ from kazoo.protocol.serialization import Auth
 from kazoo.security import OPEN_ACL_UNSAFE, Permissions, make_digest_acl
 
 from sparkscale import zkconn
-from sparkscale.config import ZooKeeperConfig
+from sparkscale.config import Config, ZooKeeperConfig
 from sparkscale.config.secrets import ZOOKEEPER_AUTH_ENV
 from sparkscale.daemon.leader import zk_client
 
@@ -43,7 +43,7 @@ def test_without_auth_the_client_is_as_before():
     assert zkconn.client_kwargs(cfg) == {}
     zk = zkconn.client(cfg)
     assert not zk.auth_data and zk.default_acl is None
-    assert zk_client(cfg).default_acl is None  # the daemon's, with no listener that locks the root
+    assert zk_client(Config(zookeeper=cfg)).default_acl is None  # the daemon's, with no listener that locks the root
     assert zkconn.lock_root_on_connect(zk, cfg) is None
 
 
@@ -145,6 +145,6 @@ def test_the_daemon_locks_the_root_on_its_first_connection_and_retries_a_failed_
 
 
 def test_the_daemons_client_gets_the_locker_only_with_auth(auth_cfg):
-    zk = zk_client(auth_cfg)
+    zk = zk_client(Config(zookeeper=auth_cfg))
     assert any(isinstance(listener, zkconn.RootLocker) for listener in zk.state_listeners)
     assert zk.default_acl == ACL

@@ -21,6 +21,7 @@ from pathlib import Path
 import structlog
 
 from sparkscale.config import AppConfig, ConfigError, load_config
+from sparkscale.config.identities import Role, identity_for, process_identity, set_process_identity
 from sparkscale.config.secrets import check_secrets
 from sparkscale.logsetup import configure_logging
 
@@ -72,9 +73,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = load_config(args.config, args.overrides).with_app(args.app)
         app = cfg.app(args.app)
-        check_secrets(cfg, args.config or "<defaults>")  # the agent's and the pipeline's Redis and ZooKeeper
+        # The agent's and the pipeline's Redis and ZooKeeper; with identities, the agent's own secret
+        # ($SPARKSCALE_IDENTITY_FILE, given by `pipeline submit`), as which every client here connects.
+        set_process_identity(identity_for(Role.AGENT, app.name))
+        check_secrets(cfg, args.config or "<defaults>", process_identity())
         script, script_args = app_script(app, args.config, args.overrides)  # a workload plug-in that is not there
-    except (ConfigError, KeyError) as exc:
+    except (ConfigError, KeyError, ValueError) as exc:
         print(f"invalid config:\n{exc}", file=sys.stderr)
         return 2
     configure_logging(cfg.logging.model_copy(update={"stderr_format": "json", "file": None}))

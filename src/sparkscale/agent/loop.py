@@ -37,7 +37,9 @@ from sparkscale.agent.hooks import HOOKS, QueryHooks
 from sparkscale.agent.progress import ProgressPublisher
 from sparkscale.agent.queries import STOP_QUERY_DEFAULT_TIMEOUT_S, QueryControl
 from sparkscale.config import AppConfig, Config
-from sparkscale.protocol.commands import Ack, Command, CommandFormatError, command_seq, prune_channel
+from sparkscale.config.identities import Role, identity_for
+from sparkscale.config.secrets import role_credentials
+from sparkscale.protocol.commands import Ack, Command, CommandFormatError, command_seq, prune_channel, trusted_ack
 from sparkscale.protocol.keys import driver_key
 from sparkscale.protocol.znodes import acks_path, agent_path, commands_path
 from sparkscale.redisconn import connect
@@ -81,9 +83,11 @@ class ControlAgent:
         self._acks = acks_path(root, app.name)
         self._agent = agent_path(root, app.name)
         self._own_zk = zk_client is None
-        self.zk = zk_client or zkconn.client(cfg.zookeeper)
+        # With security.identity_dir, as the app's agent identity (config/identities.py; None: as before).
+        self.identity = role_credentials(cfg, identity_for(Role.AGENT, app.name))
+        self.zk = zk_client or zkconn.client(cfg.zookeeper, identity=self.identity)
         self.gate = CommandGate(self.zk, root, app.name)
-        self.redis = redis_client or connect(cfg.redis)
+        self.redis = redis_client or connect(cfg.redis, identity=self.identity)
         self.executors = SparkExecutors(spark)
         self.last_seq = -1
         self._pruned_at = 0.0
@@ -128,6 +132,9 @@ class ControlAgent:
         """Connect, register, set the initial executor target, then start following commands."""
         if self._own_zk:
             self.zk.start(timeout=self.cfg.zookeeper.session_timeout_s)
+        if self.identity is not None:
+            # What the agent creates (acks, its znodes): its own, readable by the daemon and the operator.
+            zkconn.adopt_agent_acl(self.zk, self.cfg.zookeeper.root, self.app.name, self.identity)
         self.zk.ensure_path(self._commands)
         self.zk.ensure_path(self._acks)
         self.gate.load()
@@ -263,10 +270,13 @@ class ControlAgent:
         for seq, name in sorted(names):
             if seq <= self.last_seq or self._stopping.is_set():
                 continue
-            if self.zk.exists(f"{self._acks}/{name}") is not None:
-                # Acked by an earlier agent (before a restart): never run a command twice.
-                self.last_seq = seq
-                continue
+            ack = f"{self._acks}/{name}"
+            if self.zk.exists(ack) is not None:
+                if trusted_ack(self.zk, self.app.name, ack):
+                    # Acked by an earlier agent (before a restart): never run a command twice.
+                    self.last_seq = seq
+                    continue
+                self.zk.delete(ack)  # pre-created by someone else: it must not make us skip the command
             try:
                 data, stat = self.zk.get(f"{self._commands}/{name}")
             except NoNodeError:

@@ -32,10 +32,13 @@ from sparkscale.apps.run_files import (
 )
 from sparkscale.apps.spark_properties import submit_arguments, write_properties
 from sparkscale.config import AppConfig, Config
+from sparkscale.config.identities import IDENTITY_FILE_ENV, OPERATOR
+from sparkscale.config.secrets import REDIS_PASSWORD_ENV, ZOOKEEPER_AUTH_ENV
+from sparkscale.identity_setup import provision_app
 from sparkscale.localenv.preflight import Tools, check_tools
 from sparkscale.model.executor_shape import ExecutorShape
 from sparkscale.processes import live_process, stop_trees, tail
-from sparkscale.redisconn import connect
+from sparkscale.redisconn import connect_as
 from sparkscale.store.base import ShapeStore
 from sparkscale.store.redis_shapes import RedisShapes
 
@@ -180,8 +183,11 @@ def submit_command(
 def launch_driver(cfg: Config, app_name: str, config_path: str | None, overrides: list[str]) -> subprocess.Popen[bytes]:
     """Start the app's driver (spark-submit in client mode) as a child of the caller, the supervisor
     (apps/supervisor.py); its output goes to the app's log. The executor shape is the one a
-    migration stored, if any, else the config's."""
-    client = connect(cfg.redis)
+    migration stored, if any, else the config's. With `security.identity_dir`, the app's agent
+    identity, Redis user and znode ACLs are made first (identity_setup.py) and the driver is given
+    only its own secret's path."""
+    identity_file = provision_app(cfg, app_name)
+    client = connect_as(cfg, OPERATOR)
     try:
         app = with_stored_shape(cfg.app(app_name), client, cfg.redis.key_prefix)
     finally:
@@ -193,18 +199,21 @@ def launch_driver(cfg: Config, app_name: str, config_path: str | None, overrides
     argv = submit_command(cfg, app, config_path, list(overrides), tools, properties)
     with open(log_path(cfg, app_name), "ab") as out:
         return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=driver_environment(cfg, tools), cwd=directory)
+                                env=driver_environment(cfg, tools, identity_file), cwd=directory)
 
 
-def driver_environment(cfg: Config, tools: Tools) -> dict[str, str]:
-    """The driver's environment: this one (its agent reads sparkscale's secrets from it), with
-    SPARK_LOCAL_IP at `spark.driver_bind_address`, the address Spark binds the driver's UI to."""
+def driver_environment(cfg: Config, tools: Tools, identity_file: Path | None = None) -> dict[str, str]:
+    """The driver's environment: this one (without role identities its agent reads sparkscale's
+    secrets from it), with SPARK_LOCAL_IP at `spark.driver_bind_address`, the address Spark binds the
+    driver's UI to. With `identity_file` (its agent's own secret) the shared secrets are left out."""
+    shared = {REDIS_PASSWORD_ENV, ZOOKEEPER_AUTH_ENV} if identity_file is not None else set()
     return {
-        **os.environ,
+        **{name: value for name, value in os.environ.items() if name not in shared},
         **({"SPARK_LOCAL_IP": cfg.spark.driver_bind_address} if cfg.spark.driver_bind_address else {}),
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
         "SPARK_HOME": str(tools.spark_home),
+        **({IDENTITY_FILE_ENV: str(identity_file)} if identity_file is not None else {}),
     }
 
 

@@ -7,11 +7,13 @@ import functools
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
 from sparkscale.config import Config, ConfigError, load_config
+from sparkscale.config.identities import OPERATOR, process_identity
 from sparkscale.config.secrets import check_secrets
 from sparkscale.logsetup import configure_logging
 
@@ -50,7 +52,10 @@ def config_options(func: Callable[..., Any]) -> Callable[..., Any]:
 def load_or_exit(path: str | None, overrides: tuple[str, ...]) -> Config:
     try:
         cfg = load_config(path, overrides)
-        check_secrets(cfg, str(path) if path is not None else "<defaults>")  # files or the environment
+        # Files or the environment; once `cluster up` made security.identity_dir, this process's
+        # identity's secret too (before, `cluster up` itself must run, and makes it).
+        made = cfg.security.identity_dir is not None and Path(cfg.security.identity_dir).expanduser().is_dir()
+        check_secrets(cfg, str(path) if path is not None else "<defaults>", process_identity() if made else None)
         return cfg
     except ConfigError as exc:
         exit_invalid("config", *exc.problems)
@@ -102,8 +107,8 @@ def cli_store(cfg: Config, zk: KazooClient | None = None, redis_client: redis.Re
     """The state a read command shows (store/live.py). Without `zk`, a client that is never started:
     the commands that read only Redis (actions, explain, blocklist) do not reach ZooKeeper."""
     from sparkscale import zkconn
-    from sparkscale.redisconn import connect
+    from sparkscale.redisconn import connect_as
     from sparkscale.store.live import live_store
 
-    return live_store(redis_client if redis_client is not None else connect(cfg.redis), cfg.redis.key_prefix,
-                      zk if zk is not None else zkconn.client(cfg.zookeeper), cfg.zookeeper.root, cfg.action_log)
+    return live_store(redis_client if redis_client is not None else connect_as(cfg, OPERATOR), cfg.redis.key_prefix,
+                      zk if zk is not None else zkconn.client_as(cfg, OPERATOR), cfg.zookeeper.root, cfg.action_log)

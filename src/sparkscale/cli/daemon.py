@@ -18,9 +18,10 @@ from sparkscale.cli.common import (
     client,
     client_errors,
     config_options,
+    exit_invalid,
     load_or_exit,
 )
-from sparkscale.config import Config
+from sparkscale.config import Config, ConfigError
 
 
 @click.command("check-config")
@@ -50,8 +51,15 @@ def shown_config(cfg: Config) -> dict[str, Any]:
 @click.option("--max-cycles", type=click.IntRange(min=1), default=None, help="Stop after N cycles per app.")
 def run(cfg: Config, max_cycles: int | None) -> None:
     """Run the daemon in the foreground (what systemd runs)."""
+    from sparkscale.config.identities import DAEMON, set_process_identity
+    from sparkscale.config.secrets import role_credentials
     from sparkscale.daemon.service import Daemon
 
+    set_process_identity(DAEMON)  # the monitors' and actuators' clients too (security.identity_dir)
+    try:
+        role_credentials(cfg, DAEMON)
+    except ConfigError as exc:
+        exit_invalid("config", *exc.problems)
     meta = click.get_current_context().meta
     sys.exit(Daemon(cfg, max_cycles=max_cycles, config_path=meta["config_path"], overrides=meta["overrides"]).run())
 
@@ -143,15 +151,16 @@ def explain(cfg: Config, decision_id: str, as_json: bool) -> None:
     the expected and actual outcome, what executing it did and the snapshot it saw.
 
     DECISION_ID is the id at the end of the daemon's `cycle` line (or in `actions --json`)."""
+    from sparkscale.config.identities import OPERATOR
     from sparkscale.daemon.explain import explain_json, explain_text, kept_snapshot, parse_decision_id
-    from sparkscale.redisconn import connect
+    from sparkscale.redisconn import connect_as
 
     try:
         wanted = parse_decision_id(decision_id)
     except ValueError as exc:
         click.echo(str(exc), err=True)
         sys.exit(EXIT_CONFIG)
-    redis_client = connect(cfg.redis)
+    redis_client = connect_as(cfg, OPERATOR)
     log = cli_store(cfg, redis_client=redis_client).actions
     try:
         logged = log.decision(wanted)
@@ -176,12 +185,13 @@ def migration_follow_ups(cfg: Config, client: redis.Redis, logged: Any) -> dict[
 
     from sparkscale import zkconn
     from sparkscale.actuators.migration import JournalStore
+    from sparkscale.config.identities import OPERATOR
     from sparkscale.daemon.followup import follow_ups, pending_migrations
 
     wanted = pending_migrations(logged.results or ())
     if not wanted:
         return {}
-    zk = zkconn.client(cfg.zookeeper)
+    zk = zkconn.client_as(cfg, OPERATOR)
     try:
         zk.start(timeout=10)
         journal = JournalStore(zk, cfg.zookeeper.root, logged.decision.app).read()

@@ -50,13 +50,14 @@ class Client(Connection):
         """Set the app's executor count: through its leader, else under its lock here."""
         from sparkscale.actuators.base import ActuationContext
         from sparkscale.actuators.executors import active_executor_ids
+        from sparkscale.config.identities import OPERATOR
         from sparkscale.daemon import manual
         from sparkscale.monitors.spark_rest import SparkRestError
-        from sparkscale.redisconn import connect
+        from sparkscale.redisconn import connect_as
 
         cfg = self.with_app(app_name)
         app = cfg.app(app_name)
-        redis_client = connect(cfg.redis)
+        redis_client = connect_as(cfg, OPERATOR)
         with self.zookeeper() as zk:
             store = self.for_app(app_name).store(zk, redis_client)
             leader = store.leaders.current_leader(app_name)

@@ -51,8 +51,9 @@ class Connection:
         from kazoo.handlers.threading import KazooTimeoutError
 
         from sparkscale import zkconn
+        from sparkscale.config.identities import OPERATOR
 
-        zk = zkconn.client(self.cfg.zookeeper)
+        zk = zkconn.client_as(self.cfg, OPERATOR)
         try:
             zk.start(timeout=10)
         except KazooTimeoutError:
@@ -78,12 +79,13 @@ class Connection:
     def store(self, zk: KazooClient, redis_client: redis.Redis | None = None) -> Store:
         """The state over `zk` and `redis_client` (None: the config's Redis, connected on first
         use), built once per operation (store/live.py)."""
-        from sparkscale.redisconn import connect
+        from sparkscale.config.identities import OPERATOR
+        from sparkscale.redisconn import connect_as
         from sparkscale.store.live import live_store
 
         cfg = self.cfg
-        return live_store(redis_client if redis_client is not None else connect(cfg.redis), cfg.redis.key_prefix, zk,
-                          cfg.zookeeper.root, cfg.action_log)
+        client = redis_client if redis_client is not None else connect_as(cfg, OPERATOR)
+        return live_store(client, cfg.redis.key_prefix, zk, cfg.zookeeper.root, cfg.action_log)
 
     def leader(self, zk: KazooClient, app_name: str) -> str | None:
         from sparkscale.store.zk_leaders import ZkLeaders

@@ -55,20 +55,21 @@ def start(client: Connection, request: MigrationRequest, timeout_s: float, on_jo
     """A new migration: through the leading daemon, else under the app's leader lock here."""
     from sparkscale.apps.submit import with_stored_shape
     from sparkscale.apps.workloads import workload
+    from sparkscale.config.identities import OPERATOR
     from sparkscale.daemon import manual
     from sparkscale.model.executor_shape import ExecutorShape
     from sparkscale.model.manual_request import RequestType
-    from sparkscale.redisconn import connect
+    from sparkscale.redisconn import connect_as
     from sparkscale.store.redis_queries import read_queries
 
     app_name = request.app
     client = client.for_app(app_name)
     cfg = client.cfg
-    app = with_stored_shape(cfg.app(app_name), connect(cfg.redis), cfg.redis.key_prefix)
+    app = with_stored_shape(cfg.app(app_name), connect_as(cfg, OPERATOR), cfg.redis.key_prefix)
     query = request.query
     if query is None:
         # The app's one query as its agent lists it; a shipped pipeline's main query before that.
-        known = sorted(read_queries(connect(cfg.redis), cfg.redis.key_prefix, app_name))
+        known = sorted(read_queries(connect_as(cfg, OPERATOR), cfg.redis.key_prefix, app_name))
         if len(known) == 1:
             query = known[0]
         elif not known and app.pipeline is not None and not app.runs_script:
@@ -153,12 +154,13 @@ def find_journal(cfg: Config, journals: JournalStores, app_name: str | None, mig
 def open_journals(client: Connection, app_name: str | None) -> list[OpenMigration]:
     """Each app's journaled migration that is not done, or done with follow-up figures (each app
     keeps its last one); figures still pending are measured now from the progress history."""
+    from sparkscale.config.identities import OPERATOR
     from sparkscale.monitors.migration_followup import FOLLOW_UP, shown
-    from sparkscale.redisconn import connect
+    from sparkscale.redisconn import connect_as
 
     cfg = client.cfg
     names = [client.with_app(app_name).app(app_name).name] if app_name is not None else [a.name for a in cfg.apps]
-    redis_client = connect(cfg.redis)  # connects on a pending follow-up's read only
+    redis_client = connect_as(cfg, OPERATOR)  # connects on a pending follow-up's read only
     with client.zookeeper() as zk:
         store = client.store(zk, redis_client)
         journals = [j for name in names if (j := store.journals.journal(name).read()) is not None
@@ -208,12 +210,13 @@ def _under_lock(client: Connection, zk: KazooClient, app_name: str, on_journal: 
     """Take the app's leader lock (no daemon leads it), `act(action_log, ctx)` at its epoch, release."""
     from sparkscale.actuators.base import ActuationContext
     from sparkscale.apps.submit import with_stored_shape
+    from sparkscale.config.identities import OPERATOR
     from sparkscale.daemon import manual
-    from sparkscale.redisconn import connect
+    from sparkscale.redisconn import connect_as
 
     cfg = client.cfg
     with client.leader_lock(zk, app_name) as election:
-        redis_client = connect(cfg.redis)
+        redis_client = connect_as(cfg, OPERATOR)
         app = with_stored_shape(cfg.app(app_name), redis_client, cfg.redis.key_prefix)
         ctx = ActuationContext(cfg, app, zk, redis_client, election.epoch or 0, lambda: election.is_leader, client.by,
                                manual.app_restarter(cfg, app_name, client.config_path, client.overrides),

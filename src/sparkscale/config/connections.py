@@ -181,7 +181,9 @@ class ZooKeeperConfig(_Section):
     @field_validator("root")
     @classmethod
     def _root(cls, value: str) -> str:
-        if not value.startswith("/") or (value != "/" and value.endswith("/")):
+        if value == "/":
+            raise ValueError("the root must not be /: securing it would lock the whole ensemble")
+        if not value.startswith("/") or value.endswith("/"):
             raise ValueError("expected an absolute znode path such as /sparkscale")
         return value
 

@@ -9,6 +9,7 @@ import os
 from typing import TYPE_CHECKING
 
 from sparkscale.config.connections import RedisConfig, ZooKeeperConfig
+from sparkscale.config.identities import IDENTITY_FILE_ENV, Credentials, Identity, Role, credentials_for
 from sparkscale.config.problems import ConfigError, ConfigProblem
 from sparkscale.config.secret_files import SecretFileProblem, read_secret_file, split_digest
 
@@ -47,14 +48,28 @@ def zookeeper_auth(cfg: ZooKeeperConfig) -> tuple[str, str] | None:
         raise _config_error(source, key, str(exc)) from None
 
 
-def check_secrets(cfg: Config, source: str = "<defaults>") -> None:
+def role_credentials(cfg: Config, identity: Identity) -> Credentials | None:
+    """How a process of `identity` authenticates (config/identities.py): None when `security.identity_dir`
+    is unset (and, for an agent, no $SPARKSCALE_IDENTITY_FILE); ConfigError if its secret is unusable."""
+    try:
+        return credentials_for(cfg.security.identity_dir, identity)
+    except SecretFileProblem as exc:
+        own_file = identity.role is Role.AGENT and IDENTITY_FILE_ENV in os.environ
+        source = IDENTITY_FILE_ENV if own_file else (cfg.security.identity_dir or "<defaults>")
+        raise _config_error(source, IDENTITY_FILE_ENV if own_file else "security.identity_dir", str(exc)) from None
+
+
+def check_secrets(cfg: Config, source: str = "<defaults>", identity: Identity | None = None) -> None:
     """Read every secret the config (from `source`) points at, files or the environment, as a command
-    does before it connects: a ConfigError (exit 2) now rather than a failed connection later."""
+    does before it connects: a ConfigError (exit 2) now rather than a failed connection later. With
+    `identity`, that identity's secret too (when identities are on)."""
     password = redis_password(cfg.redis)
     if cfg.redis.username is not None and password is None:
         raise _config_error(source, "redis.username",
                             f"a username needs a password: set redis.password_file (or {REDIS_PASSWORD_ENV})")
     zookeeper_auth(cfg.zookeeper)
+    if identity is not None:
+        role_credentials(cfg, identity)
 
 
 def _from_file(path: str, key: str) -> str:

@@ -282,6 +282,15 @@ class DaemonConfig(_Section):
     id: str | None = None
 
 
+class SecurityConfig(_Section):
+    """One identity per role (config/identities.py). identity_dir unset: one shared identity, as
+    `zookeeper.auth_file` and `redis.password_file` give (or none)."""
+
+    # A directory (mode 0700) of `<identity>.secret` files: daemon, operator, agent-<app>; made by
+    # `sparkscale cluster up` (daemon, operator) and `pipeline submit` (the app's agent).
+    identity_dir: str | None = None
+
+
 class LoggingConfig(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     stderr: bool = True
@@ -307,6 +316,7 @@ class Config(_Section):
     metrics: MetricsConfig = MetricsConfig()
     daemon: DaemonConfig = DaemonConfig()
     drivers: DriversConfig = DriversConfig()
+    security: SecurityConfig = SecurityConfig()
     logging: LoggingConfig = LoggingConfig()
 
     @field_validator("apps")

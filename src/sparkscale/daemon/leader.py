@@ -24,7 +24,8 @@ from kazoo.exceptions import KazooException
 from kazoo.recipe.lock import Lock
 
 from sparkscale import zkconn
-from sparkscale.config import ZooKeeperConfig
+from sparkscale.config import Config
+from sparkscale.config.identities import DAEMON
 from sparkscale.protocol.fencing import lock_sequence
 from sparkscale.protocol.znodes import leader_path
 from sparkscale.store.zk_leaders import ZkLeaders
@@ -133,9 +134,12 @@ def current_leader(zk: KazooClient, root: str, app: str) -> str | None:
     return ZkLeaders(zk, root).current_leader(app)
 
 
-def zk_client(cfg: ZooKeeperConfig) -> KazooClient:
-    """A client that keeps reconnecting forever with back-off (the daemon waits out ZooKeeper); with
-    auth configured it locks the root to its identity once connected (zkconn)."""
-    zk = zkconn.client(cfg, connection_retry={"max_tries": -1, "delay": 0.5, "max_delay": 10.0, "backoff": 2})
-    zkconn.lock_root_on_connect(zk, cfg)
+def zk_client(cfg: Config) -> KazooClient:
+    """A client that keeps reconnecting forever with back-off (the daemon waits out ZooKeeper), as
+    the daemon identity; with the single `zookeeper.auth_file` identity it locks the root to it once
+    connected (zkconn; with identities, `cluster up` set the root's ACLs per role)."""
+    zk = zkconn.client_as(cfg, DAEMON,
+                          connection_retry={"max_tries": -1, "delay": 0.5, "max_delay": 10.0, "backoff": 2})
+    if cfg.security.identity_dir is None:
+        zkconn.lock_root_on_connect(zk, cfg.zookeeper)
     return zk

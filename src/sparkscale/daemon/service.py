@@ -24,6 +24,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from kazoo.client import KazooClient, KazooState
 
 from sparkscale.config import AppConfig, Config, ConfigError, load_config
+from sparkscale.config.identities import DAEMON
 from sparkscale.control.autoscaler import Autoscaler
 from sparkscale.control.clock import SystemClock
 from sparkscale.control.sink import FanOut
@@ -37,7 +38,7 @@ from sparkscale.daemon.notify import Notifier
 from sparkscale.daemon.wiring import ActuationContexts, RequestDesk, loop_stores
 from sparkscale.monitors.collector import collect_snapshots
 from sparkscale.policies.planner import decide_app
-from sparkscale.redisconn import connect
+from sparkscale.redisconn import connect_as
 from sparkscale.store.bad_records import escaped
 from sparkscale.store.live import live_store
 
@@ -60,8 +61,8 @@ class Daemon:
         self.identity = cfg.daemon.id or default_identity()
         self._stop, self._wake, self._reload_requested = threading.Event(), threading.Event(), threading.Event()
         self._apps_to_wake, self._apps_to_wake_lock = set[str](), threading.Lock()
-        self.zk = zk if zk is not None else zk_client(cfg.zookeeper)
-        self.redis = redis_client if redis_client is not None else connect(cfg.redis)
+        self.zk = zk if zk is not None else zk_client(cfg)
+        self.redis = redis_client if redis_client is not None else connect_as(cfg, DAEMON)
         self.metrics = DaemonMetrics()
         self.notifier = Notifier()
         self.elections: dict[str, LeaderElection] = {}

@@ -26,6 +26,9 @@ import psutil
 import structlog
 
 from sparkscale.config import Config
+from sparkscale.config.identities import DAEMON, OPERATOR
+from sparkscale.config.secrets import role_credentials
+from sparkscale.identity_setup import agent_identities, make_cluster_secrets, secure_cluster
 from sparkscale.localenv.child_env import child_environment
 from sparkscale.localenv.preflight import ZOOKEEPER_CLASSPATH, Tools, check_addresses, check_tools
 from sparkscale.localenv.private_files import write_private
@@ -109,6 +112,7 @@ class LocalEnvironment:
         tools = check_tools(self.cfg.cluster.java, self.cfg.spark.home, pin_cpus=bool(self.cfg.cluster.worker_cpus))
         check_addresses(self.cfg.cluster.worker_host(i) for i in range(1, self.cfg.cluster.workers + 1))
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        make_cluster_secrets(self.cfg)  # before redis.conf is written: it names their users
         specs = [s for s in self.specs(tools) if only is None or s.name in only]
         deadline = time.monotonic() + self.cfg.cluster.start_timeout_s
         # Master first: a worker that finds no master waits 5-15 s before it tries again.
@@ -119,6 +123,9 @@ class LocalEnvironment:
                 self._ensure_started(spec)
             for spec in batch:
                 self._wait_answers(spec, deadline)
+            if batch is first and {"zookeeper", "redis"} <= {spec.name for spec in first}:
+                # Identities and ACLs before any worker (and so any driver) runs, and before we return.
+                secure_cluster(self.cfg)
         return self.status()
 
     def down(self) -> list[str]:
@@ -195,7 +202,7 @@ class LocalEnvironment:
                 env={},
                 workdir=self.run_dir / "redis",
                 ports=[cfg.redis.port],
-                answers=lambda: redis_ping(cfg.redis, LOOPBACK),
+                answers=lambda: redis_ping(cfg.redis, LOOPBACK, role_credentials(cfg, OPERATOR)),
                 files={self.run_dir / "redis" / "redis.conf": self._redis_conf()},
             ),
             ServiceSpec(
@@ -260,6 +267,15 @@ class LocalEnvironment:
             ]
         )
 
+    def _redis_auth(self) -> list[str]:
+        """redis.conf's users: with identities, those whose secrets exist (all of them once `up` made
+        the daemon's and the operator's; `status` may run before)."""
+        identity_dir = self.cfg.security.identity_dir
+        if identity_dir is None:
+            return redis_auth_lines(self.cfg.redis)
+        known = [i for i in (DAEMON, OPERATOR, *agent_identities(identity_dir)) if i.secret_path(identity_dir).exists()]
+        return redis_auth_lines(self.cfg.redis, known, identity_dir)
+
     def _redis_conf(self) -> str:
         return "\n".join(
             [
@@ -274,7 +290,7 @@ class LocalEnvironment:
                 'save ""',
                 'logfile ""',
                 # AUTH (redis.password_file / redis.username): this file is written with mode 0600.
-                *redis_auth_lines(self.cfg.redis),
+                *self._redis_auth(),
                 "",
             ]
         )

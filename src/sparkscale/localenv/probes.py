@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sparkscale.config import RedisConfig
+from sparkscale.config.identities import Credentials
 from sparkscale.redisconn import connect
 
 
@@ -34,9 +35,11 @@ def zookeeper_ruok(host: str, port: int) -> bool:
         return sock.recv(16) == b"imok"
 
 
-def redis_ping(cfg: RedisConfig, host: str) -> bool:
-    """PING as every client connects (AUTH when configured): a server that refuses it does not answer."""
-    client = connect(cfg.model_copy(update={"host": host, "socket_timeout_s": 2.0}), decode_responses=False)
+def redis_ping(cfg: RedisConfig, host: str, identity: Credentials | None = None) -> bool:
+    """PING as every client connects (AUTH when configured; as `identity` if given): a server that
+    refuses it does not answer."""
+    client = connect(cfg.model_copy(update={"host": host, "socket_timeout_s": 2.0}), decode_responses=False,
+                     identity=identity)
     try:
         return bool(client.ping())
     finally:

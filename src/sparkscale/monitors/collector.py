@@ -42,7 +42,7 @@ from sparkscale.monitors.spark_rest import RestStage, SparkRestError, driver_res
 from sparkscale.monitors.stage_cache import STAGES
 from sparkscale.protocol.keys import executor_target_key, progress_history_key
 from sparkscale.protocol.queries import QueryInfo
-from sparkscale.redisconn import connect, stream_entries
+from sparkscale.redisconn import connect_as, stream_entries
 from sparkscale.store.redis_queries import read_queries
 
 log = structlog.get_logger(__name__)
@@ -108,7 +108,7 @@ def collect_snapshots(cfg: Config, app_name: str, query: str | None = None,
     taken_at = time.time()
     executors = rest.executors(spark_app.id)
     jobs = rest.jobs(spark_app.id)
-    client = connect(cfg.redis)
+    client = connect_as(cfg)  # this process's identity: the daemon's or the CLI's
     try:
         prefix = cfg.redis.key_prefix
         listed = read_queries(client, prefix, app.name)

@@ -352,12 +352,12 @@ def driver_rest(cfg: Config, app: AppConfig, **kwargs: Any) -> SparkRestClient:
     where a driver's UI is. No registration yet: an unreachable-driver error, as for a dead one."""
 
     from sparkscale.protocol.keys import driver_key
-    from sparkscale.redisconn import connect
+    from sparkscale.redisconn import connect_as
 
     kwargs.setdefault("timeout_s", cfg.spark.rest_timeout_s)
     import redis
 
-    client = connect(cfg.redis)
+    client = connect_as(cfg)  # this process's identity: the daemon's, the CLI's or the lab's
     try:
         raw = client.get(driver_key(cfg.redis.key_prefix, app.name))
     except redis.RedisError as exc:

@@ -19,12 +19,14 @@ from typing import Annotated, Any
 
 import structlog
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.exceptions import KazooException, NoAuthError, NoNodeError
 from pydantic import Field, GetCoreSchemaHandler
 from pydantic_core import CoreSchema
 
+from sparkscale.config.identities import Role, identity_for
 from sparkscale.model.codec import NAME, Check, Codec, Json, between, reshaped, whole, without_nulls
 from sparkscale.model.fields import FieldError, get, is_number, object_at
+from sparkscale.protocol.acls import acl_names, role_identities_on
 from sparkscale.protocol.znodes import acks_path, commands_path
 
 log = structlog.get_logger(__name__)
@@ -209,13 +211,23 @@ def wait_ack(zk_client: KazooClient, root: str, app: str, cmd_name: str, timeout
     """Block until the agent acks `cmd_name`, then delete the command and its ack; raise AckTimeout
     after `timeout_s`, having withdrawn the command so that no later agent runs it."""
     ack_path = f"{acks_path(root, app)}/{cmd_name}"
-    data = wait_for_znode(zk_client, ack_path, timeout_s)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            data = wait_for_znode(zk_client, ack_path, max(deadline - time.monotonic(), 0.0))
+        except NoAuthError:
+            data = b""  # there, but unreadable to the sender: not the agent's, which lets it read
+        if data is None or trusted_ack(zk_client, app, ack_path):
+            break
+        _delete_quietly(zk_client, app, ack_path)  # forged: the agent's own may still come
     if data is None:
         _delete_quietly(zk_client, app, f"{commands_path(root, app)}/{cmd_name}")
         # Withdrawn: the agent can no longer start it; an ack written just before still counts.
         try:
             data, _stat = zk_client.get(ack_path)
         except (NoNodeError, KazooException):
+            data = None
+        if data is not None and not trusted_ack(zk_client, app, ack_path):
             data = None
         if data is None:
             log.warning("control.command_withdrawn", app=app, command=cmd_name, timeout_s=timeout_s)
@@ -226,6 +238,22 @@ def wait_ack(zk_client: KazooClient, root: str, app: str, cmd_name: str, timeout
     _delete_quietly(zk_client, app, f"{commands_path(root, app)}/{cmd_name}")
     _delete_quietly(zk_client, app, ack_path)
     return ack
+
+
+def trusted_ack(zk_client: KazooClient, app: str, ack_path: str) -> bool:
+    """Whether the ack at `ack_path` is the app's agent's: always without role identities; with them
+    (protocol/acls.py), only if its ACL gives ALL to `sparkscale-agent-<app>`, which made it (issue
+    32: a pre-created ack must not make the sender believe, nor the agent skip, a command)."""
+    if not role_identities_on(zk_client):
+        return True
+    try:
+        acls, _stat = zk_client.get_acls(ack_path)
+    except (NoNodeError, NoAuthError):  # gone, or one the sender may not even read: not the agent's
+        return False
+    if acl_names(acls, {identity_for(Role.AGENT, app).user}):
+        return True
+    log.warning("control.ack_forged", app=app, znode=ack_path, reason="its ACL does not name the app's agent")
+    return False
 
 
 def _delete_quietly(zk_client: KazooClient, app: str, path: str) -> None:

@@ -14,8 +14,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import NoAuthError, NoNodeError
 
+from sparkscale.protocol.acls import acl_names, control_users, role_identities_on
 from sparkscale.protocol.znodes import leader_path
 
 # kazoo's Lock recipe: "__lock__" then the 10-digit sequence (negative once past 2^31, as kazoo reads it).
@@ -52,7 +53,11 @@ class LiveLock:
 
 
 def read_live_lock(zk: KazooClient, root: str, app: str) -> LiveLock | None:
-    """The current holder of `app`'s leader lock as ZooKeeper says now; None if nobody holds it."""
+    """The current holder of `app`'s leader lock as ZooKeeper says now; None if nobody holds it.
+    A client of a role identity (protocol/acls.py) counts only lock nodes the daemon or the operator
+    owns by their ACL (`trusted_holder`)."""
+    if role_identities_on(zk):
+        return trusted_holder(zk, root, app, control_users())
     parent = leader_path(root, app)
     for _ in range(READ_ATTEMPTS):
         try:
@@ -67,6 +72,27 @@ def read_live_lock(zk: KazooClient, root: str, app: str) -> LiveLock | None:
         epoch = lock_sequence(node)
         assert epoch is not None
         return LiveLock(f"{parent}/{node}", epoch, stat.ephemeralOwner, stat.version)
+    return None
+
+
+def trusted_holder(zk: KazooClient, root: str, app: str, users: frozenset[str]) -> LiveLock | None:
+    """The lowest-sequence lock node whose ACL gives ALL to a digest identity of `users` (issue 32,
+    "Fencing"): a node anyone else made, even the lowest, is ignored, so it can neither command the
+    agent nor hide the real leader. None: no such node."""
+    parent = leader_path(root, app)
+    try:
+        names = zk.get_children(parent)
+    except NoNodeError:
+        return None
+    for epoch, node in sorted((seq, name) for name in names if (seq := lock_sequence(name)) is not None):
+        try:
+            acls, stat = zk.get_acls(f"{parent}/{node}")
+        except NoNodeError:
+            continue  # released meanwhile: the next contender may hold it now
+        except NoAuthError:
+            continue  # one we may not even read: not the daemon's (it gives the agent READ)
+        if acl_names(acls, users):
+            return LiveLock(f"{parent}/{node}", epoch, stat.ephemeralOwner, stat.version)
     return None
 
 

@@ -32,10 +32,11 @@ import structlog
 
 from sparkscale.apps.submit import stop, submit
 from sparkscale.config import AppConfig, Config, load_config
+from sparkscale.config.identities import OPERATOR
 from sparkscale.daemon.action_log import ActionLog
 from sparkscale.localenv import LocalEnvironment
 from sparkscale.monitors.spark_rest import SparkRestClient, SparkRestError, driver_rest
-from sparkscale.redisconn import connect
+from sparkscale.redisconn import connect_as
 from sparkscale_lab.bench.chaos_breakdown import measure
 from sparkscale_lab.bench.chaos_faults import FAULT_NAMES, FAULTS, Fault, FaultContext, get_fault
 from sparkscale_lab.bench.chaos_report import (
@@ -249,7 +250,7 @@ def run_fault(spec: ChaosSpec, fault: Fault, env: BenchEnv, work: Path, variant:
         if load.interruptions:
             notes.append(f"the load generator was interrupted {load.interruptions} time(s) (Redis unreachable) "
                          "and started again: no load while Redis was down")
-        client = connect(cfg.redis)
+        client = connect_as(cfg, OPERATOR)
         left = _drain(client, cfg, app, spec.drain_timeout_s)
         if left:
             notes.append(f"{left} records unprocessed {spec.drain_timeout_s:g} s after the load: counted as lost")

@@ -24,10 +24,11 @@ import redis
 import structlog
 
 from sparkscale.config import Config
+from sparkscale.config.identities import OPERATOR
 from sparkscale.monitors.collector import read_progress
 from sparkscale.monitors.progress_reports import ProgressReport
 from sparkscale.monitors.spark_rest import SparkRestError, driver_rest, parse_time_s
-from sparkscale.redisconn import connect
+from sparkscale.redisconn import connect_as
 from sparkscale_lab.bench.timeline import Sample
 from sparkscale_lab.pipelines.workloads import workload
 
@@ -192,7 +193,7 @@ def measure(cfg: Config, app: str, samples: Sequence[Sample], t0: float, fault_a
     fault that kills executors under a living driver: after a driver_kill they are the new app's,
     whose later scale-in is no detection), then the query's progress history around the fault."""
     spans = executor_spans(cfg, app) if loses_executors else None
-    client = connect(cfg.redis)
+    client = connect_as(cfg, OPERATOR)
     try:
         reports = read_progress(client, cfg.redis.key_prefix, app, workload(cfg.app(app).pipeline).query,
                                 since_s=fault_at - HISTORY_BEFORE_S)

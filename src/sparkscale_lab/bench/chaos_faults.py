@@ -187,13 +187,14 @@ def daemon_kill(ctx: FaultContext) -> float:
     """A CCR migration requested from the leader, which holds right after its `hold_phase` step (the
     step done, not yet journaled: SPARKSCALE_MIGRATION_HOLD), then SIGKILL; the standby takes over."""
     from sparkscale import zkconn
+    from sparkscale.config.identities import OPERATOR
     from sparkscale.daemon import manual
     from sparkscale.model.manual_request import RequestType
     from sparkscale.store.zk_requests import ZkRequests
 
     leader = ctx.leader
     query = workload(ctx.cfg.app(ctx.app).pipeline).query
-    zk = zkconn.client(ctx.cfg.zookeeper)
+    zk = zkconn.client_as(ctx.cfg, OPERATOR)
     zk.start(timeout=15)
     try:
         manual.submit_request(ZkRequests(zk, ctx.cfg.zookeeper.root), ctx.app, ctx.migrate_to, "bench chaos",

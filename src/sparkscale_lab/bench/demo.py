@@ -23,10 +23,11 @@ import structlog
 
 from sparkscale.apps.submit import running, stop, submit
 from sparkscale.config import Config
+from sparkscale.config.identities import OPERATOR
 from sparkscale.daemon.action_log import ActionLog
 from sparkscale.localenv import LocalEnvironment
 from sparkscale.monitors.spark_rest import SparkRestError, driver_rest
-from sparkscale.redisconn import connect
+from sparkscale.redisconn import connect_as
 from sparkscale_lab.bench.daemon_process import DaemonProcess
 from sparkscale_lab.bench.measures import SloLimits, measure, segments
 from sparkscale_lab.bench.scaling import logged_actions
@@ -96,7 +97,7 @@ def run_demo(cfg: Config, spec: DemoSpec, config_path: str | None, overrides: li
     finally:
         daemon.stop()
     echo("\nthe load has ended; waiting for the app to process what is left...")
-    client = connect(cfg.redis)
+    client = connect_as(cfg, OPERATOR)
     left = _drain(client, cfg, spec.app, DRAIN_LIMIT_S)
     samples = recorder.stop()
     # The verifier compares the sink with all input: before the app has processed it all, what it
@@ -151,7 +152,7 @@ def forget_app(cfg: Config, app_name: str) -> None:
 
     from sparkscale.apps.submit import checkpoint_root
 
-    client = connect(cfg.redis)
+    client = connect_as(cfg, OPERATOR)
     try:
         for key in client.scan_iter(f"{cfg.redis.key_prefix}{app_name}:*"):
             client.delete(key)

@@ -27,10 +27,11 @@ import structlog
 
 from sparkscale.actuators.migration import registered_strategies
 from sparkscale.apps.submit import stop, submit
+from sparkscale.config.identities import OPERATOR
 from sparkscale.monitors.migration_followup import FOLLOW_UP, PENDING
 from sparkscale.monitors.migration_metrics import measure_after
 from sparkscale.protocol.keys import progress_key
-from sparkscale.redisconn import connect
+from sparkscale.redisconn import connect_as
 from sparkscale_lab.bench.environment import BenchEnv, embedded_environment
 from sparkscale_lab.bench.markdown import markdown_table
 from sparkscale_lab.bench.timeline import Recorder, Sample
@@ -95,7 +96,7 @@ def follow_through(env: BenchEnv, migration_id: str, stable_window_s: float) -> 
     mcfg = env.cfg.migration.model_copy(update={"stable_window_s": stable_window_s,
                                                 "measure_timeout_s": stable_window_s + MEASURE_MARGIN_S})
     cfg = env.cfg.model_copy(update={"migration": mcfg})
-    zk = zkconn.client(cfg.zookeeper)
+    zk = zkconn.client_as(cfg, OPERATOR)
     zk.start(timeout=30)
     try:
         journal = JournalStore(zk, cfg.zookeeper.root, APP).read()
@@ -104,7 +105,7 @@ def follow_through(env: BenchEnv, migration_id: str, stable_window_s: float) -> 
         zk.close()
     if journal is None or journal.id != migration_id:
         raise RuntimeError(f"migration {migration_id}: the journal holds {journal.id if journal else 'none'}")
-    return measure_after(cfg, cfg.app(APP), connect(cfg.redis), journal)
+    return measure_after(cfg, cfg.app(APP), connect_as(cfg, OPERATOR), journal)
 
 
 def run_strategy(spec: MigrationSpec, strategy: str) -> dict[str, Any]:
@@ -120,7 +121,7 @@ def run_strategy(spec: MigrationSpec, strategy: str) -> dict[str, Any]:
         # A checkpoint without a committed batch has no state to repartition (Spark refuses it):
         # wait for the first batch, then warm up (JIT, executors; not measured).
         progress = progress_key(cfg.redis.key_prefix, APP, "dag")
-        client = connect(cfg.redis)
+        client = connect_as(cfg, OPERATOR)
         deadline = time.monotonic() + 300
         while not client.hget(progress, "state_partitions") and time.monotonic() < deadline:
             time.sleep(1)  # polling for the first finished batch

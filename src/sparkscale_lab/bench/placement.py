@@ -31,12 +31,13 @@ import structlog
 
 from sparkscale.apps.submit import stop, submit
 from sparkscale.config import Config
+from sparkscale.config.identities import OPERATOR
 from sparkscale.daemon.action_log import ActionLog
 from sparkscale.localenv import LocalEnvironment
 from sparkscale.monitors.cluster_view import fetch_cluster_view
 from sparkscale.monitors.spark_master import SparkUnreachable
 from sparkscale.monitors.spark_rest import SparkRestError, driver_rest
-from sparkscale.redisconn import connect
+from sparkscale.redisconn import connect_as
 from sparkscale_lab.bench.chaos import SteadyLoad
 from sparkscale_lab.bench.daemon_process import DaemonProcess
 from sparkscale_lab.bench.demo import _drain, _wait_settled
@@ -293,7 +294,7 @@ def run_placement(spec: PlacementSpec, placement: str, repeat: int, work: Path) 
         worker_samples = sampler.stop()
         for load in loads:
             load.stop()
-        client = connect(cfg.redis)
+        client = connect_as(cfg, OPERATOR)
         for name in names:
             if left := _drain(client, cfg, name, spec.drain_timeout_s):
                 notes.append(f"{name}: {left} records unprocessed {spec.drain_timeout_s:g} s after the load")

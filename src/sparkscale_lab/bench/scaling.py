@@ -27,8 +27,9 @@ from typing import Any
 import structlog
 
 from sparkscale.apps.submit import stop, submit
+from sparkscale.config.identities import OPERATOR
 from sparkscale.daemon.action_log import ActionLog
-from sparkscale.redisconn import connect
+from sparkscale.redisconn import connect_as
 from sparkscale_lab.bench.daemon_process import DaemonProcess
 from sparkscale_lab.bench.environment import BenchEnv, embedded_environment, wait_for
 from sparkscale_lab.bench.measures import (
@@ -257,7 +258,7 @@ def run_controller(spec: BenchSpec, case: Case, controller: str, repeat: int,
             if daemon is not None:
                 daemon.stop()
         if daemon is not None:
-            actions = logged_actions(ActionLog(connect(cfg.redis), cfg.redis.key_prefix), t0)
+            actions = logged_actions(ActionLog(connect_as(cfg, OPERATOR), cfg.redis.key_prefix), t0)
             failed = [a for a in actions if not a.done]
             if failed:
                 notes.append(f"{len(failed)} action(s) not carried out")

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from sparkscale.config import Config
-from sparkscale.redisconn import connect
+from sparkscale.config.identities import OPERATOR
+from sparkscale.redisconn import connect_as
 from sparkscale_lab.bench.clickcheck import ClickCheck, wait_for_outputs
 from sparkscale_lab.bench.clickexpected import Expected, expected_outputs
 from sparkscale_lab.bench.environment import BenchEnv
@@ -173,7 +174,7 @@ class PipelineWorkload:
         return StreamLatencyProbe(cfg, cfg.app(APP))
 
     def drained(self, env: BenchEnv) -> bool:
-        client = connect(env.cfg.redis)
+        client = connect_as(env.cfg, OPERATOR)
         try:
             return drained(client, env.cfg, env.cfg.app(APP))
         finally:
@@ -240,7 +241,7 @@ class ClicksFileWorkload:
         return self._probe
 
     def drained(self, env: BenchEnv) -> bool:
-        client = connect(env.cfg.redis)
+        client = connect_as(env.cfg, OPERATOR)
         try:
             return self.probe(env.cfg).drained(client)
         finally:

@@ -19,10 +19,11 @@ import redis
 import structlog
 
 from sparkscale.config import AppConfig, Config
+from sparkscale.config.identities import OPERATOR
 from sparkscale.monitors.spark_rest import SparkRestClient, SparkRestError, driver_rest
 from sparkscale.protocol.keys import input_stream_key, progress_key
 from sparkscale.protocol.streams import StreamOffsets, read_source_status, stream_heads
-from sparkscale.redisconn import connect
+from sparkscale.redisconn import connect_as
 from sparkscale_lab.pipelines.workloads import workload
 
 log = structlog.get_logger(__name__)
@@ -162,7 +163,7 @@ class Recorder:
         return list(self.samples)
 
     def _run(self) -> None:
-        client = connect(self.cfg.redis)
+        client = connect_as(self.cfg, OPERATOR)
         rest = driver_rest(self.cfg, self.app, timeout_s=2, retries=0)
         next_at = time.monotonic()
         while not self._stop.is_set():

@@ -38,6 +38,7 @@ from sparkscale.actuators.base import ActuationContext
 from sparkscale.actuators.migration import JournalStore, registered_strategies
 from sparkscale.apps.submit import running, stop, submit, with_stored_shape
 from sparkscale.config import Config
+from sparkscale.config.identities import OPERATOR
 from sparkscale.daemon import manual
 from sparkscale.daemon.action_log import ActionLog
 from sparkscale.daemon.leader import LeaderElection
@@ -53,7 +54,7 @@ from sparkscale.policies.history import DecisionHistory
 from sparkscale.policies.planner import decide_app
 from sparkscale.protocol.keys import progress_key
 from sparkscale.protocol.streams import query_partitions
-from sparkscale.redisconn import connect
+from sparkscale.redisconn import connect_as
 from sparkscale_lab.bench.clickcheck import wait_for_outputs
 from sparkscale_lab.bench.environment import BenchEnv, embedded_environment, wait_for
 from sparkscale_lab.bench.filefeed import land_files
@@ -158,8 +159,8 @@ def run_userjob_bench(spec: UserJobSpec, out: str, command: str) -> UserJobResul
                                  spec.describe(cfg.policy.name), list(QUERIES), list(supported), list(refused),
                                  [APP, ONE_QUERY_APP])
         results.spec["work_dir"] = str(work)  # input, output and checkpoints, left for inspection
-        client = connect(cfg.redis)
-        zk = zkconn.client(cfg.zookeeper)
+        client = connect_as(cfg, OPERATOR)
+        zk = zkconn.client_as(cfg, OPERATOR)
         zk.start(timeout=30)
         feed = Background(land_files, data, f"constant:{spec.rate}", seed=spec.seed, files_per_s=spec.files_per_s,
                           window_s=spec.window_s, watermark_s=spec.watermark_s)

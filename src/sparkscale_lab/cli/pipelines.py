@@ -53,11 +53,12 @@ def verify(cfg: Config, app_name: str, as_json: bool) -> None:
 
     Prints lost, duplicated and total counts; exits 1 if anything was lost or duplicated. Run it
     once the app has processed all its input (it says so when it has not)."""
-    from sparkscale.redisconn import connect
+    from sparkscale.config.identities import OPERATOR
+    from sparkscale.redisconn import connect_as
     from sparkscale_lab.pipelines.check import unprocessed_records, verify_app
 
     cfg = require_app(cfg, app_name)
-    client = connect(cfg.redis)
+    client = connect_as(cfg, OPERATOR)
     pending = unprocessed_records(client, cfg, cfg.app(app_name))
     client.close()
     result = verify_app(cfg, app_name)

@@ -10,9 +10,10 @@ from __future__ import annotations
 import redis
 
 from sparkscale.config import AppConfig, Config
+from sparkscale.config.identities import OPERATOR
 from sparkscale.protocol.sinks import SinkTarget
 from sparkscale.protocol.streams import live_backlog
-from sparkscale.redisconn import connect
+from sparkscale.redisconn import connect_as
 from sparkscale_lab.pipelines.verify import VerifyResult, compare_keyed, read_input_records, read_keyed_sink
 from sparkscale_lab.pipelines.workloads import workload
 
@@ -33,7 +34,7 @@ def drained(client: redis.Redis, cfg: Config, app: AppConfig) -> bool:
 def verify_app(cfg: Config, app_name: str) -> VerifyResult:
     app = cfg.app(app_name)
     work = workload(app.pipeline)
-    client = connect(cfg.redis)
+    client = connect_as(cfg, OPERATOR)
     try:
         produced = read_input_records(client, cfg.redis.key_prefix, app.name)
         records = ({**r.fields, "uid": r.uid or ""} for r in produced)

@@ -23,8 +23,9 @@ import redis
 import structlog
 
 from sparkscale.config import AppConfig, Config
+from sparkscale.config.identities import OPERATOR
 from sparkscale.protocol.keys import input_stream_key, loadgen_runs_key
-from sparkscale.redisconn import connect
+from sparkscale.redisconn import connect_as
 from sparkscale_lab.pipelines.profiles import LoadProfile, parse_profile
 from sparkscale_lab.pipelines.records import RecordSource, record_source
 
@@ -297,7 +298,7 @@ def run_loadgen(
     """
     profile = parse_profile(profile_spec)
     app = cfg.app(app_name)
-    client = connect(cfg.redis, decode_responses=False)
+    client = connect_as(cfg, OPERATOR, decode_responses=False)
     try:
         generator = LoadGenerator(client, cfg.redis.key_prefix, app, profile, record_source(app, seed), seed=seed)
         return generator.run(max_duration_s=max_duration_s, stop=stop, on_second=on_second)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparkscale.apps import workloads as product
 from sparkscale.protocol.sinks import SinkTarget
-from sparkscale.redisconn import RedisAuth
+from sparkscale.redisconn import auth_as
 
 SHIPPED_JOB = Path(__file__).resolve().parent.parent / "shipped_job.py"
 
@@ -55,14 +55,14 @@ class PipelineContext:
             RedisStreamsOptions(
                 app=self.app.name, query=query, partitions=self.app.source_partitions, fields=tuple(fields),
                 host=redis_cfg.host, port=redis_cfg.port, db=redis_cfg.db, prefix=redis_cfg.key_prefix,
-                max_records_per_batch=self.app.max_records_per_batch, auth=RedisAuth.from_config(redis_cfg),
+                max_records_per_batch=self.app.max_records_per_batch, auth=auth_as(self.cfg),
             ),
         )
 
     def sink_target(self, query: str) -> SinkTarget:
         r = self.cfg.redis
         return SinkTarget(app=self.app.name, query=query, host=r.host, port=r.port, db=r.db, prefix=r.key_prefix,
-                          auth=RedisAuth.from_config(r))
+                          auth=auth_as(self.cfg))
 
     def start_keyed(self, df: Any, query: str, key_column: str, value_column: str) -> Any:
         """Start `df` (an aggregate) into the keyed sink under `query`, on the app's trigger."""
