@@ -144,7 +144,7 @@ def _config(app: str) -> Config:
 def test_a_file_url_in_redis_is_never_opened_logged_once_and_the_app_reads_as_unreachable(
         monkeypatch: pytest.MonkeyPatch, no_agents: list[str]) -> None:
     cfg = _config("filer")
-    monkeypatch.setattr(sparkscale.redisconn, "connect", lambda _cfg: _Registered("filer", "file:///etc/passwd"))
+    monkeypatch.setattr(sparkscale.redisconn, "connect", lambda _cfg, *_a, **_k: _Registered("filer", "file:///etc/passwd"))
     with capture_logs() as logs:
         for _ in range(2):
             with pytest.raises(SparkRestError, match="registered REST URL is refused: scheme 'file'") as info:
@@ -162,7 +162,7 @@ def test_a_url_to_a_host_nobody_vouches_for_is_refused_unless_the_agent_register
         monkeypatch: pytest.MonkeyPatch, no_agents: list[str]) -> None:
     cfg = _config("forger")
     forged = "http://10.66.0.1:8080\u001b[2J"
-    monkeypatch.setattr(sparkscale.redisconn, "connect", lambda _cfg: _Registered("forger", "http://10.66.0.1:8080"))
+    monkeypatch.setattr(sparkscale.redisconn, "connect", lambda _cfg, *_a, **_k: _Registered("forger", "http://10.66.0.1:8080"))
     with capture_logs() as logs, pytest.raises(SparkRestError, match=r"host 10\.66\.0\.1 is not one"):
         driver_rest(cfg, cfg.app("forger"))
     assert no_agents == ["forger"] and len(_bad_lines(logs)) == 1
@@ -223,7 +223,7 @@ def test_any_driver_record_in_redis_is_a_client_or_an_unreachable_driver(record:
             return record.decode("utf-8", "replace")
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(sparkscale.redisconn, "connect", lambda _cfg: Holding("anyrec", ""))
+        mp.setattr(sparkscale.redisconn, "connect", lambda _cfg, *_a, **_k: Holding("anyrec", ""))
         mp.setattr(driver_urls, "read_agent_record", lambda _cfg, _app: None)
         mp.setattr(driver_urls, "AGENTS", AgentHosts())
         outcome: SparkRestClient | SparkRestError
