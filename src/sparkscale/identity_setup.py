@@ -30,7 +30,8 @@ from sparkscale.config.identities import (
     read_credentials,
 )
 from sparkscale.config.secrets import zookeeper_auth
-from sparkscale.protocol.acls import RoleIds, acl_layout, control_acl
+from sparkscale.protocol.acls import RoleIds, acl_layout, control_acl, readers_data
+from sparkscale.protocol.znodes import app_path
 from sparkscale.redis_acl import set_user
 from sparkscale.redisconn import connect_as
 
@@ -67,6 +68,12 @@ def set_znode_acls(zk: KazooClient, layout: dict[str, list[ACL]]) -> None:
             zk.create(path, b"", acl=acl)
         except NodeExistsError:
             zk.set_acls(path, acl)
+
+
+def set_app_layout(zk: KazooClient, root: str, app: str, ids: RoleIds) -> None:
+    """An app's znodes with their ACLs, and in its directory's data who may read what its agent creates."""
+    set_znode_acls(zk, acl_layout(root, app, ids))
+    zk.set(app_path(root, app), readers_data(ids))
 
 
 def _started(cfg: Config, zk: KazooClient) -> KazooClient:
@@ -112,7 +119,7 @@ def secure_cluster(cfg: Config) -> None:
         set_znode_acls(zk, {root: control, f"{root.rstrip('/')}/apps": control})
         for agent in agents:
             assert agent.app is not None
-            set_znode_acls(zk, acl_layout(root, agent.app, _role_ids(cfg, agent)))
+            set_app_layout(zk, root, agent.app, _role_ids(cfg, agent))
     finally:
         zk.stop()
         zk.close()
@@ -140,7 +147,7 @@ def provision_app(cfg: Config, app: str) -> Path | None:
     _set_redis_users(cfg, [agent])
     zk = _started(cfg, zkconn.client_as(cfg, OPERATOR))
     try:
-        set_znode_acls(zk, acl_layout(cfg.zookeeper.root, app, _role_ids(cfg, agent)))
+        set_app_layout(zk, cfg.zookeeper.root, app, _role_ids(cfg, agent))
     finally:
         zk.stop()
         zk.close()

@@ -30,7 +30,7 @@ from kazoo.security import ACL, make_digest_acl
 from sparkscale.config import Config, ConfigError, ConfigProblem, ZooKeeperConfig
 from sparkscale.config.identities import DAEMON, OPERATOR, Credentials, Identity, Role, credentials_for, identity_for
 from sparkscale.config.secrets import role_credentials, zookeeper_auth
-from sparkscale.protocol.acls import RoleIds, acl_for_path, agent_acl, app_of
+from sparkscale.protocol.acls import RoleIds, acl_for_path, agent_acl, app_of, parse_readers
 from sparkscale.protocol.znodes import app_path
 
 AclPolicy = Callable[[str], list[ACL]]  # the ACL of a znode created at a path
@@ -174,15 +174,18 @@ def client_as(cfg: Config, identity: Identity, **kwargs: Any) -> KazooClient:
 
 def adopt_agent_acl(zk: KazooClient, root: str, app: str, agent: Credentials) -> list[ACL]:
     """An agent's client (started): create from now on with `agent_acl`, the daemon and operator
-    read from the app directory's ACL (set by `pipeline submit`). Returns that ACL."""
+    read from the app directory's data (written by `pipeline submit`). Returns that ACL."""
     try:
-        acls, _stat = zk.get_acls(app_path(root, app))
+        data, _stat = zk.get(app_path(root, app))
     except (NoNodeError, NoAuthError):
+        data = None
+    readers = None if data is None else parse_readers(data)
+    if readers is None:
         raise ConfigError([ConfigProblem(
             "security.identity_dir", app_path(root, app),
-            f"{agent.user} cannot read its app's znode: start the app with `sparkscale pipeline submit`, "
-            "which makes it with its ACLs")]) from None
-    acl = agent_acl(agent.digest_id, acls)
+            f"{agent.user} cannot read its app's znode or it names no readers: start the app with "
+            "`sparkscale pipeline submit`, which makes it with its ACLs")]) from None
+    acl = agent_acl(agent.digest_id, readers)
     zk.default_acl = acl
     return acl
 

@@ -7,7 +7,15 @@ from dataclasses import dataclass
 
 from kazoo.security import make_digest_acl_credential
 
-from sparkscale.protocol.acls import RoleIds, acl_for_path, acl_layout, agent_acl, control_acl
+from sparkscale.protocol.acls import (
+    RoleIds,
+    acl_for_path,
+    acl_layout,
+    agent_acl,
+    control_acl,
+    parse_readers,
+    readers_data,
+)
 from sparkscale.protocol.znodes import app_path
 from tests.unit.fakezk import FakeZk
 
@@ -59,5 +67,6 @@ def world() -> World:
         else:
             operator.create(path, b"", acl=acl)
     agent = as_role(zk, AGENT_S, AGENT_USER, policy=False)
-    agent.default_acl = agent_acl(IDS.agent or "", agent.get_acls(app_path(ROOT, APP))[0])
+    operator.set(app_path(ROOT, APP), readers_data(IDS))
+    agent.default_acl = agent_acl(IDS.agent or "", parse_readers(agent.get(app_path(ROOT, APP))[0]) or [])
     return World(zk, as_role(zk, DAEMON_S, DAEMON_USER, policy=True), operator, agent, zk.as_session(ANON_S))

@@ -7,7 +7,17 @@ import pytest
 from kazoo.exceptions import NoAuthError
 from kazoo.security import Permissions
 
-from sparkscale.protocol.acls import RoleIds, acl_for_path, acl_layout, acl_names, agent_acl, app_of, control_acl
+from sparkscale.protocol.acls import (
+    RoleIds,
+    acl_for_path,
+    acl_layout,
+    acl_names,
+    agent_acl,
+    app_of,
+    control_acl,
+    parse_readers,
+    readers_data,
+)
 from sparkscale.protocol.commands import Ack, send_command
 from sparkscale.protocol.znodes import acks_path, agent_epoch_path, agent_path, commands_path, journal_path
 from tests.unit.identity_world import APP, IDS, ROOT, world
@@ -49,10 +59,22 @@ def test_what_the_daemon_creates_is_readable_by_the_agent_where_it_must_be():
 
 
 def test_the_agent_creates_with_its_own_acl_the_others_may_read():
-    app_acl = acl_layout(ROOT, APP, IDS)["/ss/apps/wc"]
-    assert perms(agent_acl(IDS.agent, app_acl)) == {"agent": ALL, "daemon": R, "operator": R}
-    assert acl_names(agent_acl(IDS.agent, app_acl), {"sparkscale-agent-wc"})
-    assert not acl_names(agent_acl(IDS.agent, app_acl), {"sparkscale-daemon"})  # READ is not ALL
+    readers = parse_readers(readers_data(IDS))
+    assert readers == [IDS.daemon, IDS.operator]
+    assert perms(agent_acl(IDS.agent, readers)) == {"agent": ALL, "daemon": R, "operator": R}
+    assert acl_names(agent_acl(IDS.agent, readers), {"sparkscale-agent-wc"})
+    assert not acl_names(agent_acl(IDS.agent, readers), {"sparkscale-daemon"})  # READ is not ALL
+
+
+@pytest.mark.parametrize("data", [
+    b"", b"\xff", b"[]", b'{"readers": []}', b'{"readers": "sparkscale-daemon:x"}',
+    # What ZooKeeper's getACL shows a client without ADMIN: the hash as `x`; it must not be taken.
+    b'{"readers": ["sparkscale-daemon:x"]}',
+    b'{"readers": ["someone-else:' + b"A" * 27 + b'="]}',
+    b'{"readers": [' + b",".join([b'"sparkscale-daemon:' + b"A" * 27 + b'="'] * 9) + b"]}",
+])
+def test_an_app_directory_whose_data_names_no_valid_readers_is_refused(data):
+    assert parse_readers(data) is None
 
 
 def test_the_agent_can_do_its_job_and_nothing_else():

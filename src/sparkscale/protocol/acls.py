@@ -11,6 +11,8 @@ rewriting and its ACL. The agent never reads the journal, requests or results: i
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -99,12 +101,36 @@ def acl_for_path(root: str, path: str, ids: RoleIds) -> list[ACL]:
     return _children_acl(root, app, ids).get(parent, control_acl(ids))
 
 
-def agent_acl(agent_id: str, peers: Iterable[ACL]) -> list[ACL]:
+def agent_acl(agent_id: str, readers: Iterable[str]) -> list[ACL]:
     """The ACL of what the agent creates (acks, `agent`, `agent_epoch`): everything for itself, READ
-    for each other digest identity in `peers` (its app directory's ACL, which only the daemon and
-    the operator can set: so the agent needs no one else's secret)."""
-    others = sorted({acl.id.id for acl in peers if acl.id.scheme == "digest" and acl.id.id != agent_id})
-    return [digest(ALL, agent_id), *(digest(READ, other) for other in others)]
+    for each digest id in `readers` (the daemon's and the operator's, from its app directory's data,
+    which only they can write: so the agent needs no one else's secret)."""
+    return [digest(ALL, agent_id), *(digest(READ, other) for other in sorted(set(readers) - {agent_id}))]
+
+
+# A digest id as ZooKeeper keeps it: `user:base64(sha1(user:password))`.
+_DIGEST_ID = re.compile(rf"{re.escape(USER_PREFIX)}[A-Za-z0-9._-]{{1,200}}:[A-Za-z0-9+/]{{27}}=")
+MAX_READERS = 8
+
+
+def readers_data(ids: RoleIds) -> bytes:
+    """The app directory's data: the digest ids that may read what the agent creates. In the data and
+    not read from the directory's ACL because ZooKeeper shows a digest id's hash as `x` to a client
+    without ADMIN on the znode (the agent has none there)."""
+    return json.dumps({"readers": [ids.daemon, ids.operator]}).encode()
+
+
+def parse_readers(data: bytes) -> list[str] | None:
+    """The digest ids in an app directory's data (None: not a list of at most MAX_READERS ids)."""
+    try:
+        document = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+    readers = document.get("readers") if isinstance(document, dict) else None
+    if (not isinstance(readers, list) or not 0 < len(readers) <= MAX_READERS
+            or not all(isinstance(r, str) and _DIGEST_ID.fullmatch(r) for r in readers)):
+        return None
+    return readers
 
 
 def acl_names(acls: Iterable[ACL], users: Iterable[str], perms: int = ALL) -> bool:
