@@ -1,7 +1,8 @@
 """One identity per role for real, on Redis and ZooKeeper alone (no Spark; issue 32): `cluster up` with
 `security.identity_dir` makes the daemon's and operator's secrets, locks the root and starts Redis with
 a user per identity; `pipeline submit`'s identity step (identity_setup.provision_app) makes an app's
-agent identity, Redis user and znodes. Probes: an unauthenticated client cannot create under the root;
+agent identity, Redis user and znodes; a real driver then runs under its own identity end to end.
+Probes: an unauthenticated client cannot create under the root;
 the driver's identity cannot write a command, a lock node, the action log or another app's keys; a
 forged lock node neither commands the agent nor hides the leader; a forged ack is not believed.
 """
@@ -20,6 +21,7 @@ from kazoo.security import make_digest_acl
 
 from sparkscale import zkconn
 from sparkscale.agent.admission import CommandGate
+from sparkscale.apps.submit import stop, submit
 from sparkscale.config import Config, load_config
 from sparkscale.config.identities import DAEMON, IDENTITY_FILE_ENV, OPERATOR, Role, identity_for
 from sparkscale.config.secrets import REDIS_PASSWORD_ENV, ZOOKEEPER_AUTH_ENV, role_credentials
@@ -31,6 +33,9 @@ from sparkscale.protocol.fencing import read_live_lock
 from sparkscale.protocol.keys import actions_key, driver_key
 from sparkscale.protocol.znodes import acks_path, commands_path, leader_path
 from sparkscale.redisconn import connect_as
+from sparkscale_lab.pipelines.check import drained, verify_app
+from sparkscale_lab.pipelines.loadgen import run_loadgen
+from tests.conftest import leader_lock, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -43,6 +48,7 @@ class IdentityEnv:
     cfg: Config
     env: LocalEnvironment
     work: Path
+    overrides: list[str]
 
 
 @pytest.fixture(scope="module")
@@ -57,11 +63,12 @@ def identity_env(tmp_path_factory) -> Iterator[IdentityEnv]:
         cfg = load_config(None, overrides)
         env = LocalEnvironment(cfg)
         try:
-            statuses = {s.name: s for s in env.up(only=("zookeeper", "redis"))}
-            assert statuses["redis"].answers and statuses["zookeeper"].answers, statuses
+            # Spark too: one test runs a real driver under its own identity.
+            statuses = {s.name: s for s in env.up()}
+            assert all(s.answers for s in statuses.values()), statuses
             provision_app(cfg, APP)  # what `pipeline submit` does before each driver starts
             provision_app(cfg, OTHER)
-            yield IdentityEnv(cfg, env, work)
+            yield IdentityEnv(cfg, env, work, overrides)
         finally:
             env.down()
 
@@ -162,3 +169,24 @@ def test_a_forged_ack_is_not_believed(clients):
     name = send_command(daemon, ROOT, APP, "report", {}, epoch=0, ttl_s=5)
     agent.create(f"{acks_path(ROOT, APP)}/{name}", b'{"ok": true, "detail": "mine"}')
     assert wait_ack(daemon, ROOT, APP, name, timeout_s=5.0).detail == "mine"
+
+
+def test_a_real_driver_runs_under_its_own_identity_end_to_end(identity_env, clients):
+    """`pipeline submit` with identities: the driver gets only its agent's secret; its agent registers
+    and answers the daemon's command with an ack the daemon trusts; its executors read and write the
+    app's Redis keys as the agent's user; nothing is lost or duplicated."""
+    cfg = identity_env.cfg
+    submit(cfg, APP, None, identity_env.overrides)
+    try:
+        daemon = clients["daemon"]
+        with leader_lock(daemon, ROOT, APP, "identities") as epoch:
+            name = send_command(daemon, ROOT, APP, "report", {}, epoch=epoch, ttl_s=60)
+            ack = wait_ack(daemon, ROOT, APP, name, timeout_s=60)
+        assert ack.ok, ack.detail
+        run_loadgen(cfg, APP, "constant:50@4s", seed=4)
+        operator = connect_as(cfg, OPERATOR)
+        wait_until(lambda: drained(operator, cfg, cfg.app(APP)), 120, f"{APP} to process all its input")
+        result = verify_app(cfg, APP)
+        assert result.total_expected > 0 and result.ok, result.summary()
+    finally:
+        stop(cfg, APP)
