@@ -25,6 +25,7 @@ from sparkscale.config.sections import (
     MigrationConfig,
     OutcomesConfig,
     PolicyConfig,
+    QuotasConfig,
 )
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "OutcomesConfig",
     "PlacementConfig",
     "PolicyConfig",
+    "QuotasConfig",
     "RedisConfig",
     "SparkConfig",
     "TaxiConfig",
