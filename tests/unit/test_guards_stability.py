@@ -1,5 +1,5 @@
 """The stability guards and operator controls of issue 33: start-up grace, no scale-down while
-draining, a cap on direction changes, excluded periods and quotas. Each is off by
+draining, a cap on direction changes, excluded periods, per-app modes and quotas. Each is off by
 default; each test turns one on and checks that it holds (and says why) or lets pass."""
 
 from __future__ import annotations
@@ -12,10 +12,15 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from pydantic import ValidationError
+from structlog.testing import capture_logs
 
 from sparkscale.cli import main
-from sparkscale.config import AppConfig, GuardsConfig, LoopConfig, QuotasConfig
+from sparkscale.config import AppConfig, AppMode, Config, GuardsConfig, LoopConfig, QuotasConfig
 from sparkscale.config.periods import PeriodError, parse_period
+from sparkscale.control.decision import app_mode
+from sparkscale.daemon import wiring
+from sparkscale.daemon.feeds import LogFeed, MetricsFeed
+from sparkscale.daemon.metrics import DaemonMetrics
 from sparkscale.model.plan import Action, Observation, Plan
 from sparkscale.model.snapshot import Snapshot
 from sparkscale.model.snapshot_merge import merge_snapshots
@@ -28,6 +33,7 @@ from sparkscale.policies.guards import GuardInput, apply_guards
 from sparkscale.policies.history import DecisionHistory
 from sparkscale.policies.quotas import QUOTA_WARNING
 from sparkscale.policies.startup_grace import first_batch_figure
+from tests.unit import test_autoscaler as loops
 
 SATURDAY_3AM = datetime(2026, 11, 28, 3, 0, tzinfo=UTC).timestamp()  # a Saturday
 NOW = SATURDAY_3AM
@@ -85,6 +91,7 @@ def test_every_new_setting_is_off_by_default():
     assert (guards.startup_grace_batches, guards.no_scale_down_while_draining, guards.max_direction_changes_per_hour,
             guards.excluded_periods) == (0, False, None, [])
     assert (quotas.max_cores, quotas.max_memory_mb) == (None, None)
+    assert AppConfig(name="a").mode == AppMode.ACT
 
 
 # ---------------------------------------------------------------------------------------------
@@ -247,6 +254,71 @@ def test_no_scaling_action_is_taken_inside_an_excluded_period_but_warnings_pass(
                                               "excluded period 'Sat 00:00-06:00' (UTC)"]
     outside = snap(taken_at=at(5, 12))
     assert target(guard(scale_plan(4, 6), outside, excluded_periods=["Sat 00:00-06:00"])) == 6
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. Per-app mode
+
+
+def test_the_global_dry_run_makes_acting_apps_advise():
+    act, advise, observe = (AppConfig(name="a", mode=m) for m in AppMode)
+    assert [app_mode(a, False) for a in (act, advise, observe)] == [AppMode.ACT, AppMode.ADVISE, AppMode.OBSERVE]
+    assert [app_mode(a, True) for a in (act, advise, observe)] == [AppMode.ADVISE, AppMode.ADVISE, AppMode.OBSERVE]
+    with pytest.raises(ValidationError, match="mode"):
+        AppConfig(name="a", mode="watch")
+
+
+def moded(mode: str, *plans: Plan) -> loops.Loop:
+    run = loops.loop(*plans)
+    run.autoscaler.configure(Config.model_validate({"apps": [{"name": loops.APP, "mode": mode}]}))
+    return run
+
+
+def test_an_advised_app_is_logged_as_a_dry_run_and_nothing_is_carried_out():
+    run = moded("advise", loops.SCALE_UP)
+    assert run.autoscaler.cycle(loops.APP) == "ok"
+    assert [d.mode for d in run.decisions.records] == ["dry_run"] and run.executor.started == []
+    assert run.state.last_action_at == loops.TAKEN_AT  # as loop.dry_run: the cooldown shows what would be done
+    acting = moded("act", loops.SCALE_UP)
+    acting.autoscaler.cycle(loops.APP)
+    assert [d.mode for d in acting.decisions.records] == ["acted"] and len(acting.executor.started) == 1
+
+
+def test_an_observed_app_is_collected_and_logged_without_a_plan_or_a_written_decision():
+    run = moded("observe", loops.SCALE_UP)
+    assert run.autoscaler.cycle(loops.APP) == "ok"
+    assert run.collector.calls == 1 and run.planner.seen == []  # no plan made
+    assert run.decisions.records == [] and run.executor.started == []
+    [decided] = run.decided()
+    assert decided.decision.mode == "observe" and decided.decision_id is None and decided.decision.plan.actions == ()
+    assert run.ended()[0].decision == decided.decision
+
+
+def test_an_observed_cycle_is_logged_with_its_mode_and_counted_as_no_decision():
+    run = moded("observe", loops.SCALE_UP)
+    run.autoscaler.cycle(loops.APP)
+    [decided] = run.decided()
+    metrics = DaemonMetrics()
+    with capture_logs() as logs:
+        LogFeed().emit(decided)
+        MetricsFeed(metrics).emit(decided)
+    [cycle] = [e for e in logs if e["event"] == "cycle"]
+    assert cycle["mode"] == "observe" and cycle["actions"] == [] and cycle["decision_id"] is None
+    counted = [s for m in metrics.registry.collect() for s in m.samples if s.name == "sparkscale_decisions_total"]
+    assert counted == []  # no plan was made: no decision counted
+    metrics.close()
+
+
+@pytest.mark.parametrize(("mode", "dry_run", "refused"), [("act", False, False), ("advise", False, True),
+                                                          ("observe", False, True), ("act", True, True)])
+def test_the_operators_requests_are_refused_for_an_app_that_does_not_act(monkeypatch: pytest.MonkeyPatch, mode: str,
+                                                                          dry_run: bool, refused: bool):
+    seen: list[bool] = []
+    monkeypatch.setattr(wiring.manual, "serve_requests", lambda *args: seen.append(args[6]) or [])
+    desk = wiring.RequestDesk(None, None, None, None, "me")  # type: ignore[arg-type]
+    cfg = Config.model_validate({"apps": [{"name": "a", "mode": mode}], "loop": {"dry_run": dry_run}})
+    desk.serve(cfg, cfg.app("a"), None, None)  # type: ignore[arg-type]
+    assert seen == [refused]
 
 
 # ---------------------------------------------------------------------------------------------
