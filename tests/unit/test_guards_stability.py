@@ -25,7 +25,8 @@ from sparkscale.model.plan import Action, Observation, Plan
 from sparkscale.model.snapshot import Snapshot
 from sparkscale.model.snapshot_merge import merge_snapshots
 from sparkscale.monitors.progress_reports import ProgressReport
-from sparkscale.monitors.snapshot_builder import run_first_batch
+from sparkscale.monitors.snapshot_builder import SnapshotInputs, build_snapshot, run_first_batch
+from sparkscale.policies import planner
 from sparkscale.policies.capacity import SHORT_FIGURE, apply_capacity
 from sparkscale.policies.direction_cap import reversals
 from sparkscale.policies.draining import BACKLOG_FIGURE
@@ -148,6 +149,17 @@ def test_the_snapshot_names_the_runs_first_batch_only_when_the_reports_show_it_b
     assert run_first_batch([report("b", 7, 4.0), report("b", 8, 5.0)]) is None  # begun before the reports read
     assert run_first_batch([report("c", 0, 1.0), report("c", 1, 2.0)]) == 0  # a new checkpoint
     assert run_first_batch([]) is None
+
+
+def test_the_built_snapshot_carries_the_runs_first_batch_and_reads_back():
+    reports = [report("a", 5, 80.0), report("b", 5, 90.0), report("b", 6, 95.0)]
+    built = build_snapshot(SnapshotInputs(app="app", query="q", taken_at=100.0, window_s=30.0, executors=[],
+                                          batches=[], stages={}, progress=reports))
+    assert built.extensions["progress"]["run_first_batch_id"] == 5
+    assert Snapshot.from_dict(built.to_dict()).extensions["progress"]["run_first_batch_id"] == 5
+    unseen = build_snapshot(SnapshotInputs(app="app", query="q", taken_at=100.0, window_s=30.0, executors=[],
+                                           batches=[], stages={}, progress=reports[1:]))
+    assert "run_first_batch_id" not in unseen.extensions["progress"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -356,3 +368,21 @@ def test_the_quota_inputs_round_trip_through_a_history_file():
     back = DecisionHistory.from_dict(history.to_dict())
     assert (back.cores_held_elsewhere, back.memory_mb_held_elsewhere) == (6, 4096)
     assert DecisionHistory.from_dict({}).cores_held_elsewhere == 0  # an older file still reads
+
+
+class ScaleUp:
+    """A policy that always asks for 8 executors."""
+
+    def decide(self, snapshot: Snapshot, history: DecisionHistory, cfg: Any, app: AppConfig) -> Plan:
+        return scale_plan(len(snapshot.executors), 8)
+
+
+def test_the_planner_applies_the_configured_guards_and_quotas(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(planner, "get_policy", lambda name: ScaleUp())
+    cfg = Config.model_validate({"apps": [{"name": "app"}], "quotas": {"max_cores": 5}})
+    history = replace(DecisionHistory.empty(), cores_held_elsewhere=1)
+    plan = planner.decide(snap(2), history, cfg, cfg.app("app"))
+    assert target(plan) == 4 and notes(plan, "quota")  # 5 cores, 1 held elsewhere: 4 executors of 1 core
+    frozen = Config.model_validate({"apps": [{"name": "app"}], "guards": {"excluded_periods": ["Sat 00:00-06:00"]}})
+    plan = planner.decide(snap(2), DecisionHistory.empty(), frozen, frozen.app("app"))
+    assert target(plan) is None and notes(plan, "excluded period")
