@@ -5,7 +5,7 @@ file that names only what a user changes is valid (`sections`); `load_config` re
 `--set` overrides and reports every problem with its file and key (`loading`, `problems`).
 """
 
-from sparkscale.config.apps import AppConfig, DagConfig, DynamicAllocationConfig, TaxiConfig
+from sparkscale.config.apps import AppConfig, AppMode, DagConfig, DynamicAllocationConfig, TaxiConfig
 from sparkscale.config.base import ConfigSection
 from sparkscale.config.connections import RedisConfig, SparkConfig, ZooKeeperConfig
 from sparkscale.config.drivers import DriversConfig
@@ -25,12 +25,14 @@ from sparkscale.config.sections import (
     MigrationConfig,
     OutcomesConfig,
     PolicyConfig,
+    QuotasConfig,
 )
 
 __all__ = [
     "ActionLogConfig",
     "ActuatorConfig",
     "AppConfig",
+    "AppMode",
     "ClusterConfig",
     "Config",
     "ConfigError",
@@ -48,6 +50,7 @@ __all__ = [
     "OutcomesConfig",
     "PlacementConfig",
     "PolicyConfig",
+    "QuotasConfig",
     "RedisConfig",
     "SparkConfig",
     "TaxiConfig",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from enum import StrEnum
 from pathlib import Path
 from typing import Literal
 
@@ -60,6 +61,14 @@ class DynamicAllocationConfig(_Section):
     scheduler_backlog_timeout_s: float = Field(1.0, gt=0)
 
 
+class AppMode(StrEnum):
+    """What the daemon does with an app (`apps[].mode`)."""
+
+    ACT = "act"  # plan, log and carry out
+    ADVISE = "advise"  # plan and log (the action log, the metrics), carry out nothing: loop.dry_run for one app
+    OBSERVE = "observe"  # collect and log snapshots only: no plan, no decision written
+
+
 class AppConfig(_Section):
     """One managed application: which pipeline it runs, how it reads and writes, its executor range."""
 
@@ -92,6 +101,9 @@ class AppConfig(_Section):
     # sparkscale does not know): what the old run held is lost. Off: such a query is only scaled
     # by executors, and a migration of it is refused naming the source. Logged on every use.
     allow_lossy_restart: bool = False
+    # act (the default: what every app did before), advise (plans logged, nothing carried out) or
+    # observe (snapshots only). loop.dry_run makes every app at least advise.
+    mode: AppMode = AppMode.ACT
 
     @field_validator("pipeline")
     @classmethod

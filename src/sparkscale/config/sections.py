@@ -19,6 +19,7 @@ from sparkscale.config.apps import AppConfig
 from sparkscale.config.base import ConfigSection, _one_of
 from sparkscale.config.connections import RedisConfig, SparkConfig, ZooKeeperConfig
 from sparkscale.config.drivers import DriversConfig
+from sparkscale.config.periods import Period, PeriodError, parse_period
 from sparkscale.config.placement import PlacementConfig
 from sparkscale.config.sectioned import SectionedConfig
 from sparkscale.registry import POLICIES, STRATEGIES, WORKLOADS, Registry
@@ -196,6 +197,40 @@ class GuardsConfig(_Section):
     # ... and, after a move that left the counts as they were (the master placed the replacement on
     # the crowded worker again), no further move for this long, in seconds.
     spread_hold_s: float = Field(600.0, ge=0)
+    # Start-up grace (policies/startup_grace.py): no scaling decision rests on the first this many
+    # batches of a new or restarted query's run (they pay for the start: state loading, code
+    # generation, the input that waited). 0, the default: off, as before (benchmarks pick a value).
+    startup_grace_batches: int = Field(0, ge=0, le=10_000)
+    # No scale-down while the source backlog is above backlog_slo_s seconds of input, or above zero
+    # and falling (draining: the spare cores are what drains it; policies/draining.py). Off by
+    # default, as before.
+    no_scale_down_while_draining: bool = False
+    # The backlog SLO that guard holds to, in seconds of input waiting (the default is `sparkscale
+    # bench scaling`'s --slo-backlog-s); read only while no_scale_down_while_draining is on.
+    backlog_slo_s: float = Field(10.0, gt=0)
+    # At most this many reversals of the executor count's direction within the last hour; at the
+    # cap, a change that would reverse it again is held (policies/direction_cap.py). Null, the
+    # default: no cap, as before.
+    max_direction_changes_per_hour: int | None = Field(None, ge=0)
+    # Windows in which no scaling action is taken (warnings still pass), in UTC, such as
+    # "Sat 00:00-06:00", "daily 23:30-00:30" or "Mon-Fri 12:00-13:00" (config/periods.py;
+    # policies/excluded_periods.py). Empty, the default: none, as before.
+    excluded_periods: list[str] = Field(default_factory=list)
+
+    @field_validator("excluded_periods")
+    @classmethod
+    def _periods(cls, value: list[str]) -> list[str]:
+        for i, text in enumerate(value):
+            try:
+                parse_period(text)
+            except PeriodError as exc:
+                raise ValueError(f"excluded_periods[{i}] = {text!r}: {exc}") from None
+        return value
+
+    @property
+    def periods(self) -> tuple[Period, ...]:
+        """`excluded_periods` read (each was checked when the config was validated)."""
+        return tuple(parse_period(text) for text in self.excluded_periods)
 
     @model_validator(mode="after")
     def _band(self) -> GuardsConfig:
@@ -204,6 +239,16 @@ class GuardsConfig(_Section):
             raise ValueError(f"partitions_per_core_min ({self.partitions_per_core_min:g}) is above "
                              f"partitions_per_core_max ({self.partitions_per_core_max:g})")
         return self
+
+
+class QuotasConfig(_Section):
+    """Totals over every managed app together (policies/quotas.py): a scale-up that would take
+    them over a quota is cut to what fits, or held, with a warning naming the quota. Null, the
+    default: no quota, as before (the cluster's own room still binds: policies/capacity.py)."""
+
+    max_cores: int | None = Field(None, ge=1)  # executor cores of all managed apps
+    # spark.executor.memory of all managed apps' executors, in MB (the JVM overhead not counted).
+    max_memory_mb: int | None = Field(None, ge=256)
 
 
 class OutcomesConfig(_Section):
@@ -309,6 +354,7 @@ class Config(_Section):
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     placement: PlacementConfig = Field(default_factory=PlacementConfig)
     guards: GuardsConfig = GuardsConfig()
+    quotas: QuotasConfig = QuotasConfig()
     outcomes: OutcomesConfig = OutcomesConfig()
     actuator: ActuatorConfig = ActuatorConfig()
     migration: MigrationConfig = MigrationConfig()

@@ -13,7 +13,8 @@ A cycle for one app:
    and judges the executed decisions that are due (blocking what their policy says); then the
    planner decides over all the app's queries with the app's typed decision history (past
    decisions, blocklist, last action, migration journal, partitions, the cluster's claims);
-4. act (leader, not dry-run): the decision is written to the action log first, then its actions
+4. act (leader, mode act: neither `loop.dry_run` nor `apps[].mode` advise or observe): the
+   decision is written to the action log first, then its actions
    run in the background, so a slow actuation never blocks the cycle: the next cycles see it in
    progress (a guard holds any other change), and the cycle after it ends takes in its results;
 5. record: the decision (`cycle` in the log), and at the end of every cycle its summary (the
@@ -30,12 +31,12 @@ from dataclasses import dataclass, replace
 import redis
 import structlog
 
-from sparkscale.config import AppConfig, Config
+from sparkscale.config import AppConfig, AppMode, Config
 from sparkscale.control.act import ActionExecutor, RequestDesk
 from sparkscale.control.clock import Clock
 from sparkscale.control.collect import SnapshotCollector
 from sparkscale.control.decide import ClusterPlanning, Planner
-from sparkscale.control.decision import Decision, Mode, Role
+from sparkscale.control.decision import Decision, Mode, Role, app_mode
 from sparkscale.control.events import (
     CycleEnded,
     CycleResult,
@@ -200,8 +201,11 @@ class Autoscaler:
         except (AppNotRunningError, NoQueriesYet) as exc:
             return self._report_absent(app, st, leadership, run, exc)
         st.failures = 0
-        decision = self._decide(app, st, leadership, snapshots, merged, run)
-        decision_id = self._act(app, st, leadership, decision) if leader else None
+        if app_mode(app, self.cfg.loop.dry_run) == AppMode.OBSERVE:
+            decision = self._observe(app, st, leadership, snapshots, merged, run)
+        else:
+            decision = self._decide(app, st, leadership, snapshots, merged, run)
+        decision_id = self._act(app, st, leadership, decision) if leader and decision.mode != "observe" else None
         self._record(st, decision, decision_id, run)
         return "ok"
 
@@ -235,7 +239,21 @@ class Autoscaler:
         plan = self.planner(snapshots, history, self.cfg, app, now, cluster=cluster)
         st.history = st.history.with_decision(max(now, st.history.last_decided_at), plan).trimmed(now - HISTORY_S)
         return Decision(app.name, run.role or "standby", leadership.epoch, tuple(snapshots), snapshot, partitions,
-                        plan, expectation_for(plan, snapshot, app), self._mode(plan, run.leader))
+                        plan, expectation_for(plan, snapshot, app), self._mode(app, plan, run.leader))
+
+    def _observe(self, app: AppConfig, st: AppState, leadership: Leadership, snapshots: list[Snapshot],
+                 snapshot: Snapshot, run: _Run) -> Decision:
+        """An app in observe mode: the leader settles what it owes as in `_decide`, but no plan is
+        made and nothing is written; the cycle line shows the snapshots with mode `observe`."""
+        if run.leader:
+            self._serve_requests(app, st, leadership, snapshot)
+            self._judge_due(app, st, snapshot)
+        self.cluster.observe(app, snapshot, None)  # its executors still count for the other apps' room
+        partitions = {s.query: self.stores.apps.partitions(app, s.query) for s in snapshots}
+        plan = Plan(self.cfg.policy.name, app.name,
+                    explanation=("mode observe (apps[].mode): snapshots only, no plan is made",))
+        return Decision(app.name, run.role or "standby", leadership.epoch, tuple(snapshots), snapshot, partitions,
+                        plan, None, "observe")
 
     def _act(self, app: AppConfig, st: AppState, leadership: Leadership, decision: Decision) -> str:
         """Write the decision, then start its changes in the background. Written first: if Redis
@@ -279,7 +297,7 @@ class Autoscaler:
         recalled = self.stores.decisions.recall(app, now, now - HISTORY_S, self._evaluate_after_s())
         st.recalled(recalled)
         journal = self.stores.journals.read(app.name)
-        if journal is not None and journal.active and not self.cfg.loop.dry_run:
+        if journal is not None and journal.active and app_mode(app, self.cfg.loop.dry_run) == AppMode.ACT:
             # A leader died during a migration: finish it (or roll it back) before anything else.
             decision_id, result = self.requests.resume(self.cfg, app, leadership, journal)
             self.sink.emit(MigrationResumed(app.name, decision_id, result))
@@ -340,10 +358,10 @@ class Autoscaler:
         run.needing_attention = int(journal is not None and journal.needs_attention)
         return journal
 
-    def _mode(self, plan: Plan, leader: bool) -> Mode:
+    def _mode(self, app: AppConfig, plan: Plan, leader: bool) -> Mode:
         if not plan.changes:
             return "no_change"
-        if self.cfg.loop.dry_run:
+        if app_mode(app, self.cfg.loop.dry_run) != AppMode.ACT:  # advise: loop.dry_run, or the app's mode
             return "dry_run"
         return "acted" if leader else "standby"
 

@@ -8,14 +8,24 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from sparkscale.config import AppConfig, AppMode
 from sparkscale.model.plan import Plan
 from sparkscale.model.snapshot import Snapshot
 from sparkscale.policies.outcomes import Expectation
 
 Role = Literal["leader", "standby"]
-# no_change: nothing to do; dry_run: would act (loop.dry_run); acted: carried out (the leader);
-# standby: would act, but another daemon leads the app.
-Mode = Literal["no_change", "dry_run", "acted", "standby"]
+# no_change: nothing to do; dry_run: would act (loop.dry_run, or the app's mode advise); acted:
+# carried out (the leader); standby: would act, but another daemon leads the app; observe: the
+# app's mode is observe: snapshots only, no plan made, no decision written.
+Mode = Literal["no_change", "dry_run", "acted", "standby", "observe"]
+
+
+def app_mode(app: AppConfig, dry_run: bool) -> AppMode:
+    """The app's mode as the loop runs it: `loop.dry_run` (`dry_run`) makes an acting app advise;
+    an observed app stays observed (it does even less)."""
+    if dry_run and app.mode == AppMode.ACT:
+        return AppMode.ADVISE
+    return app.mode
 
 
 @dataclass(frozen=True)

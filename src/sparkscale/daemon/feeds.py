@@ -75,6 +75,8 @@ class MetricsFeed:
     def emit(self, event: Event) -> None:
         m = self.metrics
         match event:
+            case Decided(decision=d) if d.mode == "observe":
+                pass  # apps[].mode observe: no plan was made, no decision to count
             case Decided(decision=d):
                 m.count_decision(d.app, d.plan.policy, bool(d.plan.changes))
                 m.set_cluster_short(d.app, shortfall(d.plan))

@@ -16,8 +16,8 @@ from kazoo.client import KazooClient
 
 from sparkscale.actuators.base import ActuationContext
 from sparkscale.apps.submit import with_shape
-from sparkscale.config import AppConfig, Config
-from sparkscale.control.decision import Decision, Mode
+from sparkscale.config import AppConfig, AppMode, Config
+from sparkscale.control.decision import Decision, Mode, app_mode
 from sparkscale.control.judge import PendingOutcome
 from sparkscale.control.leadership import Leadership
 from sparkscale.control.stores import Recalled, Stores
@@ -145,7 +145,7 @@ class RequestDesk:
             return self.contexts(cfg, app, leadership, **request)
 
         return manual.serve_requests(self.requests, self.journals, app.name, self.action_log, context, self.identity,
-                                     cfg.loop.dry_run, snapshot)
+                                     app_mode(app, cfg.loop.dry_run) != AppMode.ACT, snapshot)
 
     def watch(self, app: str, on_request: Callable[[], None]) -> None:
         self.requests.watch(app, on_request)

@@ -165,7 +165,7 @@ def build_snapshot(inputs: SnapshotInputs) -> Snapshot:
             "excluded_batches": excluded,
             "source_records_from": dict(source.records_from),  # batches counted each way
         },
-        "progress": _progress_summary(used_progress),
+        "progress": _progress_summary(used_progress, run_first_batch(inputs.progress)),
         "source": source.extension(),
     }
     if inputs.host is not None:
@@ -255,7 +255,20 @@ def _batch_duration_s(used: Sequence[Batch], reports: Sequence[ProgressReport]) 
     return statistics.median(durations) if durations else None
 
 
-def _progress_summary(reports: Sequence[ProgressReport]) -> dict[str, Any]:
+def run_first_batch(reports: Sequence[ProgressReport]) -> int | None:
+    """The first batch id of the query's current run (the newest report's), when the reports read
+    show the run begin: a report of an earlier run among them, or the run's batch 0 (a new
+    checkpoint); None otherwise. A restarted query keeps its checkpoint's batch ids, with a new run
+    id (policies/startup_grace.py reads it)."""
+    if not reports:
+        return None
+    newest = max(reports, key=lambda r: (r.published_at_s or r.at_s or 0.0, r.batch_id))
+    first = min(r.batch_id for r in reports if r.run_id == newest.run_id)
+    began = first == 0 or any(r.run_id != newest.run_id for r in reports)
+    return first if began else None
+
+
+def _progress_summary(reports: Sequence[ProgressReport], first_batch: int | None = None) -> dict[str, Any]:
     def mean(values: list[float]) -> float | None:
         return statistics.fmean(values) if values else None
 
@@ -271,6 +284,8 @@ def _progress_summary(reports: Sequence[ProgressReport]) -> dict[str, Any]:
         summary["longest_batch_s"] = (longest.batch_duration_ms or 0.0) / 1000.0  # a stall shows as one long batch
         if longest.at_s is not None:  # its end, so that daemon/downtime_tracker counts it for the right action
             summary["longest_batch_ended_at_s"] = longest.at_s + summary["longest_batch_s"]
+    if first_batch is not None:
+        summary["run_first_batch_id"] = first_batch
     if reports:
         latest = max(reports, key=lambda r: r.batch_id)
         summary["latest_batch_id"] = latest.batch_id

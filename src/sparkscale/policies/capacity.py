@@ -20,9 +20,14 @@ from __future__ import annotations
 
 import math
 
+from sparkscale.config import QuotasConfig
 from sparkscale.model.placement import placement_of
 from sparkscale.model.plan import Action, Plan
-from sparkscale.policies.guards import GuardInput, _replace_scale, _scale, _target
+from sparkscale.policies.guard_input import GuardInput
+from sparkscale.policies.guard_input import replace_scale as _replace_scale
+from sparkscale.policies.guard_input import scale as _scale
+from sparkscale.policies.guard_input import target as _target
+from sparkscale.policies.quotas import apply_quotas
 
 SHORT_FIGURE = "cluster_short_executors"  # the observation figure: executors cut from the scale-up
 SHORT_WARNING = "cluster short of resources:"  # how the plan's warning starts
@@ -80,11 +85,15 @@ def cluster_capacity(actions: list[Action], given: GuardInput, notes: list[str])
     return [*_replace_scale(actions, cut), short]
 
 
-def apply_capacity(plan: Plan, given: GuardInput) -> Plan:
-    """`plan` with its scale-up cut to the cluster's room (after the other guards)."""
+def apply_capacity(plan: Plan, given: GuardInput, quotas: QuotasConfig | None = None) -> Plan:
+    """`plan` with its scale-up cut to the managed apps' quotas (quotas.py), then to the cluster's
+    room (after the other guards). The shortfall figure counts only what the cluster's room cut."""
+    quota_notes: list[str] = []
+    allowed = list(plan.actions) if quotas is None else apply_quotas(list(plan.actions), given, quotas, quota_notes)
     notes: list[str] = []
-    actions = cluster_capacity(list(plan.actions), given, notes)
+    actions = cluster_capacity(allowed, given, notes)
     if not notes:
-        return plan
-    wanted, got = _target(list(plan.actions), given.executors), _target(actions, given.executors)
-    return plan.with_actions(actions, notes, figures={SHORT_FIGURE: max(wanted - max(got, given.executors), 0)})
+        return plan.with_actions(allowed, quota_notes) if quota_notes else plan
+    wanted, got = _target(allowed, given.executors), _target(actions, given.executors)
+    return plan.with_actions(actions, [*quota_notes, *notes],
+                             figures={SHORT_FIGURE: max(wanted - max(got, given.executors), 0)})

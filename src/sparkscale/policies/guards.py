@@ -24,21 +24,42 @@ Order, each step explained in the returned plan's explanation (lines starting "g
    the same direction (a scale-up still short of its target) is not held.
 8. migration (`loop.stabilization_s`): no change while a migration runs, nor within
    stabilization_s after one ended.
+9. excluded period (`guards.excluded_periods`, excluded_periods.py): no change inside a
+   configured window (UTC).
+10. start-up grace (`guards.startup_grace_batches`, startup_grace.py): no change while a query's
+   window rests on the first batches of its new or restarted run.
+11. draining (`guards.no_scale_down_while_draining`, draining.py): no scale-down while the backlog
+   is above `guards.backlog_slo_s` seconds of input, or above zero and falling.
+12. direction changes (`guards.max_direction_changes_per_hour`, direction_cap.py): at the cap, no
+   change that reverses the last executor change again.
+
+After these, the planner applies the quotas over all managed apps (`quotas.*`, quotas.py) and the
+cluster's capacity (capacity.py). Settings 9 to 12 are off by default.
 
 Warnings always pass. Each guarded plan records its recommendation in its observation
 (`plan.observation.recommended_executors`), so that the next decision's scale-down delay can see
-it in the decision history.
+it in the decision history (and, with 10 and 11 on, the figures they carry from one decision to
+the next).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from sparkscale.config import AppConfig, GuardsConfig, LoopConfig
 from sparkscale.model.plan import Action, Plan
-from sparkscale.model.snapshot import Snapshot
+from sparkscale.policies.direction_cap import direction_cap
+from sparkscale.policies.draining import draining
+from sparkscale.policies.excluded_periods import excluded_period
+from sparkscale.policies.guard_input import GuardInput
+from sparkscale.policies.guard_input import drop_changes as _drop_changes
+from sparkscale.policies.guard_input import replace_scale as _replace_scale
+from sparkscale.policies.guard_input import scale as _scale
+from sparkscale.policies.guard_input import target as _target
 from sparkscale.policies.history import DecisionHistory, PastDecision
+from sparkscale.policies.startup_grace import startup_grace
+
+__all__ = ["GuardInput", "apply_guards"]  # GuardInput lives in guard_input.py; importers of it here still work
 
 # Relative slack before rounding, so that float noise does not add an executor.
 _SLACK = 1e-9
@@ -46,36 +67,6 @@ _SLACK = 1e-9
 
 # ---------------------------------------------------------------------------------------------
 # Guards
-
-
-@dataclass(frozen=True)
-class GuardInput:
-    """What the guards know besides the plan. Times are seconds since the epoch on the snapshot
-    clock; "now" is `snapshot.taken_at`."""
-
-    snapshot: Snapshot
-    history: DecisionHistory
-    app: AppConfig
-    migration_running: bool = False
-    last_migration_end: float | None = None
-    # When the last action was carried out; None = the last history plan with a change (dry runs
-    # and failed actions are known only to the daemon, which should then pass this).
-    last_action_at: float | None = None
-
-    @property
-    def now(self) -> float:
-        return self.snapshot.taken_at
-
-    @property
-    def executors(self) -> int:
-        return len(self.snapshot.executors)
-
-    @property
-    def requested(self) -> int | None:
-        """Executors asked of Spark (the snapshot's, else the history's); None: unknown."""
-        app = self.snapshot.extensions.get("app")
-        value = app.get("requested_executors") if isinstance(app, dict) else None
-        return int(value) if isinstance(value, int) else self.history.requested_executors
 
 
 def apply_guards(plan: Plan, given: GuardInput, guards: GuardsConfig, loop: LoopConfig) -> Plan:
@@ -94,29 +85,16 @@ def apply_guards(plan: Plan, given: GuardInput, guards: GuardsConfig, loop: Loop
     actions = _settle(actions, given, notes)
     actions = _cooldown(actions, given, loop.cooldown_s, notes)
     actions = _migration(actions, given, loop.stabilization_s, notes)
+    figures: dict[str, float] = {}
+    actions = excluded_period(actions, given, guards.periods, notes)
+    actions = startup_grace(actions, given, guards.startup_grace_batches, notes, figures)
+    if guards.no_scale_down_while_draining:
+        actions = draining(actions, given, guards.backlog_slo_s, notes, figures)
+    actions = direction_cap(actions, given, guards.max_direction_changes_per_hour, notes)
 
+    if figures:
+        return plan.with_actions(actions, notes, recommended_executors=recommended, figures=figures)
     return plan.with_actions(actions, notes, recommended_executors=recommended)
-
-
-def _target(actions: list[Action], current: int) -> int:
-    """The executor count the actions ask for (the current one when they scale nothing)."""
-    for a in actions:
-        if a.type == "scale_executors" and a.to is not None:
-            return a.to
-    return current
-
-
-def _replace_scale(actions: list[Action], new: Action | None) -> list[Action]:
-    """`actions` with its scale_executors action replaced by `new` (or dropped, for None)."""
-    out = [a for a in actions if a.type != "scale_executors"]
-    if new is not None:
-        index = next((i for i, a in enumerate(actions) if a.type == "scale_executors"), len(out))
-        out.insert(min(index, len(out)), new)
-    return out
-
-
-def _scale(actions: list[Action]) -> Action | None:
-    return next((a for a in actions if a.type == "scale_executors"), None)
 
 
 def _retarget(action: Action, to: int, why: str) -> Action | None:
@@ -205,13 +183,6 @@ def _step_cap(actions: list[Action], up_factor: float | None, down_factor: float
     why = f"capped at {capped} ({word} per step)"
     notes.append(f"guard step cap: {action.summary()} {why}")
     return _replace_scale(actions, _retarget(action, capped, why))
-
-
-def _drop_changes(actions: list[Action], notes: list[str], why: str) -> list[Action]:
-    changes = [a for a in actions if a.type != "warn"]
-    if changes:
-        notes.append(f"guard {why}: dropped " + ", ".join(a.summary() for a in changes))
-    return [a for a in actions if a.type == "warn"]
 
 
 def _last_change(history: DecisionHistory) -> PastDecision | None:

@@ -39,6 +39,7 @@ from sparkscale.policies.outcomes import Blocklist, Time
 
 HISTORY_VERSION = 1
 MAX_CORES = MAX_EXECUTORS * MAX_EXECUTOR_CORES  # of every app together
+MAX_MEMORY_MB = 1 << 50  # of every app's executors together
 
 
 class HistoryError(FieldError):
@@ -144,7 +145,9 @@ class DecisionHistory:
     executed action added executors, -1 when it removed some, 0 for any other change (None: take
     the last plan with a change). `action_in_progress`: the summary of an action still being
     carried out (the daemon runs actions in the background). `cores_claimed_elsewhere`: the cores of
-    executors other managed apps asked for and that have not started (`policies/capacity.py`).
+    executors other managed apps asked for and that have not started (`policies/capacity.py`);
+    `cores_held_elsewhere` / `memory_mb_held_elsewhere`: the cores and executor memory the other
+    managed apps hold or asked for (`policies/quotas.py`).
     `scalability`: judged scale-ups,
     oldest first."""
 
@@ -159,6 +162,9 @@ class DecisionHistory:
     action_in_progress: Annotated[str, TEXT] | None = None
     scalability: tuple[ScalingObservation, ...] = ()
     cores_claimed_elsewhere: Annotated[int, whole(0, MAX_CORES)] = 0  # asked for by other managed apps, not started
+    # What the other managed apps hold or asked for, for the quotas (policies/quotas.py).
+    cores_held_elsewhere: Annotated[int, whole(0, MAX_CORES)] = 0
+    memory_mb_held_elsewhere: Annotated[int, whole(0, MAX_MEMORY_MB)] = 0
 
     def __post_init__(self) -> None:
         decisions = tuple(self.decisions)
@@ -241,7 +247,7 @@ class DecisionHistory:
 
 _HISTORY_KEYS = ("version", "decisions", "blocklist", "last_action_at", "migration_running", "last_migration_end",
                  "partitions", "requested_executors", "last_action_direction", "action_in_progress", "scalability",
-                 "cores_claimed_elsewhere")
+                 "cores_claimed_elsewhere", "cores_held_elsewhere", "memory_mb_held_elsewhere")
 
 
 def _history_in(value: object) -> dict[str, Any]:

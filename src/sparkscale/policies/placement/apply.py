@@ -14,7 +14,9 @@ target to the registered count plus one and would cancel them), as the spread ru
 from __future__ import annotations
 
 from sparkscale.model.plan import Action, Plan
-from sparkscale.policies.guards import GuardInput, _replace_scale, _scale
+from sparkscale.policies.guard_input import GuardInput
+from sparkscale.policies.guard_input import replace_scale as _replace_scale
+from sparkscale.policies.guard_input import scale as _scale
 from sparkscale.policies.placement.model import CountChange, PlacementPlan
 
 PLACEMENT_DIAGNOSIS = "placement"
