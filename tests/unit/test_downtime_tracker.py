@@ -3,11 +3,13 @@ into the snapshots after it, the longest batch less the usual one, the model's o
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from sparkscale.config import AppConfig, Config
 from sparkscale.daemon.cluster_planner import ClusterPlanner
 from sparkscale.daemon.downtime_tracker import DowntimeTracker, measured_kind
 from sparkscale.model.plan import Action
-from sparkscale.model.snapshot import Snapshot
+from sparkscale.model.snapshot import ExecutorFigures, Snapshot
 from sparkscale.policies.placement.downtime import DowntimeModel
 
 
@@ -89,3 +91,24 @@ def test_a_long_batch_that_ended_before_the_action_is_the_previous_actions_stall
     samples = tracker.samples(DowntimeModel(sync_s=0.0))
     assert samples["executor_add"] == [9.0]
     assert samples["executor_remove"] == [0.5]  # not 9 s again
+
+
+def test_the_cluster_planner_tells_each_app_what_the_others_hold_for_the_quotas():
+    cfg = Config.model_validate({"apps": [{"name": "a"}, {"name": "b"}]})
+    planner = ClusterPlanner(cfg)
+    a = AppConfig(name="a", executor_cores=2, executor_memory_mb=2048)
+    b = AppConfig(name="b", executor_cores=1, executor_memory_mb=1024)
+    planner.observe(a, replace(snap(0.0, 1.0, 1.0), executors=snap_executors(2)), None)
+    # b has 1 executor and asked for 3: what it asked for counts, it is on its way.
+    asked = Snapshot.from_dict({**snap(0.0, 1.0, 1.0, app="b").to_dict(),
+                                "executors": [e.to_dict() for e in snap_executors(1)],
+                                "extensions": {"app": {"requested_executors": 3}}})
+    planner.observe(b, asked, None)
+    assert planner.held_elsewhere("a") == (3, 3072)
+    assert planner.held_elsewhere("b") == (4, 4096)
+    planner.forget("b")
+    assert planner.held_elsewhere("a") == (0, 0)
+
+
+def snap_executors(n: int) -> tuple[ExecutorFigures, ...]:
+    return tuple(ExecutorFigures(id=str(k), host="127.0.0.1", cores=1) for k in range(n))

@@ -342,8 +342,10 @@ class Autoscaler:
         if run.leader and st.in_flight is None:  # a done migration's pending figures (no action writes the journal now)
             journal = self.stores.journals.follow_up(self.cfg, leadership.epoch, journal)
         self.cluster.observe(app, snapshot, snapshots if run.leader else None)
+        held_cores, held_memory_mb = self.cluster.held_elsewhere(app.name)
         return replace(st.history, blocklist=blocklist, last_action_at=st.last_action_at or 0.0,
                        cores_claimed_elsewhere=self.cluster.claimed_elsewhere(app.name),
+                       cores_held_elsewhere=held_cores, memory_mb_held_elsewhere=held_memory_mb,
                        migration_running=journal is not None and journal.open,
                        last_migration_end=journal.phases.get("done") if journal else None,
                        partitions=partitions, last_action_direction=st.last_action_direction,

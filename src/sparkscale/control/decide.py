@@ -33,6 +33,10 @@ class ClusterPlanning(Protocol):
         """Cores other managed apps asked for that have not started yet (the capacity guard's input)."""
         ...
 
+    def held_elsewhere(self, app: str) -> tuple[int, int]:
+        """(cores, executor memory MB) the other managed apps hold or asked for (the quotas' input)."""
+        ...
+
     def plan(self, now: float) -> PlacementPlan | None:
         """The cluster plan in force at `now` (None: no placement policy, or nothing to place)."""
         ...

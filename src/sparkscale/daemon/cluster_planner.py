@@ -1,7 +1,8 @@
 """The cluster-wide step of the loop: the placement policy over every app this daemon leads.
 
-It also keeps what the capacity guard needs across apps: the cores each app asked for and has not
-got yet (`claimed_elsewhere`).
+It also keeps what the capacity guard and the quotas need across apps: the cores each app asked for
+and has not got yet (`claimed_elsewhere`), and the cores and executor memory each holds or asked for
+(`held_elsewhere`, policies/quotas.py).
 
 Each app's cycle hands in its snapshots (`observe`) and asks for the current cluster plan (`plan`),
 of which the planner adds that app's part to its own decision (`policies/placement/apply.py`). The
@@ -40,6 +41,7 @@ class ClusterPlanner:
         self.cfg = cfg
         self._snapshots: dict[str, list[Snapshot]] = {}
         self._starting_cores: dict[str, int] = {}
+        self._held: dict[str, tuple[int, int]] = {}  # app -> (cores, executor memory MB)
         self._plan: PlacementPlan | None = None
         self._planned_at: float | None = None
         self._lock = threading.Lock()
@@ -60,8 +62,10 @@ class ClusterPlanner:
         requested = (merged.extensions.get("app") or {}).get("requested_executors")
         starting = max(requested - len(merged.executors), 0) if isinstance(requested, int) else 0
         self.downtime.observe(app.name, merged)
+        executors = max(len(merged.executors), requested if isinstance(requested, int) else 0)
         with self._lock:
             self._starting_cores[app.name] = starting * app.executor_cores
+            self._held[app.name] = (executors * app.executor_cores, executors * app.executor_memory_mb)
             if led is None:
                 self._snapshots.pop(app.name, None)
             else:
@@ -71,6 +75,12 @@ class ClusterPlanner:
         """Cores other managed apps asked for that have not started yet (the capacity guard's input)."""
         with self._lock:
             return sum(cores for name, cores in self._starting_cores.items() if name != app)
+
+    def held_elsewhere(self, app: str) -> tuple[int, int]:
+        """(cores, executor memory MB) the other managed apps hold or asked for (the quotas' input)."""
+        with self._lock:
+            others = [held for name, held in self._held.items() if name != app]
+        return sum(c for c, _m in others), sum(m for _c, m in others)
 
     def action_done(self, app: str, action: Action, started_at: float, ended_at: float) -> None:
         """An executor change of `app` ran from `started_at` to `ended_at` (epoch s): a sample of
@@ -82,6 +92,7 @@ class ClusterPlanner:
         with self._lock:
             self._snapshots.pop(app, None)
             self._starting_cores.pop(app, None)
+            self._held.pop(app, None)
 
     def plan(self, now: float) -> PlacementPlan | None:
         """The cluster plan in force at `now` (epoch seconds), recomputed when due."""
