@@ -359,3 +359,21 @@ def test_a_secret_file_above_its_cap_is_refused_without_reading_it_whole(tmp_pat
     big.chmod(0o600)
     with pytest.raises(SecretFileProblem, match="above"):
         read_secret_file(big)
+
+
+@pytest.mark.parametrize("item", [
+    "apps.0.spark_conf.spark.authenticate.secret=hunter2",
+    "apps.0.spark_conf={spark.ssl.keyPassword: hunter2}",
+])
+def test_a_spark_secret_given_with_set_is_refused_and_not_echoed(item):
+    from sparkscale.config import ConfigError
+    from sparkscale.config.loading import load_config
+    with pytest.raises(ConfigError) as info:
+        load_config(None, ["apps=[{name: a, pipeline: wordcount}]", item])
+    assert "is a secret" in str(info.value) and "hunter2" not in str(info.value)
+
+
+def test_a_plain_spark_setting_with_set_is_still_taken():
+    from sparkscale.config.loading import load_config
+    cfg = load_config(None, ["apps=[{name: a, pipeline: wordcount}]", "apps.0.spark_conf={spark.ui.retainedJobs: '10'}"])
+    assert cfg.app("a").spark_conf["spark.ui.retainedJobs"] == "10"

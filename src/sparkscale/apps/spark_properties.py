@@ -7,14 +7,12 @@ and logs apply), so that what sparkscale masks (`check-config --show`) is what S
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from pathlib import Path
 
+from sparkscale.config.secrets import SPARK_SECRET_KEY as SECRET_KEY
 from sparkscale.localenv.private_files import write_private
 
-# Spark's default spark.redaction.regex (core/src/main/scala/org/apache/spark/internal/config/package.scala).
-SECRET_KEY = re.compile(r"(?i)secret|password|token|access[.]?key")
 # What Spark's UI shows in place of a redacted value (Utils.REDACTION_REPLACEMENT_TEXT).
 REDACTED = "*********(redacted)"
 

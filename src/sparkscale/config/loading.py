@@ -20,9 +20,11 @@ from sparkscale.bounded import (
     HugeInteger,
     InputFileError,
     find_huge,
+    printable,
     read_user_file,
 )
 from sparkscale.config.problems import ConfigError, ConfigProblem
+from sparkscale.config.secrets import SPARK_SECRET_KEY
 from sparkscale.config.sectioned import SectionedConfig
 from sparkscale.config.sections import Config
 
@@ -132,6 +134,22 @@ def _defaults_json() -> dict[str, Any]:
     return Config().model_dump(mode="json")
 
 
+def _refuse_secret(key: str, value: object) -> None:
+    """A Spark secret (a spark_conf key Spark would redact) given with `--set`: refused, as `ps` shows
+    it and the supervisor and the driver would be started with it on their command lines too."""
+    parts = key.split(".")
+    if "spark_conf" not in parts:
+        return
+    below = ".".join(parts[parts.index("spark_conf") + 1:])
+    keys = [below] if below else [str(k) for k in value] if isinstance(value, dict) else []
+    secret = next((k for k in keys if SPARK_SECRET_KEY.search(k)), None)
+    if secret is not None:
+        raise ConfigError([ConfigProblem("--set", key, (
+            f"{printable(secret)} is a secret (Spark redacts it): on the command line `ps` shows it to "
+            "every user of the host, and the app's supervisor and driver would carry it too; put it in "
+            "the config file's apps[].spark_conf (mode 0600)"))])
+
+
 def _apply_override(raw: dict[str, Any], item: str) -> str:
     """Apply one `dotted.key=value` to the raw config; list items are addressed by index or name."""
     key, sep, text = item.partition("=")
@@ -151,6 +169,7 @@ def _apply_override(raw: dict[str, Any], item: str) -> str:
         value, huge = text, False  # `prefix=foo:` is the string "foo:", not the mapping {"foo": None}
     if huge:
         _refuse_huge(value, "--set", key)
+    _refuse_secret(key, value)
     parts = key.split(".")
     resolved: list[str] = []  # the key as validation errors will name it (list items by index)
     node: Any = raw

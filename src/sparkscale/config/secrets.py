@@ -6,6 +6,7 @@ dump or error message can carry a secret. What makes a secret file usable is `se
 from __future__ import annotations
 
 import os
+import re
 from typing import TYPE_CHECKING
 
 from sparkscale.config.connections import RedisConfig, ZooKeeperConfig
@@ -15,6 +16,10 @@ from sparkscale.config.secret_files import SecretFileProblem, read_secret_file, 
 
 if TYPE_CHECKING:
     from sparkscale.config.sections import Config
+
+# Spark's default spark.redaction.regex (core/src/main/scala/org/apache/spark/internal/config/package.scala):
+# which spark_conf keys hold secrets (masked by `check-config --show`, refused in `--set`).
+SPARK_SECRET_KEY = re.compile(r"(?i)secret|password|token|access[.]?key")
 
 # Used when the config names no file for the secret (a systemd unit's Environment=, a CI secret).
 REDIS_PASSWORD_ENV = "SPARKSCALE_REDIS_PASSWORD"
