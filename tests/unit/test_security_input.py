@@ -375,5 +375,6 @@ def test_a_spark_secret_given_with_set_is_refused_and_not_echoed(item):
 
 def test_a_plain_spark_setting_with_set_is_still_taken():
     from sparkscale.config.loading import load_config
-    cfg = load_config(None, ["apps=[{name: a, pipeline: wordcount}]", "apps.0.spark_conf={spark.ui.retainedJobs: '10'}"])
+    cfg = load_config(None, ["apps=[{name: a, pipeline: wordcount}]",
+                             "apps.0.spark_conf={spark.ui.retainedJobs: '10'}"])
     assert cfg.app("a").spark_conf["spark.ui.retainedJobs"] == "10"
