@@ -1,5 +1,6 @@
 """Issue 33: measured change costs (policies/change_costs.py), DS2's restart-aware catch-up and
-migration payback (policies/catch_up.py, ds2.py). Every setting is off or neutral by default."""
+migration payback (policies/catch_up.py, ds2.py), and the ineffective-scaling guard
+(policies/ineffective.py). Every setting is off or neutral by default."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from sparkscale.config import AppConfig, PolicyConfig
+from sparkscale.config import AppConfig, GuardsConfig, LoopConfig, PolicyConfig
 from sparkscale.model.journal import Journal
-from sparkscale.model.plan import Action, Plan
+from sparkscale.model.plan import Action, Observation, Plan
 from sparkscale.model.snapshot import Snapshot
 from sparkscale.policies.catch_up import foreseen_kind
 from sparkscale.policies.change_costs import (
@@ -24,7 +25,9 @@ from sparkscale.policies.change_costs import (
 )
 from sparkscale.policies.ds2 import Ds2Config, Ds2Policy
 from sparkscale.policies.ds2_model import estimate
-from sparkscale.policies.history import DecisionHistory, HistoryError
+from sparkscale.policies.guards import GuardInput, apply_guards
+from sparkscale.policies.history import DecisionHistory, HistoryError, ScalingObservation
+from sparkscale.policies.ineffective import ARRIVAL_FIGURE, SCALABILITY_FIGURE
 from tests.unit.test_ds2 import inst, op, snapshot
 
 DEFAULTS = {EXECUTOR_ADD: 9.0, EXECUTOR_REMOVE: 0.0, MIGRATION_PREFIX: 20.0}
@@ -172,3 +175,88 @@ def test_a_migration_is_kept_only_when_it_pays_back_its_measured_stall():
     assert any("does not pay back" in line and "migration_ccr costs 100 s" in line for line in plan.explanation)
     assert any(line.startswith("migration dropped: set_parallelism") and line.endswith("executor scaling alone")
                for line in plan.explanation)
+
+
+# -- 3. ineffective scaling ---------------------------------------------------------------------------
+
+NOW = 10_000.0
+APP = AppConfig(name="app", min_executors=1, max_executors=8)
+OFF: dict[str, Any] = {"scale_down_delay_s": 0, "max_scale_up_factor": 100, "max_scale_down_factor": 100}
+LOOP_OFF = LoopConfig(cooldown_s=0, stabilization_s=0)
+ON: dict[str, Any] = {"ineffective_scale_up_fraction": 0.5, "ineffective_hold_s": 600}
+
+
+def g_snap(arrival: float = 100.0, taken_at: float = NOW, executors: int = 4) -> Snapshot:
+    return Snapshot.from_dict({
+        "version": 1, "app": "app", "query": "q", "taken_at": taken_at, "window_s": 30.0,
+        "executors": [{"id": str(k + 1), "host": "h", "cores": 1} for k in range(executors)],
+        "operators": [{"id": "src", "source": True, "parallelism": 1, "arrival_rate": arrival, "instances": [],
+                       "backlog": 0}],
+        "edges": [],
+    })
+
+
+def judged(gain_ratio: float, at: float = NOW - 100, arrival: float = 100.0, query: str = "q") -> DecisionHistory:
+    """A history whose decision before the scale-up recorded `arrival`, and the scale-up 2 -> 4
+    cores judged at `at`, expected 100 -> 200 rec/s, observed 100 + 100 x gain_ratio."""
+    before = Plan("ds2", "app", observation=Observation(query="q", figures={ARRIVAL_FIGURE: arrival}))
+    history = DecisionHistory.empty().with_decision(at - 60, before)
+    return history.with_scaling(ScalingObservation(query, at, 2, 4, 100.0, 200.0, 100.0 + 100.0 * gain_ratio))
+
+
+def guard(history: DecisionHistory, snap: Snapshot | None = None, plan: Plan | None = None, **settings: Any) -> Plan:
+    plan = plan if plan is not None else Plan("ds2", "app", actions=(Action.scale_executors(4, 6, "ds2 says so"),))
+    given = GuardInput(snap if snap is not None else g_snap(), history, APP)
+    return apply_guards(plan, given, GuardsConfig(**{**OFF, **settings}), LOOP_OFF)
+
+
+def scaled(plan: Plan) -> int | None:
+    return executors_to(plan)
+
+
+def test_ineffective_scaling_is_off_by_default():
+    assert GuardsConfig().ineffective_scale_up_fraction is None
+    plan = guard(judged(0.1))
+    assert scaled(plan) == 6
+    assert ARRIVAL_FIGURE not in plan.observation.figures
+
+
+def test_a_scale_up_after_an_ineffective_one_is_held_with_a_warning():
+    plan = guard(judged(0.2), **ON)
+    assert scaled(plan) is None
+    (warning,) = [a for a in plan.actions if a.type == "warn"]
+    assert warning.reason.startswith("ineffective scaling: the last scale-up (2 -> 4 cores) brought 0.20 of the "
+                                     "capacity gain expected (under 0.5)")
+    assert "until the arrival rate moves by more than 20% from 100 rec/s" in warning.reason
+    assert any(line.startswith("guard ineffective scaling: scale_executors") for line in plan.explanation)
+    assert plan.observation.figures[SCALABILITY_FIGURE] == pytest.approx(0.2)
+    assert plan.observation.figures[ARRIVAL_FIGURE] == 100.0
+
+
+def test_an_effective_scale_up_a_scale_down_or_another_query_hold_nothing():
+    assert scaled(guard(judged(0.8), **ON)) == 6
+    down = Plan("ds2", "app", actions=(Action.scale_executors(4, 2, "less"),))
+    assert scaled(guard(judged(0.1), plan=down, **ON)) == 2
+    assert scaled(guard(judged(0.1, query="other"), **ON)) == 6
+
+
+def test_the_hold_ends_when_the_load_changes_or_the_window_passes():
+    plan = guard(judged(0.1), g_snap(arrival=130), **ON)  # +30 % > 20 %
+    assert scaled(plan) == 6
+    assert any("the arrival rate moved 100 -> 130 rec/s" in line for line in plan.explanation)
+    assert scaled(guard(judged(0.1), g_snap(arrival=115), **ON)) is None  # +15 %: held
+    assert scaled(guard(judged(0.1), g_snap(arrival=115), ineffective_load_change=0.1,
+                        ineffective_scale_up_fraction=0.5)) == 6
+    plan = guard(judged(0.1, at=NOW - 700), **ON)
+    assert scaled(plan) == 6
+    assert any("hold is over" in line for line in plan.explanation)
+
+
+def test_the_next_ds2_decision_uses_the_observed_scalability():
+    # Judged at 0.5 of its expected gain: once the hold ends, DS2 asks twice the added cores
+    # (policies/scalability.py): 2 cores needed, 1 held -> 1 + 1 / 0.5 = 3.
+    history = judged(0.5)
+    plan = decide(up_snap(), history, scalability_min_observations=1)
+    assert executors_to(plan) == 3
+    assert any(line.startswith("observed scalability coefficient 0.50") for line in plan.explanation)
+    assert executors_to(decide(up_snap(), history)) == 2  # fewer than 3 judged scale-ups: not used

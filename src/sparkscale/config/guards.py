@@ -50,6 +50,14 @@ class GuardsConfig(ConfigSection):
     # "Sat 00:00-06:00", "daily 23:30-00:30" or "Mon-Fri 12:00-13:00" (config/periods.py;
     # policies/excluded_periods.py). Empty, the default: none, as before.
     excluded_periods: list[str] = Field(default_factory=list)
+    # Ineffective scaling (policies/ineffective.py): when a query's last judged scale-up brought
+    # less than this fraction of the capacity gain expected of it, further scale-ups of that query
+    # are held (with a warning) until the arrival rate has moved by more than
+    # ineffective_load_change (a share: 0.2 = 20 %) or ineffective_hold_s have passed since that
+    # scale-up was judged. Null, the default: off, as before.
+    ineffective_scale_up_fraction: float | None = Field(None, gt=0, le=1)
+    ineffective_hold_s: float = Field(600.0, ge=0)
+    ineffective_load_change: float = Field(0.2, gt=0)
 
     @field_validator("excluded_periods")
     @classmethod
