@@ -9,6 +9,7 @@ from sparkscale.config.apps import AppConfig, AppMode, DagConfig, DynamicAllocat
 from sparkscale.config.base import ConfigSection
 from sparkscale.config.connections import RedisConfig, SparkConfig, ZooKeeperConfig
 from sparkscale.config.drivers import DriversConfig
+from sparkscale.config.guards import GuardsConfig
 from sparkscale.config.loading import load_config
 from sparkscale.config.placement import PlacementConfig
 from sparkscale.config.problems import ConfigError, ConfigProblem
@@ -18,7 +19,6 @@ from sparkscale.config.sections import (
     ClusterConfig,
     Config,
     DaemonConfig,
-    GuardsConfig,
     LoggingConfig,
     LoopConfig,
     MetricsConfig,

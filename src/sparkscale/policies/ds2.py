@@ -17,6 +17,8 @@ from sparkscale.model.snapshot_merge import query_names, split_operator
 from sparkscale.partitions import many_divisor_count
 from sparkscale.policies.band import UtilizationBand
 from sparkscale.policies.base import register_policy
+from sparkscale.policies.catch_up import change_cost, payback
+from sparkscale.policies.change_costs import EXECUTOR_ADD, EXECUTOR_REMOVE, MIGRATION_PREFIX, cost_s, migration_kind
 from sparkscale.policies.ds2_model import Ds2Estimate, OperatorEstimate, ceiling, estimate, num
 from sparkscale.policies.history import DecisionHistory
 from sparkscale.policies.outcomes import CAPACITY
@@ -35,6 +37,18 @@ class Ds2Config(ConfigSection):
     # judged scale-ups it needs before it is used.
     scalability_min_coefficient: float = Field(0.5, gt=0, le=1)
     scalability_min_observations: int = Field(3, ge=1)
+    # Restart-aware catch-up (policies/catch_up.py): size so that the records arriving while the
+    # coming change stalls the query (its measured cost, policies/change_costs.py) are drained
+    # within catch_up_s too. Off by default, as before.
+    restart_aware: bool = False
+    # The cost of a kind of change before any was measured, in seconds of stall (the EDRP model's
+    # defaults, policies/placement/downtime.py); a migration's, whatever its strategy.
+    executor_add_cost_default_s: float = Field(9.0, ge=0)
+    executor_remove_cost_default_s: float = Field(0.0, ge=0)
+    restart_cost_default_s: float = Field(20.0, ge=0)
+    # A repartition is kept only when the records/s it gains over this horizon exceed the records
+    # arriving during its stall (else executor scaling alone). Null, the default: no check.
+    payback_horizon_s: float | None = Field(None, gt=0)
 
     @model_validator(mode="after")
     def _range(self) -> Ds2Config:
@@ -51,21 +65,25 @@ class Ds2Policy:
     config_model: ClassVar[type[Ds2Config]] = Ds2Config
 
     def decide(self, snapshot: Snapshot, history: DecisionHistory, cfg: PolicyConfig, app: AppConfig) -> Plan:
-        """DS2 needs no history: each decision is computed afresh from the window's true rates."""
+        """Each decision is computed afresh from the window's true rates; the history gives only the
+        observed scalability and, restart-aware, the measured change costs."""
         u = cfg.target_utilization
         ds2 = cfg.section(self.name)
         est = estimate(snapshot, u, ds2.catch_up_s, ds2.min_parallelism, ds2.max_parallelism)
+        current = len(snapshot.executors)
+        current_cores = current * app.executor_cores
 
         explanation = [
             f"DS2 over {len(est.operators)} operators in topological order; target utilisation {num(u)}, "
             f"catch-up {num(ds2.catch_up_s)} s, parallelism in [{ds2.min_parallelism}, {ds2.max_parallelism}]"
         ]
-        explanation += [_explain(n, op, u, ds2.catch_up_s, snapshot) for n, op in enumerate(est.operators)]
+        stall_s = 0.0
+        if ds2.restart_aware:
+            est, stall_s = _restart_aware(est, snapshot, history, ds2, u, current_cores, explanation)
+        explanation += [_explain(n, op, u, ds2.catch_up_s, snapshot, stall_s) for n, op in enumerate(est.operators)]
 
         actions = [Action.warn(reason, operator) for operator, reason in est.warnings]
 
-        current = len(snapshot.executors)
-        current_cores = current * app.executor_cores
         fits = est.cores_for_partitions
         if fits is None:
             cores = est.cores_needed
@@ -132,6 +150,8 @@ class Ds2Policy:
                 f"{num(op.target_input_rate)} rec/s at {num(op.instance_rate)} rec/s per instance; its query "
                 f"needs {needed} cores in all: {to} partitions"))
 
+        if ds2.payback_horizon_s is not None:
+            actions = _paid_back(actions, est, snapshot, history, ds2, app.executor_cores, current, explanation)
         scale = next((a for a in actions if a.type == "scale_executors"), None)
         observation = Observation(query=snapshot.query, diagnosis=None, figures=_capacity_figures(est, current_cores))
         before = est.capacity_rps(current_cores)
@@ -152,6 +172,44 @@ class Ds2Policy:
             explanation=tuple(explanation),
             observation=observation,
         )
+
+
+def _restart_aware(est: Ds2Estimate, snapshot: Snapshot, history: DecisionHistory, ds2: Ds2Config, u: float,
+                   current_cores: int, explanation: list[str]) -> tuple[Ds2Estimate, float]:
+    """The estimate again with the stall of the change `est` foresees (its measured cost), and that stall."""
+    cost = change_cost(est, current_cores, history, _cost_defaults(ds2))
+    if cost is None:
+        explanation.append("restart-aware catch-up: no change foreseen, no stall counted")
+        return est, 0.0
+    explanation.append(f"restart-aware catch-up: {cost.explain()}; the records arriving meanwhile "
+                       f"(arrival x {cost.seconds:g} s) are drained within {num(ds2.catch_up_s)} s too")
+    return estimate(snapshot, u, ds2.catch_up_s, ds2.min_parallelism, ds2.max_parallelism, cost.seconds), cost.seconds
+
+
+def _cost_defaults(ds2: Ds2Config) -> dict[str, float]:
+    return {EXECUTOR_ADD: ds2.executor_add_cost_default_s, EXECUTOR_REMOVE: ds2.executor_remove_cost_default_s,
+            MIGRATION_PREFIX: ds2.restart_cost_default_s}
+
+
+def _paid_back(actions: list[Action], est: Ds2Estimate, snapshot: Snapshot, history: DecisionHistory,
+               ds2: Ds2Config, executor_cores: int, current: int, explanation: list[str]) -> list[Action]:
+    """`actions` without their repartitions when these do not pay back their measured stall within
+    `ds2.payback_horizon_s` on the planned cores (executor scaling then goes alone), saying why."""
+    moves = [a for a in actions if a.type == "set_parallelism" and a.operator is not None and a.to is not None]
+    if not moves or ds2.payback_horizon_s is None:
+        return actions
+    scale = next((a for a in actions if a.type == "scale_executors" and a.to is not None), None)
+    cores = (scale.to if scale is not None and scale.to is not None else current) * executor_cores
+    kind = migration_kind(history.migration_strategy) if history.migration_strategy else MIGRATION_PREFIX
+    cost = cost_s(history, kind, _cost_defaults(ds2), ds2.restart_cost_default_s)
+    partitions = {a.operator: a.to for a in moves if a.operator is not None and a.to is not None}
+    balance = payback(est, snapshot, cores, partitions, ds2.payback_horizon_s, cost)
+    explanation.append(balance.explain())
+    if balance.pays:
+        return actions
+    explanation.append("migration dropped: " + ", ".join(a.summary() for a in moves)
+                       + "; executor scaling alone")
+    return [a for a in actions if a not in moves]
 
 
 def _banded(cores: int, current_cores: int, est: Ds2Estimate, fits: int | None, cfg: PolicyConfig,
@@ -180,15 +238,22 @@ def _capacity_figures(est: Ds2Estimate, cores: int) -> dict[str, float | None]:
             "target_rps": round(est.source_target_rate, 6), "cores": cores}
 
 
-def _explain(n: int, op: OperatorEstimate, u: float, catch_up_s: float, snapshot: Snapshot) -> str:
+def _explain(n: int, op: OperatorEstimate, u: float, catch_up_s: float, snapshot: Snapshot,
+             stall_s: float = 0.0) -> str:
     rates = (f"true processing rate {num(op.true_processing_rate)} rec/s, true output rate "
              f"{num(op.true_output_rate)} rec/s ({op.measured_instances} of {op.instances} instances measured), "
              f"selectivity {num(op.selectivity)}")
     if op.source:
         figures = snapshot.operator(op.id)
-        backlog = (f"backlog {num(figures.backlog)} / {num(catch_up_s)} s" if figures.backlog is not None
-                   else "0 (backlog unknown: no catch-up)")
-        return (f"[{n}] {op.id} (source): {rates}; target input rate = arrival {num(figures.arrival_rate or 0)} "
+        arrival = num(figures.arrival_rate or 0)
+        stall = f" + arrival {arrival} x stall {stall_s:g} s" if stall_s > 0 else ""
+        if figures.backlog is not None:
+            backlog = f"(backlog {num(figures.backlog)}{stall}) / {num(catch_up_s)} s" if stall \
+                else f"backlog {num(figures.backlog)} / {num(catch_up_s)} s"
+        else:
+            backlog = (f"(backlog unknown{stall}) / {num(catch_up_s)} s" if stall
+                       else "0 (backlog unknown: no catch-up)")
+        return (f"[{n}] {op.id} (source): {rates}; target input rate = arrival {arrival} "
                 f"+ {backlog} = {num(op.target_input_rate)} rec/s; "
                 f"optimal output {num(op.optimal_output_rate)} rec/s; π = current parallelism "
                 f"{op.parallelism} (sources are not scaled)")

@@ -19,7 +19,9 @@ explanation too):
   its arrival rate, so the backlog drains within `catch_up_s` while new records keep arriving.
   Once it is drained, the next decision sizes for the arrival rate alone (scale-down follows). A
   source whose backlog is unknown (None) is sized from its arrival rate alone, and the
-  explanation says "backlog unknown".
+  explanation says "backlog unknown". Restart-aware (`stall_s` > 0): the records that arrive while
+  the coming change stalls the query count as backlog too (Flink's autoscaler: rate x restart time
+  / catch-up time).
 - Sources are not scaled (their parallelism is that of the input), and an operator without any
   measured instance keeps its parallelism (with a `warn` action).
 
@@ -32,7 +34,7 @@ whose partitions are fewer than its π is partition-bound and needs a repartitio
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from sparkscale.model.snapshot import OperatorFigures, Snapshot
@@ -109,26 +111,29 @@ class Ds2Estimate:
         """Records/s the sources must be taken in at: arrivals plus the backlog's catch-up."""
         return sum(op.target_input_rate for op in self.operators if op.source)
 
-    def capacity_rps(self, cores: int) -> float | None:
+    def capacity_rps(self, cores: int, partitions: Mapping[str, int] | None = None) -> float | None:
         """Source records/s the stages can take in on `cores` cores, fully busy: the target rate
         over the share of the window it keeps them busy (None: an unmeasured stage, or no load to
-        scale from). What a scale-up is expected to raise, and what is measured after it."""
-        needs = self._stage_needs()
+        scale from). What a scale-up is expected to raise, and what is measured after it. With
+        `partitions` (operator -> count), as if those operators had that many partitions (what a
+        repartition would give)."""
+        needs = self._stage_needs(partitions or {})
         if not needs or self.source_target_rate <= 0 or any(
                 op.required is None for op in self.operators if not op.source):
             return None
         busy = self._busy_fraction(needs, max(1, cores)) * self.target_utilization
         return self.source_target_rate / busy if busy > 0 else None
 
-    def _stage_needs(self) -> list[tuple[float, int]]:
+    def _stage_needs(self, partitions: Mapping[str, int] | None = None) -> list[tuple[float, int]]:
         """(exact requirement, partitions) of every non-source operator; operators without an
-        estimate count with their parallelism, as if fully busy."""
+        estimate count with their parallelism, as if fully busy. `partitions` overrides some counts."""
+        override = partitions or {}
         needs = []
         for op in self.operators:
             if op.source:
                 continue
             need = op.optimal_parallelism if op.required is None else min(op.required, op.optimal_parallelism)
-            needs.append((need, max(1, op.parallelism)))
+            needs.append((need, max(1, override.get(op.id, op.parallelism))))
         return needs
 
     @staticmethod
@@ -192,12 +197,17 @@ def estimate(
     catch_up_s: float = 60.0,
     min_parallelism: int = 1,
     max_parallelism: int = 64,
+    stall_s: float = 0.0,
 ) -> Ds2Estimate:
-    """Run the DS2 model on a snapshot. Pure arithmetic; `Ds2Policy` turns it into a plan."""
+    """Run the DS2 model on a snapshot. Pure arithmetic; `Ds2Policy` turns it into a plan.
+    `stall_s`: seconds the coming change stalls processing (restart-aware catch-up, Flink's
+    autoscaler): the records arriving meanwhile are drained within `catch_up_s` too."""
     if not 0 < target_utilization <= 1:
         raise ValueError(f"target_utilization must be in (0, 1], got {target_utilization}")
     if catch_up_s <= 0:
         raise ValueError(f"catch_up_s must be > 0, got {catch_up_s}")
+    if stall_s < 0:
+        raise ValueError(f"stall_s must be >= 0, got {stall_s}")
     if not 1 <= min_parallelism <= max_parallelism:
         raise ValueError(f"need 1 <= min_parallelism <= max_parallelism, got {min_parallelism}, {max_parallelism}")
 
@@ -214,9 +224,11 @@ def estimate(
         selectivity = output / processing if processing > 0 else _fallback_selectivity(op)
 
         if op.source:
-            backlog = op.backlog or 0.0
-            # Backlog (our extension, module docstring): drain it within catch_up_s on top of arrivals.
-            target = (op.arrival_rate or 0.0) + backlog / catch_up_s
+            arrival = op.arrival_rate or 0.0
+            # Backlog (our extension, module docstring): drain it within catch_up_s on top of arrivals,
+            # with what arrives while the change stalls the query (Flink: rate x restart time / catch-up).
+            backlog = (op.backlog or 0.0) + arrival * stall_s
+            target = arrival + backlog / catch_up_s
             # Lecture, "Recursively computed as", source case: o_j[λo]* = λ_src^j (times selectivity).
             optimal = target * selectivity
             note = "" if measured else "no instance with useful time > 0; selectivity from record counts"

@@ -32,13 +32,16 @@ Order, each step explained in the returned plan's explanation (lines starting "g
    is above `guards.backlog_slo_s` seconds of input, or above zero and falling.
 12. direction changes (`guards.max_direction_changes_per_hour`, direction_cap.py): at the cap, no
    change that reverses the last executor change again.
+13. ineffective scaling (`guards.ineffective_scale_up_fraction`, ineffective.py): no scale-up of a
+   query whose last judged scale-up brought under that fraction of its expected gain, until the
+   load changes or `guards.ineffective_hold_s` passed (a warning says why).
 
 After these, the planner applies the quotas over all managed apps (`quotas.*`, quotas.py) and the
-cluster's capacity (capacity.py). Settings 9 to 12 are off by default.
+cluster's capacity (capacity.py). Settings 9 to 13 are off by default.
 
 Warnings always pass. Each guarded plan records its recommendation in its observation
 (`plan.observation.recommended_executors`), so that the next decision's scale-down delay can see
-it in the decision history (and, with 10 and 11 on, the figures they carry from one decision to
+it in the decision history (and, with 10, 11 and 13 on, the figures they carry from one decision to
 the next).
 """
 
@@ -57,6 +60,7 @@ from sparkscale.policies.guard_input import replace_scale as _replace_scale
 from sparkscale.policies.guard_input import scale as _scale
 from sparkscale.policies.guard_input import target as _target
 from sparkscale.policies.history import DecisionHistory, PastDecision
+from sparkscale.policies.ineffective import ineffective_scaling
 from sparkscale.policies.startup_grace import startup_grace
 
 __all__ = ["GuardInput", "apply_guards"]  # GuardInput lives in guard_input.py; importers of it here still work
@@ -91,6 +95,7 @@ def apply_guards(plan: Plan, given: GuardInput, guards: GuardsConfig, loop: Loop
     if guards.no_scale_down_while_draining:
         actions = draining(actions, given, guards.backlog_slo_s, notes, figures)
     actions = direction_cap(actions, given, guards.max_direction_changes_per_hour, notes)
+    actions = ineffective_scaling(actions, given, guards, notes, figures)
 
     if figures:
         return plan.with_actions(actions, notes, recommended_executors=recommended, figures=figures)

@@ -40,6 +40,8 @@ from sparkscale.policies.outcomes import Blocklist, Time
 HISTORY_VERSION = 1
 MAX_CORES = MAX_EXECUTORS * MAX_EXECUTOR_CORES  # of every app together
 MAX_MEMORY_MB = 1 << 50  # of every app's executors together
+MAX_COST_S = 86_400.0  # a change that stalls a query longer than a day is not a cost sample
+KEEP_COSTS = 20  # the newest stall samples kept per kind of change
 
 
 class HistoryError(FieldError):
@@ -148,8 +150,10 @@ class DecisionHistory:
     executors other managed apps asked for and that have not started (`policies/capacity.py`);
     `cores_held_elsewhere` / `memory_mb_held_elsewhere`: the cores and executor memory the other
     managed apps hold or asked for (`policies/quotas.py`).
-    `scalability`: judged scale-ups,
-    oldest first."""
+    `scalability`: judged scale-ups, oldest first. `change_costs`: per kind of change
+    (`policies/change_costs.py`: executor_add, executor_remove, migration_<strategy>) the seconds
+    each measured one stalled this app's processing, oldest first; `migration_strategy`: the
+    strategy this app's migrations use (None: unknown)."""
 
     decisions: Annotated[tuple[PastDecision, ...], AfterValidator(_oldest_first)] = ()
     blocklist: Blocklist = field(default_factory=Blocklist)
@@ -165,6 +169,9 @@ class DecisionHistory:
     # What the other managed apps hold or asked for, for the quotas (policies/quotas.py).
     cores_held_elsewhere: Annotated[int, whole(0, MAX_CORES)] = 0
     memory_mb_held_elsewhere: Annotated[int, whole(0, MAX_MEMORY_MB)] = 0
+    change_costs: Mapping[Annotated[str, NAME], tuple[Annotated[float, between(0, MAX_COST_S)], ...]] = field(
+        default_factory=dict, hash=False)
+    migration_strategy: Annotated[str, NAME] | None = None
 
     def __post_init__(self) -> None:
         decisions = tuple(self.decisions)
@@ -173,6 +180,7 @@ class DecisionHistory:
         object.__setattr__(self, "decisions", decisions)
         object.__setattr__(self, "partitions", dict(self.partitions))
         object.__setattr__(self, "scalability", tuple(self.scalability))
+        object.__setattr__(self, "change_costs", {k: tuple(v) for k, v in self.change_costs.items()})
 
     @classmethod
     def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
@@ -181,6 +189,11 @@ class DecisionHistory:
     def with_scaling(self, observation: ScalingObservation, keep: int = 20) -> DecisionHistory:
         """With one more judged scale-up (the newest `keep` are kept)."""
         return replace(self, scalability=(*self.scalability, observation)[-keep:])
+
+    def with_change_cost(self, kind: str, stall_s: float, keep: int = KEEP_COSTS) -> DecisionHistory:
+        """With one more measured stall of a `kind` of change (the newest `keep` are kept)."""
+        samples = (*self.change_costs.get(kind, ()), float(min(max(stall_s, 0.0), MAX_COST_S)))[-keep:]
+        return replace(self, change_costs={**self.change_costs, kind: samples})
 
     @classmethod
     def empty(cls) -> DecisionHistory:
@@ -247,12 +260,13 @@ class DecisionHistory:
 
 _HISTORY_KEYS = ("version", "decisions", "blocklist", "last_action_at", "migration_running", "last_migration_end",
                  "partitions", "requested_executors", "last_action_direction", "action_in_progress", "scalability",
-                 "cores_claimed_elsewhere", "cores_held_elsewhere", "memory_mb_held_elsewhere")
+                 "cores_claimed_elsewhere", "cores_held_elsewhere", "memory_mb_held_elsewhere", "change_costs",
+                 "migration_strategy")
 
 
 def _history_in(value: object) -> dict[str, Any]:
-    """Every key known, the version this one; a null `partitions` or `scalability` is absent."""
-    obj = without_nulls(known_keys(value, _HISTORY_KEYS), ("partitions", "scalability"))
+    """Every key known, the version this one; a null `partitions`, `scalability` or `change_costs` is absent."""
+    obj = without_nulls(known_keys(value, _HISTORY_KEYS), ("partitions", "scalability", "change_costs"))
     version = obj.pop("version", HISTORY_VERSION)
     if version != HISTORY_VERSION or isinstance(version, bool):
         raise FieldError("version", f"expected {HISTORY_VERSION} (got {describe(version)})")
