@@ -19,6 +19,7 @@ from sparkscale.config.apps import AppConfig
 from sparkscale.config.base import ConfigSection, _one_of
 from sparkscale.config.connections import RedisConfig, SparkConfig, ZooKeeperConfig
 from sparkscale.config.drivers import DriversConfig
+from sparkscale.config.memory import MemoryGuardsConfig, MemoryPolicyConfig
 from sparkscale.config.periods import Period, PeriodError, parse_period
 from sparkscale.config.placement import PlacementConfig
 from sparkscale.config.sectioned import SectionedConfig
@@ -159,6 +160,7 @@ class PolicyConfig(SectionedConfig):
     # busy. Both null (the default): no band, every change of the target is acted on.
     utilization_min: float | None = Field(None, ge=0, le=1)
     utilization_max: float | None = Field(None, gt=0, le=1)
+    memory: MemoryPolicyConfig = Field(default_factory=MemoryPolicyConfig)  # config/memory.py
 
     @field_validator("name")
     @classmethod
@@ -176,7 +178,7 @@ class PolicyConfig(SectionedConfig):
         return self
 
 
-class GuardsConfig(_Section):
+class GuardsConfig(MemoryGuardsConfig):  # its memory settings: config/memory.py
     """Limits on every policy's plan (sparkscale.policies.guards). The cooldown after an action and
     the stabilisation after a migration are `loop.cooldown_s` and `loop.stabilization_s`."""
 

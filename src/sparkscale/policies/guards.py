@@ -32,9 +32,12 @@ Order, each step explained in the returned plan's explanation (lines starting "g
    is above `guards.backlog_slo_s` seconds of input, or above zero and falling.
 12. direction changes (`guards.max_direction_changes_per_hour`, direction_cap.py): at the cap, no
    change that reverses the last executor change again.
+13. state memory (`guards.max_state_memory_fraction`, memory_guard.py): no scale-down that puts state over its share.
+14. GC (`guards.gc_time_fraction_max`, gc_guard.py): a scale-up under GC pressure becomes a memory recommendation.
+Then, with `policy.memory.recommend`, the recommended executor memory (memory.py), an explanation line.
 
 After these, the planner applies the quotas over all managed apps (`quotas.*`, quotas.py) and the
-cluster's capacity (capacity.py). Settings 9 to 12 are off by default.
+cluster's capacity (capacity.py). Settings 9 to 14 are off by default.
 
 Warnings always pass. Each guarded plan records its recommendation in its observation
 (`plan.observation.recommended_executors`), so that the next decision's scale-down delay can see
@@ -47,16 +50,20 @@ from __future__ import annotations
 import math
 
 from sparkscale.config import AppConfig, GuardsConfig, LoopConfig
+from sparkscale.config.memory import MemoryPolicyConfig
 from sparkscale.model.plan import Action, Plan
 from sparkscale.policies.direction_cap import direction_cap
 from sparkscale.policies.draining import draining
 from sparkscale.policies.excluded_periods import excluded_period
+from sparkscale.policies.gc_guard import gc_guard
 from sparkscale.policies.guard_input import GuardInput
 from sparkscale.policies.guard_input import drop_changes as _drop_changes
 from sparkscale.policies.guard_input import replace_scale as _replace_scale
 from sparkscale.policies.guard_input import scale as _scale
 from sparkscale.policies.guard_input import target as _target
 from sparkscale.policies.history import DecisionHistory, PastDecision
+from sparkscale.policies.memory import recommend_memory
+from sparkscale.policies.memory_guard import memory_guard
 from sparkscale.policies.startup_grace import startup_grace
 
 __all__ = ["GuardInput", "apply_guards"]  # GuardInput lives in guard_input.py; importers of it here still work
@@ -69,8 +76,10 @@ _SLACK = 1e-9
 # Guards
 
 
-def apply_guards(plan: Plan, given: GuardInput, guards: GuardsConfig, loop: LoopConfig) -> Plan:
-    """`plan` after every guard (module docstring), with one explanation line per change."""
+def apply_guards(plan: Plan, given: GuardInput, guards: GuardsConfig, loop: LoopConfig,
+                 memory: MemoryPolicyConfig | None = None) -> Plan:
+    """`plan` after every guard (module docstring), with one explanation line per change;
+    `memory` is `policy.memory` (None: no recommendation)."""
     notes: list[str] = []
     current = given.executors
     actions = list(plan.actions)
@@ -91,6 +100,9 @@ def apply_guards(plan: Plan, given: GuardInput, guards: GuardsConfig, loop: Loop
     if guards.no_scale_down_while_draining:
         actions = draining(actions, given, guards.backlog_slo_s, notes, figures)
     actions = direction_cap(actions, given, guards.max_direction_changes_per_hour, notes)
+    actions = memory_guard(actions, given, guards.max_state_memory_fraction, notes)
+    actions = gc_guard(actions, given, guards.gc_time_fraction_max, notes, figures)
+    recommend_memory(given, memory, notes, figures)
 
     if figures:
         return plan.with_actions(actions, notes, recommended_executors=recommended, figures=figures)
