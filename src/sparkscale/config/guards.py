@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator, model_validator
 
-from sparkscale.config.base import ConfigSection
+from sparkscale.config.memory import MemoryGuardsConfig
 from sparkscale.config.periods import Period, PeriodError, parse_period
 
 
-class GuardsConfig(ConfigSection):
+class GuardsConfig(MemoryGuardsConfig):  # its memory settings: config/memory.py
     """Limits on every policy's plan (sparkscale.policies.guards). The cooldown after an action and
     the stabilisation after a migration are `loop.cooldown_s` and `loop.stabilization_s`."""
 

@@ -20,6 +20,7 @@ from sparkscale.config.base import ConfigSection, _one_of
 from sparkscale.config.connections import RedisConfig, SparkConfig, ZooKeeperConfig
 from sparkscale.config.drivers import DriversConfig
 from sparkscale.config.guards import GuardsConfig
+from sparkscale.config.memory import MemoryPolicyConfig
 from sparkscale.config.placement import PlacementConfig
 from sparkscale.config.sectioned import SectionedConfig
 from sparkscale.registry import POLICIES, STRATEGIES, WORKLOADS, Registry
@@ -159,6 +160,7 @@ class PolicyConfig(SectionedConfig):
     # busy. Both null (the default): no band, every change of the target is acted on.
     utilization_min: float | None = Field(None, ge=0, le=1)
     utilization_max: float | None = Field(None, gt=0, le=1)
+    memory: MemoryPolicyConfig = Field(default_factory=MemoryPolicyConfig)  # config/memory.py
 
     @field_validator("name")
     @classmethod

@@ -24,6 +24,7 @@ from pydantic_core import CoreSchema
 from sparkscale.config.apps import MAX_EXECUTOR_CORES, app_name_problem
 from sparkscale.model.codec import FLAG, NAME, Check, Codec, between, ordered, reshaped, whole
 from sparkscale.model.fields import FieldError, boolean, describe, get, number, object_at, read_json, string
+from sparkscale.model.memory_figures import MemoryFigures
 from sparkscale.model.snapshot_checks import check_extensions, check_graph
 
 SNAPSHOT_VERSION = 1
@@ -73,6 +74,13 @@ def _some(operators: tuple[OperatorFigures, ...]) -> tuple[OperatorFigures, ...]
     if not operators:
         raise FieldError("", "expected at least one operator")
     return operators
+
+
+def _extensions(value: object) -> Mapping[str, Any]:
+    """What the policies and guards read of `extensions` (snapshot_checks.py), the memory figures too."""
+    extensions = check_extensions(value, "")
+    MemoryFigures.of(extensions)
+    return extensions
 
 
 Records = Annotated[float, between(0, MAX_RECORDS, smallest=SMALLEST)]
@@ -211,7 +219,7 @@ class Snapshot:
     edges: tuple[Annotated[tuple[str, str], Check(_edge)], ...]
     trigger_interval_s: Interval | None = None
     batch_duration_s: Seconds | None = None
-    extensions: Annotated[Mapping[str, Any], Check(lambda v: check_extensions(v, ""))] = field(
+    extensions: Annotated[Mapping[str, Any], Check(_extensions)] = field(
         default_factory=dict, hash=False)
     extra: Extra = field(default_factory=dict, hash=False, repr=False)
     version: Annotated[int, Check(_version)] = SNAPSHOT_VERSION
@@ -254,6 +262,11 @@ class Snapshot:
     def cores(self) -> int:
         """Executor cores the application holds now."""
         return sum(e.cores for e in self.executors)
+
+    @property
+    def memory(self) -> MemoryFigures:
+        """The app's memory and GC figures (model/memory_figures.py); None each where not measured."""
+        return MemoryFigures.of(self.extensions)
 
     # -- (de)serialisation --------------------------------------------------------------------
 

@@ -17,7 +17,12 @@ queries it observes. Work of a batch still running when the snapshot is taken is
 Memory. Spark's storage memory used / available (current), and the peaks its heartbeats report:
 JVM heap and off-heap, and with `spark.executor.processTreeMetrics.enabled` the RSS of the
 executor's process tree (JVM, Python workers, other children). Spark keeps no current value of
-those, only the highest since the executor started.
+those, only the highest since the executor started. Spark's REST API does not report the JVM's
+maximum heap (-Xmx, which is `spark.executor.memory`): `heap_max_bytes` is None, "not measured".
+
+GC. The JVM's GC pauses during the window's tasks (`jvmGcTime`, each task counted by the same share
+as its CPU) over their run time: `gc_time_fraction`, the share of executor time GC took (Spark's
+Executors page flags an executor whose GC time is above 10 % of its task time).
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ class ExecutorWork:
     shuffle_write_bytes: float = 0.0
     remote_read_bytes: float = 0.0  # shuffle bytes fetched from executors on other hosts
     local_read_bytes: float = 0.0  # ... from this host's
+    gc_s: float = 0.0  # the JVM's GC pauses during those tasks
 
     def plus(self, task: RestTask, share: float) -> ExecutorWork:
         """Add `share` (0..1: how much of its run fell in the window) of a finished task."""
@@ -49,7 +55,8 @@ class ExecutorWork:
                             self.run_s + task.run_time_ms / 1e3 * share,
                             self.shuffle_write_bytes + task.shuffle_write_bytes * share,
                             self.remote_read_bytes + task.remote_bytes_read * share,
-                            self.local_read_bytes + task.local_bytes_read * share)
+                            self.local_read_bytes + task.local_bytes_read * share,
+                            self.gc_s + task.jvm_gc_time_ms / 1e3 * share)
 
 
 def window_work(stages: Mapping[int, Sequence[RestStage]], taken_at: float, window_s: float) -> dict[str, ExecutorWork]:
@@ -114,10 +121,17 @@ def executor_figures(executors: Sequence[RestExecutor], work: Mapping[str, Execu
             "present_s": round(present, 3),
             "total_task_time_s": round(e.total_task_time_ms / 1e3, 3),
             "total_gc_time_s": round(e.total_gc_time_ms / 1e3, 3),
+            "gc_time_s": round(done.gc_s, 3),
+            "gc_time_fraction": _gc_fraction(done.gc_s, done.run_s),
             "memory": _memory(e),
         }
         out.append(ExecutorFigures(e.id, e.host, max(e.cores, 1), extra))
     return tuple(out)
+
+
+def _gc_fraction(gc_s: float, run_s: float) -> float | None:
+    """GC time over task run time in [0, 1]; None when no task ran."""
+    return round(min(gc_s / run_s, 1.0), 4) if run_s > 0 else None
 
 
 def _memory(e: RestExecutor) -> dict[str, Any] | None:
@@ -148,6 +162,8 @@ def app_extension(executors: Sequence[RestExecutor], work: Mapping[str, Executor
     hosts: dict[str, int] = {}
     for e in executors:
         hosts[e.host] = hosts.get(e.host, 0) + 1
+    gc_s = sum(work.get(e.id, ExecutorWork()).gc_s for e in executors)
+    heaps = [m.peak_jvm_heap_bytes for m in memories if m.peak_jvm_heap_bytes is not None]
     return {
         "cpu_fraction": round(min(cpu_s / slot_s, 1.0), 4) if slot_s > 0 else None,
         "cpu_cores_busy": round(cpu_s / window_s, 4),
@@ -157,5 +173,13 @@ def app_extension(executors: Sequence[RestExecutor], work: Mapping[str, Executor
         "peak_rss_bytes": sum(r for r in rss if r is not None) if rss and None not in rss else None,
         "executors": len(executors),
         "hosts": dict(sorted(hosts.items())),
+        # Memory and GC (model/snapshot.py's MemoryFigures reads them): the executor nearest its
+        # heap's end, storage memory over all, GC over the window's task time.
+        "heap_used_bytes": max(heaps) if heaps else None,
+        "heap_max_bytes": None,  # not measured: Spark's REST API does not report -Xmx
+        "storage_used_bytes": sum(m.storage_used_bytes for m in memories) if memories else None,
+        "storage_total_bytes": storage_total if memories else None,
+        "gc_time_s": round(gc_s, 3),
+        "gc_time_fraction": _gc_fraction(gc_s, run_s),
         "figures_from": "spark",
     }

@@ -135,6 +135,7 @@ class RestTask:
     remote_bytes_read: int = 0
     local_bytes_read: int = 0
     shuffle_write_bytes: int = 0
+    jvm_gc_time_ms: float = 0.0  # jvmGcTime: the JVM's GC pauses while the task ran
 
 
 @dataclass(frozen=True)
@@ -268,6 +269,7 @@ def _parse_task(t: Mapping[str, Any]) -> RestTask:
         remote_bytes_read=int(shuffle_read.get("remoteBytesRead", 0)),
         local_bytes_read=int(shuffle_read.get("localBytesRead", 0)),
         shuffle_write_bytes=int((m.get("shuffleWriteMetrics") or {}).get("bytesWritten", 0)),
+        jvm_gc_time_ms=float(m.get("jvmGcTime", 0)),
     )
 
 

@@ -35,9 +35,12 @@ Order, each step explained in the returned plan's explanation (lines starting "g
 13. ineffective scaling (`guards.ineffective_scale_up_fraction`, ineffective.py): no scale-up of a
    query whose last judged scale-up brought under that fraction of its expected gain, until the
    load changes or `guards.ineffective_hold_s` passed (a warning says why).
+14. state memory (`guards.max_state_memory_fraction`, memory_guard.py): no scale-down that puts state over its share.
+15. GC (`guards.gc_time_fraction_max`, gc_guard.py): a scale-up under GC pressure becomes a memory recommendation.
+Then, with `policy.memory.recommend`, the recommended executor memory (memory.py), an explanation line.
 
 After these, the planner applies the quotas over all managed apps (`quotas.*`, quotas.py) and the
-cluster's capacity (capacity.py). Settings 9 to 13 are off by default.
+cluster's capacity (capacity.py). Settings 9 to 15 are off by default.
 
 Warnings always pass. Each guarded plan records its recommendation in its observation
 (`plan.observation.recommended_executors`), so that the next decision's scale-down delay can see
@@ -50,10 +53,12 @@ from __future__ import annotations
 import math
 
 from sparkscale.config import AppConfig, GuardsConfig, LoopConfig
+from sparkscale.config.memory import MemoryPolicyConfig
 from sparkscale.model.plan import Action, Plan
 from sparkscale.policies.direction_cap import direction_cap
 from sparkscale.policies.draining import draining
 from sparkscale.policies.excluded_periods import excluded_period
+from sparkscale.policies.gc_guard import gc_guard
 from sparkscale.policies.guard_input import GuardInput
 from sparkscale.policies.guard_input import drop_changes as _drop_changes
 from sparkscale.policies.guard_input import replace_scale as _replace_scale
@@ -61,6 +66,8 @@ from sparkscale.policies.guard_input import scale as _scale
 from sparkscale.policies.guard_input import target as _target
 from sparkscale.policies.history import DecisionHistory, PastDecision
 from sparkscale.policies.ineffective import ineffective_scaling
+from sparkscale.policies.memory import recommend_memory
+from sparkscale.policies.memory_guard import memory_guard
 from sparkscale.policies.startup_grace import startup_grace
 
 __all__ = ["GuardInput", "apply_guards"]  # GuardInput lives in guard_input.py; importers of it here still work
@@ -73,8 +80,10 @@ _SLACK = 1e-9
 # Guards
 
 
-def apply_guards(plan: Plan, given: GuardInput, guards: GuardsConfig, loop: LoopConfig) -> Plan:
-    """`plan` after every guard (module docstring), with one explanation line per change."""
+def apply_guards(plan: Plan, given: GuardInput, guards: GuardsConfig, loop: LoopConfig,
+                 memory: MemoryPolicyConfig | None = None) -> Plan:
+    """`plan` after every guard (module docstring), with one explanation line per change;
+    `memory` is `policy.memory` (None: no recommendation)."""
     notes: list[str] = []
     current = given.executors
     actions = list(plan.actions)
@@ -96,6 +105,9 @@ def apply_guards(plan: Plan, given: GuardInput, guards: GuardsConfig, loop: Loop
         actions = draining(actions, given, guards.backlog_slo_s, notes, figures)
     actions = direction_cap(actions, given, guards.max_direction_changes_per_hour, notes)
     actions = ineffective_scaling(actions, given, guards, notes, figures)
+    actions = memory_guard(actions, given, guards.max_state_memory_fraction, notes)
+    actions = gc_guard(actions, given, guards.gc_time_fraction_max, notes, figures)
+    recommend_memory(given, memory, notes, figures)
 
     if figures:
         return plan.with_actions(actions, notes, recommended_executors=recommended, figures=figures)
