@@ -128,6 +128,9 @@ class FakeCluster:
     def claimed_elsewhere(self, app: str) -> int:
         return 0
 
+    def change_costs(self, app: str, strategy: str) -> dict[str, tuple[float, ...]]:
+        return {f"migration_{strategy}": (12.0,)}  # a measured stall: handed to DS2 through the history
+
     def held_elsewhere(self, app: str) -> tuple[int, int]:
         return (5, 6144)  # what the other apps hold: handed to the quotas through the history
 
@@ -304,6 +307,8 @@ def test_a_decision_with_an_action_is_written_once_then_dispatched_once():
     run.autoscaler.cycle(APP)
     assert run.planner.seen[-1].action_in_progress == "scale_executors 1 -> 3"
     assert (run.planner.seen[-1].cores_held_elsewhere, run.planner.seen[-1].memory_mb_held_elsewhere) == (5, 6144)
+    assert run.planner.seen[-1].change_costs == {"migration_ccr": (12.0,)}
+    assert run.planner.seen[-1].migration_strategy == "ccr"
     assert len(run.executor.started) == 1 and run.desk.served == 1
     assert [d.mode for d in run.decisions.records] == ["acted", "no_change"]
 

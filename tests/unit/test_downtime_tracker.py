@@ -76,6 +76,8 @@ def test_the_cluster_planner_gives_edrp_the_measured_downtime():
     planner.observe(app, snap(10.0, 1.0, 5.0), None)
     planner.observe(app, snap(30.0, 1.0, 1.0), None)
     assert planner.downtime.model(cfg.placement.edrp.downtime).executor_add_s == 3.0
+    # The same stall, as the app's own cost of an executor start (restart-aware catch-up).
+    assert planner.change_costs("a", "ccr") == {"executor_add": (4.0,)}
 
 
 def test_a_long_batch_that_ended_before_the_action_is_the_previous_actions_stall_not_its_own():

@@ -346,6 +346,8 @@ class Autoscaler:
         return replace(st.history, blocklist=blocklist, last_action_at=st.last_action_at or 0.0,
                        cores_claimed_elsewhere=self.cluster.claimed_elsewhere(app.name),
                        cores_held_elsewhere=held_cores, memory_mb_held_elsewhere=held_memory_mb,
+                       change_costs=self.cluster.change_costs(app.name, self.cfg.migration.strategy),
+                       migration_strategy=self.cfg.migration.strategy,
                        migration_running=journal is not None and journal.open,
                        last_migration_end=journal.phases.get("done") if journal else None,
                        partitions=partitions, last_action_direction=st.last_action_direction,

@@ -37,6 +37,10 @@ class ClusterPlanning(Protocol):
         """(cores, executor memory MB) the other managed apps hold or asked for (the quotas' input)."""
         ...
 
+    def change_costs(self, app: str, strategy: str) -> dict[str, tuple[float, ...]]:
+        """`app`'s measured stalls per kind of change (restart-aware catch-up, policies/change_costs.py)."""
+        ...
+
     def plan(self, now: float) -> PlacementPlan | None:
         """The cluster plan in force at `now` (None: no placement policy, or nothing to place)."""
         ...

@@ -82,6 +82,12 @@ class ClusterPlanner:
             others = [held for name, held in self._held.items() if name != app]
         return sum(c for c, _m in others), sum(m for _c, m in others)
 
+    def change_costs(self, app: str, strategy: str) -> dict[str, tuple[float, ...]]:
+        """`app`'s measured stalls per kind of change as the decision history names them
+        (policies/change_costs.py): a repartition is a migration with `strategy`."""
+        return {f"migration_{strategy}" if kind == "restart" else kind: values
+                for kind, values in self.downtime.app_stalls(app).items()}
+
     def action_done(self, app: str, action: Action, started_at: float, ended_at: float) -> None:
         """An executor change of `app` ran from `started_at` to `ended_at` (epoch s): a sample of
         the stall EDRP's downtime model takes (daemon/downtime_tracker.py)."""

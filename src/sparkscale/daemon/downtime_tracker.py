@@ -64,6 +64,7 @@ class DowntimeTracker:
         self._watches: list[_Watch] = []
         self._samples: dict[str, deque[tuple[float, float]]] = {}  # kind -> (stall s, reloaded bytes)
         self._baseline: dict[str, tuple[float, float]] = {}  # app -> (median batch s, state bytes)
+        self._per_app: dict[str, dict[str, deque[float]]] = {}  # app -> kind -> stall s (this daemon's)
         self._lock = threading.Lock()
 
     def _load(self) -> None:
@@ -111,6 +112,7 @@ class DowntimeTracker:
         self._load()  # the stored samples first, so that this one is not read back twice
         stall_s = max(w.longest_s - w.baseline_s, 0.0)
         self._samples.setdefault(w.kind, deque(maxlen=KEEP)).append((stall_s, w.state_share_bytes))
+        self._per_app.setdefault(w.app, {}).setdefault(w.kind, deque(maxlen=KEEP)).append(stall_s)
         if self.store is not None and self._loaded:
             try:
                 self.store.add(w.kind, stall_s, w.state_share_bytes, w.app)
@@ -119,6 +121,11 @@ class DowntimeTracker:
         log.info("downtime.measured", app=w.app, kind=w.kind, stall_s=round(stall_s, 3),
                  longest_batch_s=round(w.longest_s, 3), median_batch_before_s=round(w.baseline_s, 3),
                  samples=len(self._samples[w.kind]))
+
+    def app_stalls(self, app: str) -> dict[str, tuple[float, ...]]:
+        """The stalls measured for `app`'s own changes, per kind (oldest first; since this daemon started)."""
+        with self._lock:
+            return {kind: tuple(values) for kind, values in self._per_app.get(app, {}).items()}
 
     def samples(self, base: DowntimeModel) -> dict[str, list[float]]:
         """Each kind's measured stalls less what `base` adds by itself (t_syn; a removal's reload)."""
