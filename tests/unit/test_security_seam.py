@@ -80,6 +80,16 @@ def test_a_driver_url_to_a_vouched_host_and_port_is_opened() -> None:
     assert url_refusal("http://[::1]:4040", {"::1"}) is None
 
 
+def test_loopback_under_another_name_is_the_same_host_only_when_loopback_is_vouched_for() -> None:
+    # A driver bound to 127.0.0.1 registers its UI as http://localhost:4040 (found by `sparkscale demo`).
+    assert url_refusal("http://localhost:4040", {"127.0.0.1"}) is None
+    assert url_refusal("http://127.0.0.2:4040", {"localhost"}) is None
+    assert url_refusal("http://[::1]:4040", {"127.0.0.1"}) is None
+    # A config that names no loopback host does not let a driver point the daemon at its own host.
+    assert url_refusal("http://localhost:4040", {"10.0.0.5"}) is not None
+    assert url_refusal("http://127.0.0.1:6379", {"driver.example"}) is not None
+
+
 def test_the_config_vouches_for_its_driver_master_and_worker_hosts_or_its_allow_list_only() -> None:
     cfg = Config.model_validate({"spark": {"driver_host": "10.0.0.5", "driver_bind_address": "0.0.0.0",
                                            "master_url": "spark://10.0.0.1:7077"},

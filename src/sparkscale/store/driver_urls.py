@@ -40,8 +40,20 @@ def url_refusal(url: object, hosts: Collection[str]) -> str | None:
     if problem is not None:
         return problem
     host = _host(url)
-    return None if host in {h.lower() for h in hosts} else \
-        f"host {host} is not one the config or the app's agent vouches for"
+    vouched = {h.lower() for h in hosts}
+    # Loopback is this host under any name (a driver on 127.0.0.1 may register `localhost`): one
+    # loopback host vouched for vouches for them all, and none does when the config names none.
+    if host in vouched or (_loopback(host) and any(_loopback(h) for h in vouched)):
+        return None
+    return f"host {host} is not one the config or the app's agent vouches for"
+
+
+def _loopback(host: str) -> bool:
+    name = host.strip("[]").lower()
+    try:
+        return name == "localhost" or ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
 
 
 def _form_refusal(url: str) -> str | None:

@@ -166,15 +166,15 @@ def _wait_settled(cfg: Config, app_name: str, limit_s: float) -> None:
     trims them (ControlAgent.start); load that meets the app mid-trim (JVMs starting on every core)
     would make the first step a start-up test. Waits for the initial count, then returns either way."""
     app = cfg.app(app_name)
-    rest = driver_rest(cfg, app, timeout_s=2, retries=0)
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
         try:
+            rest = driver_rest(cfg, app, timeout_s=2, retries=0)
             active = [e for e in rest.executors(rest.application(app.name).id) if e.active]
             if len(active) == app.initial_executors:
                 return
         except SparkRestError:
-            pass  # the UI is not up yet
+            pass  # the UI is not up yet (or its URL not registered)
         time.sleep(1.0)  # polling the REST API for the trim
     log.warning("demo.not_settled", app=app_name, limit_s=limit_s)
 
