@@ -23,8 +23,7 @@ import math
 from sparkscale.config import QuotasConfig
 from sparkscale.model.placement import placement_of
 from sparkscale.model.plan import Action, Plan
-from sparkscale.policies.guard_input import GuardInput
-from sparkscale.policies.guard_input import replace_scale as _replace_scale
+from sparkscale.policies.guard_input import GuardInput, cut_scale_up
 from sparkscale.policies.guard_input import scale as _scale
 from sparkscale.policies.guard_input import target as _target
 from sparkscale.policies.quotas import apply_quotas
@@ -76,13 +75,9 @@ def cluster_capacity(actions: list[Action], given: GuardInput, notes: list[str])
            + ")")
     short = Action.warn(f"{SHORT_WARNING} {given.app.name} needs {action.to} executors, gets {to}: "
                         f"{why}")
-    if to <= given.executors:
-        notes.append(f"guard cluster capacity: {action.summary()} dropped: {why}")
-        return [*_replace_scale(actions, None), short]
-    notes.append(f"guard cluster capacity: {action.summary()} cut to {to}: {why}")
-    cut = Action.scale_executors(action.from_ if action.from_ is not None else given.executors, to,
-                                 f"{action.reason}; cut to what the cluster can start")
-    return [*_replace_scale(actions, cut), short]
+    notes.append(f"guard cluster capacity: {action.summary()} " + (f"dropped: {why}" if to <= given.executors
+                                                                    else f"cut to {to}: {why}"))
+    return cut_scale_up(actions, given, to, short, "cut to what the cluster can start")
 
 
 def apply_capacity(plan: Plan, given: GuardInput, quotas: QuotasConfig | None = None) -> Plan:

@@ -70,3 +70,15 @@ def drop_changes(actions: list[Action], notes: list[str], why: str) -> list[Acti
     if changes:
         notes.append(f"guard {why}: dropped " + ", ".join(a.summary() for a in changes))
     return [a for a in actions if a.type == "warn"]
+
+
+def cut_scale_up(actions: list[Action], given: GuardInput, to: int, warning: Action, because: str) -> list[Action]:
+    """`actions` with their scale-up dropped (when `to` is no more than the executors now) or cut to
+    `to` ("REASON; `because`"), and `warning` added: what the quotas and the cluster's room do."""
+    action = scale(actions)
+    assert action is not None
+    if to <= given.executors:
+        return [*replace_scale(actions, None), warning]
+    cut = Action.scale_executors(action.from_ if action.from_ is not None else given.executors, to,
+                                 f"{action.reason}; {because}")
+    return [*replace_scale(actions, cut), warning]

@@ -14,7 +14,7 @@ from __future__ import annotations
 from sparkscale.config import QuotasConfig
 from sparkscale.model.placement import placement_of
 from sparkscale.model.plan import Action
-from sparkscale.policies.guard_input import GuardInput, replace_scale, scale
+from sparkscale.policies.guard_input import GuardInput, cut_scale_up, scale
 
 QUOTA_WARNING = "quota reached:"  # how the plan's warning starts
 
@@ -59,10 +59,6 @@ def apply_quotas(actions: list[Action], given: GuardInput, quotas: QuotasConfig,
     to, why = room
     warning = Action.warn(f"{QUOTA_WARNING} {given.app.name} needs {action.to} executors, the quota allows {to}: "
                           f"{why}")
-    if to <= given.executors:
-        notes.append(f"guard quota: {action.summary()} held: {why}")
-        return [*replace_scale(actions, None), warning]
-    notes.append(f"guard quota: {action.summary()} cut to {to}: {why}")
-    cut = Action.scale_executors(action.from_ if action.from_ is not None else given.executors, to,
-                                 f"{action.reason}; cut to what the quota allows")
-    return [*replace_scale(actions, cut), warning]
+    notes.append(f"guard quota: {action.summary()} " + (f"held: {why}" if to <= given.executors
+                                                          else f"cut to {to}: {why}"))
+    return cut_scale_up(actions, given, to, warning, "cut to what the quota allows")
