@@ -63,7 +63,7 @@ class SparkConfig(_Section):
     def _driver_reachable(self) -> SparkConfig:
         """A driver listening on loopback only cannot be reached at another address."""
         if (self.driver_host is not None and self.driver_bind_address is not None
-                and _loopback(self.driver_bind_address) and not _loopback(self.driver_host)):
+                and is_loopback(self.driver_bind_address) and not is_loopback(self.driver_host)):
             raise ValueError(
                 f"driver_host {self.driver_host} is not a loopback address but drivers listen on "
                 f"driver_bind_address {self.driver_bind_address}: set spark.driver_bind_address too "
@@ -83,7 +83,8 @@ class SparkConfig(_Section):
         return int(self.master_web_url.rsplit(":", 1)[1])
 
 
-def _loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
+    """`localhost` or a loopback IP address: this host, under any of its loopback names."""
     try:
         return host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:

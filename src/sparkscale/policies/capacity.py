@@ -77,7 +77,7 @@ def cluster_capacity(actions: list[Action], given: GuardInput, notes: list[str])
                         f"{why}")
     notes.append(f"guard cluster capacity: {action.summary()} " + (f"dropped: {why}" if to <= given.executors
                                                                     else f"cut to {to}: {why}"))
-    return cut_scale_up(actions, given, to, short, "cut to what the cluster can start")
+    return cut_scale_up(actions, action, given, to, short, "cut to what the cluster can start")
 
 
 def apply_capacity(plan: Plan, given: GuardInput, quotas: QuotasConfig | None = None) -> Plan:

@@ -72,11 +72,10 @@ def drop_changes(actions: list[Action], notes: list[str], why: str) -> list[Acti
     return [a for a in actions if a.type == "warn"]
 
 
-def cut_scale_up(actions: list[Action], given: GuardInput, to: int, warning: Action, because: str) -> list[Action]:
-    """`actions` with their scale-up dropped (when `to` is no more than the executors now) or cut to
-    `to` ("REASON; `because`"), and `warning` added: what the quotas and the cluster's room do."""
-    action = scale(actions)
-    assert action is not None
+def cut_scale_up(actions: list[Action], action: Action, given: GuardInput, to: int, warning: Action,
+                 because: str) -> list[Action]:
+    """`actions` with their scale-up `action` dropped (when `to` is no more than the executors now) or
+    cut to `to` ("REASON; `because`"), and `warning` added: what the quotas and the cluster's room do."""
     if to <= given.executors:
         return [*replace_scale(actions, None), warning]
     cut = Action.scale_executors(action.from_ if action.from_ is not None else given.executors, to,

@@ -61,4 +61,4 @@ def apply_quotas(actions: list[Action], given: GuardInput, quotas: QuotasConfig,
                           f"{why}")
     notes.append(f"guard quota: {action.summary()} " + (f"held: {why}" if to <= given.executors
                                                           else f"cut to {to}: {why}"))
-    return cut_scale_up(actions, given, to, warning, "cut to what the quota allows")
+    return cut_scale_up(actions, action, given, to, warning, "cut to what the quota allows")

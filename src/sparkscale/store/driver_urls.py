@@ -21,6 +21,7 @@ from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
 from sparkscale.config import Config
+from sparkscale.config.connections import is_loopback
 from sparkscale.protocol.znodes import agent_path
 from sparkscale.store.bad_records import PROBLEMS, load_json
 from sparkscale.zkconn import client as zk_client
@@ -43,17 +44,10 @@ def url_refusal(url: object, hosts: Collection[str]) -> str | None:
     vouched = {h.lower() for h in hosts}
     # Loopback is this host under any name (a driver on 127.0.0.1 may register `localhost`): one
     # loopback host vouched for vouches for them all, and none does when the config names none.
-    if host in vouched or (_loopback(host) and any(_loopback(h) for h in vouched)):
+    if host in vouched or (is_loopback(host) and any(is_loopback(h) for h in vouched)):
         return None
     return f"host {host} is not one the config or the app's agent vouches for"
 
-
-def _loopback(host: str) -> bool:
-    name = host.strip("[]").lower()
-    try:
-        return name == "localhost" or ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
 
 
 def _form_refusal(url: str) -> str | None:
