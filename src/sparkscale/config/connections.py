@@ -83,6 +83,13 @@ class SparkConfig(_Section):
         return int(self.master_web_url.rsplit(":", 1)[1])
 
 
+def existing_file(value: str | None, what: str) -> str | None:
+    """`value` if it is None or names a file (a validator's check of a TLS file key)."""
+    if value is not None and not Path(value).expanduser().is_file():
+        raise ValueError(f"{what} {value} does not exist or is not a file")
+    return value
+
+
 def is_loopback(host: str) -> bool:
     """`localhost` or a loopback IP address: this host, under any of its loopback names."""
     try:
@@ -122,9 +129,7 @@ class RedisConfig(_Section):
     @field_validator("ca_file")
     @classmethod
     def _ca_file(cls, value: str | None) -> str | None:
-        if value is not None and not Path(value).expanduser().is_file():
-            raise ValueError(f"CA file {value} does not exist or is not a file")
-        return value
+        return existing_file(value, "CA file")
 
     @model_validator(mode="after")
     def _ca_needs_tls(self) -> RedisConfig:
@@ -151,9 +156,7 @@ class ZooKeeperConfig(_Section):
     @field_validator("ca_file", "cert_file", "key_file")
     @classmethod
     def _tls_file(cls, value: str | None) -> str | None:
-        if value is not None and not Path(value).expanduser().is_file():
-            raise ValueError(f"file {value} does not exist or is not a file")
-        return value
+        return existing_file(value, "file")
 
     @model_validator(mode="after")
     def _tls_files(self) -> ZooKeeperConfig:
