@@ -36,13 +36,19 @@ def test_a_step_down_is_never_a_step_up():
     assert BAND.cores(1, 1, 0.1)[0] == 1
 
 
-@pytest.mark.parametrize(("lo", "target", "hi"), [(0.8, 0.8, 0.9), (0.5, 0.8, 0.7), (0.5, 0.8, None)])
+@pytest.mark.parametrize(("lo", "target", "hi"), [(0.8, 0.8, 0.9), (0.5, 0.8, 0.7), (0.9, 0.8, "null")])
 def test_the_config_refuses_a_band_that_does_not_hold_the_target(lo, target, hi):
-    sets = [f"policy.target_utilization={target}", f"policy.utilization_min={lo}"]
-    if hi is not None:
-        sets.append(f"policy.utilization_max={hi}")
+    sets = [f"policy.target_utilization={target}", f"policy.utilization_min={lo}",
+            f"policy.utilization_max={hi}"]
     with pytest.raises(ConfigError, match="utilization"):
         load_config(None, sets)
+
+
+def test_the_band_is_on_by_default_with_bounds_derived_from_the_target():
+    assert load_config(None, []).policy.band() == (0.5, 0.9)
+    assert load_config(None, ["policy.target_utilization=1.0"]).policy.band() == (0.7, 1.0)
+    assert load_config(None, ["policy.utilization_max=0.95"]).policy.band() == (0.5, 0.95)
+    assert load_config(None, ["policy.utilization_band=false"]).policy.band() is None
 
 
 def _low_load(executors: int):
@@ -58,7 +64,7 @@ def _decide(snap, **band):
     from sparkscale.config import AppConfig, PolicyConfig
     from sparkscale.policies.ds2 import Ds2Policy
     from sparkscale.policies.history import DecisionHistory
-    cfg = PolicyConfig(target_utilization=0.8, **band)
+    cfg = PolicyConfig(target_utilization=0.8, **(band or {"utilization_band": False}))
     return Ds2Policy().decide(snap, DecisionHistory.empty(), cfg, AppConfig(name="app", max_executors=8))
 
 

@@ -87,10 +87,10 @@ def decisions(*pairs: tuple[float, Plan]) -> DecisionHistory:
     return history
 
 
-def test_every_new_setting_is_off_by_default():
+def test_every_new_setting_but_the_start_up_grace_is_off_by_default():
     guards, quotas = GuardsConfig(), QuotasConfig()
     assert (guards.startup_grace_batches, guards.no_scale_down_while_draining, guards.max_direction_changes_per_hour,
-            guards.excluded_periods) == (0, False, None, [])
+            guards.excluded_periods) == (3, False, None, [])
     assert (quotas.max_cores, quotas.max_memory_mb) == (None, None)
     assert AppConfig(name="a").mode == AppMode.ACT
 
@@ -114,8 +114,10 @@ def test_start_up_grace_holds_every_change_while_the_window_rests_on_the_runs_fi
     [line] = notes(plan, "start-up grace")
     assert "scale_executors 4 -> 6 held" in line and "began at batch 10" in line and "rests on batch 10" in line
     assert plan.observation.figure(first_batch_figure("q")) == 10  # carried on to the next decisions
-    # Off (the default): the same window is acted on.
-    assert target(guard(scale_plan(4, 6), run_snapshot(10, [10, 11]))) == 6
+    # Off: the same window is acted on.
+    assert target(guard(scale_plan(4, 6), run_snapshot(10, [10, 11]), startup_grace_batches=0)) == 6
+    # The default (3 batches) holds it too: batch 10 is one of the run's first three.
+    assert target(guard(scale_plan(4, 6), run_snapshot(10, [10, 11]))) is None
 
 
 def test_start_up_grace_ends_once_the_window_holds_no_batch_of_the_first_n():

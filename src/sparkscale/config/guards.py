@@ -33,8 +33,9 @@ class GuardsConfig(MemoryGuardsConfig):  # its memory settings: config/memory.py
     spread_hold_s: float = Field(600.0, ge=0)
     # Start-up grace (policies/startup_grace.py): no scaling decision rests on the first this many
     # batches of a new or restarted query's run (they pay for the start: state loading, code
-    # generation, the input that waited). 0, the default: off, as before (benchmarks pick a value).
-    startup_grace_batches: int = Field(0, ge=0, le=10_000)
+    # generation, the input that waited; the demo's first 20 s went 1 -> 2 -> 1 -> 3 -> 5 -> 1
+    # executors on them). 0: off.
+    startup_grace_batches: int = Field(3, ge=0, le=10_000)
     # No scale-down while the source backlog is above backlog_slo_s seconds of input, or above zero
     # and falling (draining: the spare cores are what drains it; policies/draining.py). Off by
     # default, as before.

@@ -27,6 +27,9 @@ from sparkscale.registry import POLICIES, STRATEGIES, WORKLOADS, Registry
 
 _Section = ConfigSection
 MAX_WORKER_CORES = 256
+# The utilisation band's default bounds around policy.target_utilization: [0.5, 0.9] around 0.8.
+BAND_BELOW_TARGET = 0.3
+BAND_ABOVE_TARGET = 0.1
 
 
 class ClusterConfig(_Section):
@@ -157,7 +160,9 @@ class PolicyConfig(SectionedConfig):
     target_utilization: float = Field(0.8, ge=0.01, le=1)  # below 1 %, every need overflows
     # A band around it (policies/band.py; DS2 applies it): no change while the projected utilisation
     # of the current cores is inside; below the minimum, down to the fewest cores at most `maximum`
-    # busy. Both null (the default): no band, every change of the target is acted on.
+    # busy. On by default so that an app one executor carried before a load step goes back to one
+    # after it; null bounds are derived from the target (BAND_BELOW_TARGET, BAND_ABOVE_TARGET).
+    utilization_band: bool = True
     utilization_min: float | None = Field(None, ge=0, le=1)
     utilization_max: float | None = Field(None, gt=0, le=1)
     memory: MemoryPolicyConfig = Field(default_factory=MemoryPolicyConfig)  # config/memory.py
@@ -169,13 +174,23 @@ class PolicyConfig(SectionedConfig):
 
     @model_validator(mode="after")
     def _band(self) -> PolicyConfig:
-        lo, hi = self.utilization_min, self.utilization_max
-        if (lo is None) != (hi is None):
-            raise ValueError("utilization_min and utilization_max go together: set both or neither")
-        if lo is not None and hi is not None and not lo < self.target_utilization <= hi:
-            raise ValueError(f"expected utilization_min < target_utilization <= utilization_max "
-                             f"(got {lo:g}, {self.target_utilization:g}, {hi:g})")
+        band = self.band()
+        if band is not None and not band[0] < self.target_utilization <= band[1]:
+            raise ValueError(f"expected utilization_min < target_utilization <= utilization_max (got "
+                             f"{band[0]:g}, {self.target_utilization:g}, {band[1]:g}); leave a bound null to "
+                             f"derive it from the target, or utilization_band: false for no band")
         return self
+
+    def band(self) -> tuple[float, float] | None:
+        """[minimum, maximum] of the utilisation band, a null bound derived from the target (Flink's
+        autoscaler keeps a band the same way: utilization.min/max around utilization.target); None
+        when `utilization_band` is off."""
+        if not self.utilization_band:
+            return None
+        target = self.target_utilization
+        lo = self.utilization_min if self.utilization_min is not None else max(0.0, target - BAND_BELOW_TARGET)
+        hi = self.utilization_max if self.utilization_max is not None else min(1.0, target + BAND_ABOVE_TARGET)
+        return round(lo, 6), round(hi, 6)
 
 
 class QuotasConfig(_Section):
@@ -270,7 +285,7 @@ class SecurityConfig(_Section):
 
     # A directory (mode 0700) of `<identity>.secret` files: daemon, operator, agent-<app>; made by
     # `sparkscale cluster up` (daemon, operator) and `pipeline submit` (the app's agent).
-    identity_dir: str | None = None
+    identity_dir: str | None = Field(None, min_length=1)
 
 
 class LoggingConfig(_Section):

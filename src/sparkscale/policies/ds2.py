@@ -215,12 +215,13 @@ def _paid_back(actions: list[Action], est: Ds2Estimate, snapshot: Snapshot, hist
 def _banded(cores: int, current_cores: int, est: Ds2Estimate, fits: int | None, cfg: PolicyConfig,
             explanation: list[str]) -> int:
     """`cores` through the utilisation band when one is configured (policies/band.py), saying why."""
-    if cfg.utilization_min is None or cfg.utilization_max is None:
+    band = cfg.band()
+    if band is None:
         return cores
     if fits is None or fits != est.cores_needed:
         explanation.append("utilisation band not applied: the cores were raised for the stages' partitions")
         return cores
-    cores, why = UtilizationBand(cfg.utilization_min, cfg.utilization_max).cores(cores, current_cores, est.busy_cores)
+    cores, why = UtilizationBand(*band).cores(cores, current_cores, est.busy_cores)
     explanation.append(why)
     return cores
 

@@ -41,7 +41,7 @@ log = structlog.get_logger(__name__)
 SETTLE_LIMIT_S = 300.0  # after the submit, how long the app may take to settle at its initial executors
 DRAIN_LIMIT_S = 600.0  # after the load, how long the app may take to process what is left
 DEMO_TIMINGS = ["loop.interval_s=5", "loop.window_s=15", "loop.cooldown_s=20", "loop.stabilization_s=0",
-                "guards.scale_down_delay_s=30", "outcomes.evaluation_windows=2"]
+                "guards.scale_down_delay_s=20", "outcomes.evaluation_windows=2"]
 
 
 @dataclass(frozen=True)
@@ -55,9 +55,10 @@ class DemoSpec:
 
     @property
     def profile(self) -> str:
-        """Low for a quarter of the time, high (the step up) for 40 %, low again for the rest."""
+        """Low for a fifth of the time, high (the step up) for 30 %, low again for the other half:
+        the step down needs the backlog drained and then guards.scale_down_delay_s of lower need."""
         total = self.minutes * 60
-        low1, high = round(total * 0.25), round(total * 0.40)
+        low1, high = round(total * 0.20), round(total * 0.30)
         return f"steps:{self.low_rate}@{low1}s,{self.high_rate}@{high}s,{self.low_rate}@{round(total) - low1 - high}s"
 
 
