@@ -53,9 +53,13 @@ class OtdSettings(ConfigSection):
       checkpoint, which is not worth less than ~1% of a 1 Gbit/s link.
     """
 
-    high_load: float = Field(0.85, ge=0.0, le=1.0)  # busy_share >= it: high-load
-    low_load: float = Field(0.5, ge=0.0, le=1.0)  # busy_share <= it: low-load
-    threshold_asc: float = Field(1_000_000.0, ge=0.0)  # bytes/s; Algorithm 2 needs ASC > it
+    high_load: float = Field(0.85, ge=0.0, le=1.0, description=(
+        "A worker whose executors keep at least this share of its cores busy is high-load."))
+    low_load: float = Field(0.5, ge=0.0, le=1.0, description=(
+        "A worker with at most this share busy is low-load (below high_load)."))
+    threshold_asc: float = Field(1_000_000.0, ge=0.0, description=(  # the paper's threshold_ASC
+        "Communication optimisation moves an executor only when it removes more than this much shuffle "
+        "traffic between hosts, in bytes/s."))
 
     @model_validator(mode="after")
     def _order(self) -> OtdSettings:
