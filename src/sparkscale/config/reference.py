@@ -66,8 +66,10 @@ def _table(rows: list[str]) -> list[str]:
 
 
 def _text(text: str) -> str:
-    """Prose for markdown: a `<name>` placeholder shown, not taken for an HTML tag."""
-    return text.replace("<", "&lt;")
+    """Prose for markdown: a <name> placeholder shown, not taken for an HTML tag (escaped outside
+    code spans only: inside one, `&lt;` would show as it is)."""
+    pieces = text.split("`")
+    return "`".join(p if i % 2 else p.replace("<", "&lt;") for i, p in enumerate(pieces))
 
 
 def _cell(text: str) -> str:

@@ -35,6 +35,7 @@ class ClusterConfig(_Section):
     run_dir: str = Field("~/.sparkscale/run", description=(
         "Where the embedded environment keeps its configs, data, logs and recorded pids."))
     workers: int = Field(2, ge=1, le=16, description="Number of Spark standalone workers `cluster up` starts.")
+    # Uneven counts make the master place by free cores unevenly (bench placement).
     worker_cores: int | list[int] = Field(8, examples=[[6, 3]], description=(
         "Cores each worker declares (1 to 256): one number for every worker, or one per worker (worker N: "
         "item N). More than the machine has on purpose: operators that wait (a sleep per record) rather "
@@ -145,13 +146,14 @@ class LoopConfig(_Section):
     stabilization_s: float = Field(60.0, ge=0, description=(
         "After a migration, no decision for that app for this many seconds."))
     dry_run: bool = Field(False, description="Decide and log, never act (every app at least `advise`).")
+    # A blocking sample is what the cycle did before; kept for comparison.
     host_cpu_sample_s: float = Field(0.0, ge=0, le=5, description=(
         "The daemon host's CPU: 0 = the change since the previous cycle (no wait in the cycle); above 0, "
         "a blocking sample of this many seconds in each cycle."))
     cluster_view: bool = Field(True, description=(
         "Read where each app's executors run from the standalone master's and each alive worker's /json/ "
         "(one request each a cycle), for the spread rule (guards.spread_executors); false: no requests, "
-        "no spread rule."))
+        "no spread rule. A master web UI the daemon cannot reach costs up to spark.rest_timeout_s a cycle."))
     cluster_view_max_age_s: float = Field(2.0, ge=0, description=(
         "One read of the cluster view serves every app's cycle for this many seconds (0: each cycle reads "
         "its own), so with N apps the master and workers are asked once, not N times."))

@@ -20,7 +20,10 @@ Counts = Mapping[str, Mapping[str, int]]  # app -> worker -> executors
 
 
 class EdrpSettings(ConfigSection):
-    """`placement.edrp`. Weights default to the paper's "balanced" run (§7, Tables III and V).
+    """`placement.edrp`: Cardellini et al.'s EDRP, the executor counts and placement of every app
+    together, a MILP weighing response time, cost and reconfiguration downtime.
+
+    Weights default to the paper's "balanced" run (§7, Tables III and V).
     R_max and T_D,max default to the prototype's bounds (§7.3). C_max defaults to None: the cost of
     every core of the cluster, the worst any deployment can cost here."""
 

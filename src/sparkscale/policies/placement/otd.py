@@ -44,7 +44,11 @@ from sparkscale.policies.placement.model import (
 
 
 class OtdSettings(ConfigSection):
-    """`placement.otd`. The paper gives no threshold: it classifies workers by "the length of message
+    """`placement.otd`: N-Storm's online task deployment, one executor move a round: from the most
+    loaded worker to the least loaded, or, when none is overloaded, towards the host its shuffle
+    traffic comes from.
+
+    The paper gives no threshold: it classifies workers by "the length of message
     queues and the CPU utilization" and compares ASC with an unspecified `threshold_ASC`. Defaults:
     - high_load 0.85: near saturation, with headroom left for a batch spike;
     - low_load 0.5: at most half busy, so it can take an executor's work. The 0.35 gap between
