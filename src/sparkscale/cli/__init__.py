@@ -1,7 +1,8 @@
 """The `sparkscale` command line: the `main` group and the commands of each module registered on it.
 
 One module per command group: daemon (run, check-config, status, actions, explain, blocklist,
-scale-executors), cluster, pipeline, migrate, offline (plan, snapshot) and placement (cluster-plan).
+scale-executors), cluster, pipeline, migrate, offline (plan, snapshot), placement (cluster-plan) and
+the hidden docs (the generated references of docs/).
 Every command that reads config takes `--config` and `--set`. Other packages add commands through
 the entry-point group `sparkscale.commands` (the lab's bench, report, demo, loadgen, verify and
 simulate): they are listed by name and imported only when one of them runs.
@@ -13,7 +14,7 @@ import importlib.metadata
 
 import click
 
-from sparkscale.cli import cluster, daemon, migrate, offline, pipeline, placement
+from sparkscale.cli import cluster, daemon, docs, migrate, offline, pipeline, placement
 
 PLUGIN_GROUP = "sparkscale.commands"
 
@@ -44,7 +45,8 @@ class _PluginGroup(click.Group):
         return command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        rows = [(name, self.commands[name].get_short_help_str(limit=70)) for name in sorted(self.commands)]
+        rows = [(name, command.get_short_help_str(limit=70)) for name, command in sorted(self.commands.items())
+                if not command.hidden]
         rows += [(name, f"(plug-in: {entry.value.split(':')[0]})") for name, entry in sorted(self._plugins().items())]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
@@ -64,6 +66,7 @@ for _command in (
     migrate.migrate_command,
     offline.plan_command, offline.snapshot_command,
     placement.cluster_plan_command,
+    docs.docs,
 ):
     main.add_command(_command)
 del _command

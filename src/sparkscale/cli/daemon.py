@@ -12,6 +12,7 @@ import click
 import redis
 
 from sparkscale.apps.spark_properties import masked
+from sparkscale.bounded import printable
 from sparkscale.cli.common import (
     EXIT_CONFIG,
     cli_store,
@@ -28,10 +29,29 @@ from sparkscale.config import Config, ConfigError
 @click.argument("path", type=click.Path(dir_okay=False))
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a dotted config key.")
 @click.option("--show", is_flag=True, help="Print the effective config (defaults filled in) as JSON.")
-def check_config(path: str, overrides: tuple[str, ...], show: bool) -> None:
+@click.option("--explain", "explain_key", metavar="KEY", default=None,
+              help="Describe one dotted key (e.g. guards.scale_down_delay_s, apps[].mode): its type, default, "
+                   "bounds and meaning, and the value the file gives it (each app's for an app key).")
+def check_config(path: str, overrides: tuple[str, ...], show: bool, explain_key: str | None) -> None:
     """Validate a config file: exit 0 if usable, 2 naming the file, key and problem if not."""
+    from sparkscale.config.explain import UnknownKey, explain, find_key
+
+    ref = None
+    if explain_key is not None:
+        try:
+            ref = find_key(explain_key)
+        except UnknownKey as exc:
+            click.echo(printable(f"--explain: {exc}"), err=True)
+            sys.exit(EXIT_CONFIG)
     cfg = load_or_exit(path, overrides)
-    if show:
+    if ref is not None:
+        try:
+            text = explain(ref, cfg, path)
+        except UnknownKey as exc:
+            click.echo(printable(f"--explain: {exc}"), err=True)
+            sys.exit(EXIT_CONFIG)
+        click.echo("\n".join(printable(line) for line in text.splitlines()))
+    elif show:
         click.echo(json.dumps(shown_config(cfg), indent=2))
     else:
         click.echo(f"{path}: ok ({len(cfg.apps)} app(s), policy {cfg.policy.name})")

@@ -12,6 +12,7 @@ from sparkscale.config.drivers import DriversConfig
 from sparkscale.config.guards import GuardsConfig
 from sparkscale.config.loading import load_config
 from sparkscale.config.placement import PlacementConfig
+from sparkscale.config.policy import PolicyConfig
 from sparkscale.config.problems import ConfigError, ConfigProblem
 from sparkscale.config.sections import (
     ActionLogConfig,
@@ -24,7 +25,6 @@ from sparkscale.config.sections import (
     MetricsConfig,
     MigrationConfig,
     OutcomesConfig,
-    PolicyConfig,
     QuotasConfig,
 )
 

@@ -32,21 +32,23 @@ def app_name_problem(name: str) -> str | None:
 class DagConfig(_Section):
     """The Shukla-Simmhan micro-DAGs: shape, and each operator's per-record cost and selectivity."""
 
-    shape: Literal["linear", "diamond", "star"] = "linear"
-    # A sleep per record: costs no CPU, so scaling past the machine's 2 physical cores is real.
-    cost_ms_per_record: float = Field(5.0, ge=0)
-    selectivity: float = Field(1.0, gt=0)  # records out per record in, for every stateless operator
-    key_space: int = Field(100, ge=1)  # distinct keys of the stateful operator
+    shape: Literal["linear", "diamond", "star"] = Field("linear", description="The micro-DAG's shape.")
+    # A sleep costs no CPU, so scaling past the machine's 2 physical cores is real.
+    cost_ms_per_record: float = Field(5.0, ge=0, description=(
+        "Cost of each operator per record: a sleep, in milliseconds (it costs no CPU)."))
+    selectivity: float = Field(1.0, gt=0, description="Records out per record in, for every stateless operator.")
+    key_space: int = Field(100, ge=1, description="Distinct keys of the stateful operator.")
 
 
 class TaxiConfig(_Section):
     """DEBS 2015 query 1: top-10 routes over a sliding window."""
 
-    window_minutes: int = Field(30, ge=1)
-    slide_minutes: int = Field(1, ge=1)
-    top_n: int = Field(10, ge=1)
-    # Event time the trip generator advances per record (the data set has ~5 trips a second).
-    sim_seconds_per_record: float = Field(0.2, gt=0)
+    window_minutes: int = Field(30, ge=1, description="Length of the sliding window, in minutes.")
+    slide_minutes: int = Field(1, ge=1, description="How far the window slides, in minutes.")
+    top_n: int = Field(10, ge=1, description="How many of the most frequent routes each window reports.")
+    # The data set has ~5 trips a second.
+    sim_seconds_per_record: float = Field(0.2, gt=0, description=(
+        "Event time the trip generator advances per record, in seconds."))
 
 
 class DynamicAllocationConfig(_Section):
@@ -54,11 +56,14 @@ class DynamicAllocationConfig(_Section):
     `spark-dra` baseline of `sparkscale bench scaling`): executors between min and max_executors,
     shuffle tracking on, no daemon needed. The daemon must not manage such an app's executors."""
 
-    enabled: bool = False
-    # An executor idle this long is removed (spark.dynamicAllocation.executorIdleTimeout).
-    executor_idle_timeout_s: float = Field(60.0, gt=0)
-    # Pending tasks for this long request more executors (spark.dynamicAllocation.schedulerBacklogTimeout).
-    scheduler_backlog_timeout_s: float = Field(1.0, gt=0)
+    enabled: bool = Field(False, description=(
+        "Use Spark's dynamic allocation for this app instead of sparkscale's executor scaling (a baseline "
+        "to compare with; the daemon does not scale such an app's executors)."))
+    executor_idle_timeout_s: float = Field(60.0, gt=0, description=(
+        "An executor idle this many seconds is removed (spark.dynamicAllocation.executorIdleTimeout)."))
+    scheduler_backlog_timeout_s: float = Field(1.0, gt=0, description=(
+        "Tasks pending this many seconds request more executors "
+        "(spark.dynamicAllocation.schedulerBacklogTimeout)."))
 
 
 class AppMode(StrEnum):
@@ -72,38 +77,49 @@ class AppMode(StrEnum):
 class AppConfig(_Section):
     """One managed application: which pipeline it runs, how it reads and writes, its executor range."""
 
-    name: str
-    # What the driver runs: the operator's own PySpark script (run as __main__ with `args`), or
-    # `pipeline`, a shipped workload (sparkscale_lab.pipelines.workloads); wordcount when neither is given.
-    script: str | None = None
-    args: list[str] = Field(default_factory=list)
-    spark_conf: dict[str, str] = Field(default_factory=dict)  # as spark-submit --conf, over ours
-    py_files: list[str] = Field(default_factory=list)  # as spark-submit --py-files
-    pipeline: str | None = None
-    min_executors: int = Field(1, ge=0)
-    max_executors: int = Field(8, ge=1, le=MAX_EXECUTORS)
-    initial_executors: int = Field(1, ge=0)
-    executor_cores: int = Field(1, ge=1, le=MAX_EXECUTOR_CORES)
-    executor_memory_mb: int = Field(1024, ge=256)
-    source_partitions: int = Field(4, ge=1, le=256)  # input streams <app>:in:0..N-1
-    max_records_per_batch: int = Field(20000, ge=1)
-    trigger_interval_s: float = Field(1.0, gt=0)
-    # State/shuffle partitions at a query's first start (afterwards the checkpoint's count holds).
-    # Unset: the first count >= max_executors x executor_cores with many divisors (12 for 8 cores),
-    # so that executor changes alone keep partitions per core even (two-tier scaling); a script's
-    # own spark.sql.shuffle.partitions in spark_conf wins.
-    shuffle_partitions: int | None = Field(None, ge=1, le=MAX_PARTITIONS)  # an int once validated
-    dag: DagConfig = DagConfig()
-    taxi: TaxiConfig = TaxiConfig()
-    dynamic_allocation: DynamicAllocationConfig = DynamicAllocationConfig()
-    # Restart (migrate, or restart for a new executor shape) a query even when one of its sources
-    # does not replay from its checkpointed offsets (a socket, an in-memory stream, a source
-    # sparkscale does not know): what the old run held is lost. Off: such a query is only scaled
-    # by executors, and a migration of it is refused naming the source. Logged on every use.
-    allow_lossy_restart: bool = False
-    # act (the default: what every app did before), advise (plans logged, nothing carried out) or
-    # observe (snapshots only). loop.dry_run makes every app at least advise.
-    mode: AppMode = AppMode.ACT
+    name: str = Field(examples=["wordcount"], description=(
+        "The app's name, unique in the file: letters, digits, '_', '.', '-' (at most 64); it names the "
+        "app's Redis keys and znodes."))
+    # Shipped workloads are plug-ins (sparkscale_lab.pipelines.workloads).
+    script: str | None = Field(None, examples=["/opt/jobs/sessions.py"], description=(
+        "Your own PySpark script, run by the driver as __main__ with `args`; give script or pipeline, not both."))
+    args: list[str] = Field(default_factory=list, examples=[["--input", "/data/in"]], description=(
+        "Arguments of the script."))
+    spark_conf: dict[str, str] = Field(default_factory=dict, examples=[{"spark.sql.adaptive.enabled": "false"}],
+                                       description="Spark properties, as spark-submit --conf, over sparkscale's.")
+    py_files: list[str] = Field(default_factory=list, examples=[["/opt/jobs/helpers.zip"]], description=(
+        "Files put on the driver's and executors' Python path, as spark-submit --py-files."))
+    pipeline: str | None = Field(None, examples=["taxi_top_routes"], description=(
+        "A shipped pipeline to run (wordcount, taxi_top_routes, dag); wordcount when neither script nor "
+        "pipeline is given."))
+    min_executors: int = Field(1, ge=0, description="The fewest executors the daemon may leave the app.")
+    max_executors: int = Field(8, ge=1, le=MAX_EXECUTORS, description="The most executors the daemon may give the app.")
+    initial_executors: int = Field(1, ge=0, description=(
+        "Executors requested at start-up, within [min_executors, max_executors]."))
+    executor_cores: int = Field(1, ge=1, le=MAX_EXECUTOR_CORES, description="Cores of each executor.")
+    executor_memory_mb: int = Field(1024, ge=256, description="Memory of each executor (spark.executor.memory), in MB.")
+    source_partitions: int = Field(4, ge=1, le=256, description=(
+        "Input streams <key_prefix><app>:in:0 .. N-1 of a shipped pipeline, one Spark input partition each."))
+    max_records_per_batch: int = Field(20000, ge=1, description=(
+        "Most records a micro-batch admits over all input partitions."))
+    trigger_interval_s: float = Field(1.0, gt=0, description="Micro-batch trigger interval, in seconds.")
+    # An int once validated. Many divisors, so that executor changes alone keep partitions per core
+    # even (two-tier scaling).
+    shuffle_partitions: int | None = Field(None, ge=1, le=MAX_PARTITIONS, examples=[24], description=(
+        "State/shuffle partitions at a query's first start (later changed only by a migration). null: the "
+        "first count >= max_executors x executor_cores with many divisors (12 for 8 cores); a script's own "
+        "spark.sql.shuffle.partitions in spark_conf wins."))
+    dag: DagConfig = Field(DagConfig(), description="The Shukla-Simmhan micro-DAGs (pipeline: dag).")
+    taxi: TaxiConfig = Field(TaxiConfig(), description="DEBS 2015 query 1, top routes (pipeline: taxi_top_routes).")
+    dynamic_allocation: DynamicAllocationConfig = Field(DynamicAllocationConfig(), description=(
+        "Spark's own dynamic allocation instead of sparkscale's executor scaling."))
+    allow_lossy_restart: bool = Field(False, description=(
+        "Restart (migrate) a query even when one of its sources does not replay from its checkpointed "
+        "offsets (a socket, an in-memory stream, an unknown source): what the old run held is lost, and "
+        "each use is logged. Off: such a query gets executor scaling only; a migration of it is refused."))
+    mode: AppMode = Field(AppMode.ACT, description=(
+        "act: decide and carry out; advise: decide and log, carry out nothing (loop.dry_run for this app "
+        "only); observe: collect and log snapshots, no decision."))
 
     @field_validator("pipeline")
     @classmethod

@@ -19,23 +19,31 @@ _Section = ConfigSection
 class SparkConfig(_Section):
     """Where the Spark standalone master is, and how the daemon talks to drivers' REST APIs."""
 
-    master_url: str = "spark://127.0.0.1:7077"
-    master_web_url: str = "http://127.0.0.1:8080"
-    # A driver's UI (and REST API) port: 0 = any free port (the agent publishes the URL it got),
-    # else the first app's port, the next app's one above, and so on in config order.
-    driver_ui_port: int = Field(0, ge=0, le=65535)
-    # spark.driver.host: the address executors and the daemon reach a driver at (default: Spark's
-    # choice, which follows SPARK_LOCAL_IP); driver_bind_address: spark.driver.bindAddress and
-    # SPARK_LOCAL_IP, where the driver's RPC and its UI (which binds SPARK_LOCAL_IP, else 0.0.0.0)
-    # listen: loopback by default (issue 32); None = Spark's default, every address.
-    driver_host: str | None = None
-    driver_bind_address: str | None = "127.0.0.1"
-    rest_timeout_s: float = Field(5.0, gt=0)
-    home: str | None = None
-    # The hosts whose driver REST URLs the daemon opens (the URL an agent registers in Redis is
-    # anyone's with Redis access: store/driver_urls.py). Unset: driver_host, driver_bind_address, the
-    # master's and the workers' hosts, and the host the app's agent registered in ZooKeeper.
-    driver_hosts_allowed: list[str] | None = None
+    master_url: str = Field("spark://127.0.0.1:7077", description=(
+        "Where pipelines are submitted: the standalone master's RPC URL, spark://HOST:PORT."))
+    master_web_url: str = Field("http://127.0.0.1:8080", description=(
+        "The master's web UI, http(s)://HOST:PORT; its /json/ endpoint lists workers and running applications."))
+    driver_ui_port: int = Field(0, ge=0, le=65535, description=(
+        "Port of a managed driver's UI, which serves the REST API the monitors read. 0 = any free port (the "
+        "driver's agent publishes the URL it got); a port P gives the first app P, the next P+1, and so on "
+        "in config order."))
+    # spark.driver.bindAddress and SPARK_LOCAL_IP: the driver's UI binds SPARK_LOCAL_IP, else 0.0.0.0
+    # (issue 32).
+    driver_host: str | None = Field(None, examples=["10.0.0.5"], description=(
+        "spark.driver.host: the address executors and the daemon reach a driver at; null = Spark's choice "
+        "(SPARK_LOCAL_IP, else the host's address). Set it on a host with several addresses."))
+    driver_bind_address: str | None = Field("127.0.0.1", description=(
+        "Where a driver listens (spark.driver.bindAddress and SPARK_LOCAL_IP): loopback by default, so "
+        "nobody else on the network reaches its UI or REST API. With executors on other hosts, the address "
+        "they reach (and driver_host), or 0.0.0.0 for all; null = Spark's default, all addresses."))
+    rest_timeout_s: float = Field(5.0, gt=0, description=(
+        "Timeout of one REST request to the master or a driver, in seconds."))
+    home: str | None = Field(None, examples=["/opt/spark"], description=(
+        "SPARK_HOME to use; null = the pyspark package's own (it ships bin/spark-class and the jars)."))
+    # The URL an agent registers in Redis is anyone's with Redis access: store/driver_urls.py.
+    driver_hosts_allowed: list[str] | None = Field(None, examples=[["10.0.0.5", "10.0.0.6"]], description=(
+        "The hosts whose driver REST URLs the daemon opens. null = driver_host, driver_bind_address, the "
+        "master's and the workers' hosts, and the host the app's agent registered in ZooKeeper."))
 
     @field_validator("driver_hosts_allowed")
     @classmethod
@@ -99,18 +107,26 @@ def is_loopback(host: str) -> bool:
 
 
 class RedisConfig(_Section):
-    host: str = "127.0.0.1"
-    # Not 6379: Debian's redis-server package starts a system Redis there.
-    port: int = Field(6380, ge=1, le=65535)
-    db: int = Field(0, ge=0)
-    key_prefix: str = "sparkscale:"
-    socket_timeout_s: float = Field(5.0, gt=0)
-    # Redis AUTH (README "Security"): the password is read from this file (mode 0600) when a client
-    # connects, never kept here; without a file, from $SPARKSCALE_REDIS_PASSWORD; neither: no AUTH.
-    username: str | None = None
-    password_file: str | None = None
-    tls: bool = False
-    ca_file: str | None = None  # CA bundle to verify the server's certificate (tls); default: the system's
+    """Where Redis is and how sparkscale authenticates to it."""
+
+    host: str = Field("127.0.0.1", description="The Redis server's host.")
+    port: int = Field(6380, ge=1, le=65535, description=(
+        "The Redis server's port. Not 6379: Debian's redis-server package starts a system Redis there."))
+    db: int = Field(0, ge=0, description="The Redis database number.")
+    key_prefix: str = Field("sparkscale:", description=(
+        "Prefix of every key sparkscale writes (docs/internals.md lists them)."))
+    socket_timeout_s: float = Field(5.0, gt=0, description="Timeout of one Redis call, in seconds.")
+    # README "Security": the password is read when a client connects, never kept in the config.
+    username: str | None = Field(None, examples=["sparkscale"], description=(
+        "ACL user name for AUTH (it needs a password); null = the `default` user (plain requirepass)."))
+    password_file: str | None = Field(None, examples=["/etc/sparkscale/redis.password"], description=(
+        "File holding the Redis password (one line, mode 0600 or stricter), read whenever a client "
+        "connects; null = $SPARKSCALE_REDIS_PASSWORD, and without it no AUTH."))
+    tls: bool = Field(False, description=(
+        "Connect with TLS (the embedded Redis of `cluster up` does not serve it)."))
+    ca_file: str | None = Field(None, examples=["/etc/ssl/redis-ca.pem"], description=(
+        "CA bundle that signed the server's certificate (needs tls: true); null = the system's CAs. "
+        "Executors of the shipped pipelines read it too: it must exist at this path on their hosts."))
 
     @field_validator("username")
     @classmethod
@@ -139,19 +155,27 @@ class RedisConfig(_Section):
 
 
 class ZooKeeperConfig(_Section):
-    hosts: str = "127.0.0.1:2181"
-    root: str = "/sparkscale"
-    session_timeout_s: float = Field(10.0, ge=2)
-    # Digest auth (README "Security"): a file (mode 0600) holding USER:PASSWORD, read on connect;
-    # without it, $SPARKSCALE_ZOOKEEPER_AUTH; neither: no auth. With it, sparkscale's znodes are
-    # readable and writable by that identity only (the daemon locks the root at start).
-    auth_file: str | None = None
-    # TLS (a server with secureClientPort): verify the server against ca_file (default: the system's
-    # CAs); cert_file and key_file: a client certificate, for a server that requires one.
-    tls: bool = False
-    ca_file: str | None = None
-    cert_file: str | None = None
-    key_file: str | None = None
+    """Where ZooKeeper is and how sparkscale authenticates to it."""
+
+    hosts: str = Field("127.0.0.1:2181", description=(
+        "Connection string, HOST:PORT[,HOST:PORT...]; the embedded server binds the first."))
+    root: str = Field("/sparkscale", description=(
+        "Root znode of everything sparkscale writes (leader lock, commands, migration journal); not /."))
+    session_timeout_s: float = Field(10.0, ge=2, description=(
+        "ZooKeeper session timeout, in seconds: a daemon that loses its session stops acting."))
+    # README "Security". The daemon locks the root at start.
+    auth_file: str | None = Field(None, examples=["/etc/sparkscale/zookeeper.auth"], description=(
+        "Digest auth: a file (mode 0600 or stricter) holding one line USER:PASSWORD, read on connect; null = "
+        "$SPARKSCALE_ZOOKEEPER_AUTH, and without it no auth. With it, sparkscale's znodes are readable and "
+        "writable by that identity only."))
+    tls: bool = Field(False, description=(
+        "Connect with TLS, to a server with a secureClientPort (not the embedded one of `cluster up`)."))
+    ca_file: str | None = Field(None, examples=["/etc/ssl/zookeeper-ca.pem"], description=(
+        "CA bundle to verify the server's certificate and name against (needs tls: true); null = the system's CAs."))
+    cert_file: str | None = Field(None, examples=["/etc/sparkscale/zk-client.pem"], description=(
+        "Client certificate, for a server that requires one (needs tls: true and key_file)."))
+    key_file: str | None = Field(None, examples=["/etc/sparkscale/zk-client.key"], description=(
+        "The client certificate's private key (needs tls: true and cert_file)."))
 
     @field_validator("ca_file", "cert_file", "key_file")
     @classmethod

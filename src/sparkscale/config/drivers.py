@@ -15,17 +15,22 @@ from sparkscale.config.base import ConfigSection
 
 
 class DriversConfig(ConfigSection):
-    # "process": `pipeline submit` starts `sparkscale pipeline run APP` in a session of its own (the
-    # embedded environment, or any host without systemd); "systemd": it starts the unit below
-    # (systemd/sparkscale-app@.service), so the driver lives in its own cgroup, not the daemon's.
-    supervisor: Literal["process", "systemd"] = "process"
-    systemd_unit: str = "sparkscale-app@{app}.service"
-    # After a crash: wait restart_delay_s, doubling up to max_restart_delay_s; more than
-    # max_restarts crashes within restart_window_s and the supervisor gives up (exit 1).
-    restart_delay_s: float = Field(2.0, gt=0)
-    max_restart_delay_s: float = Field(60.0, gt=0)
-    max_restarts: int = Field(5, ge=0)
-    restart_window_s: float = Field(600.0, gt=0)
+    """How each managed driver's supervisor is started, and when it gives up restarting."""
+
+    # systemd: the driver lives in its own cgroup, not the daemon's (systemd/sparkscale-app@.service).
+    supervisor: Literal["process", "systemd"] = Field("process", description=(
+        "process: `pipeline submit` (and the daemon, for a whole-app restart) starts the supervisor "
+        "(`sparkscale pipeline run APP`) in a session of its own; systemd: it starts systemd_unit instead, "
+        "so the driver lives outside the daemon's cgroup (systemd/README.md)."))
+    systemd_unit: str = Field("sparkscale-app@{app}.service", description=(
+        "The systemd unit of an app's supervisor ({app} stands for the app's name), for supervisor: systemd."))
+    restart_delay_s: float = Field(2.0, gt=0, description=(
+        "After a crash, wait this many seconds before the restart, doubling each time up to max_restart_delay_s."))
+    max_restart_delay_s: float = Field(60.0, gt=0, description="The longest wait before a restart, in seconds.")
+    max_restarts: int = Field(5, ge=0, description=(
+        "More crashes than this within restart_window_s and the supervisor gives up (exit 1). A driver "
+        "whose first start fails before its queries run (a bad script) is not restarted."))
+    restart_window_s: float = Field(600.0, gt=0, description="The window max_restarts counts crashes in, in seconds.")
 
     @field_validator("systemd_unit")
     @classmethod

@@ -14,51 +14,56 @@ class GuardsConfig(MemoryGuardsConfig):  # its memory settings: config/memory.py
     """Limits on every policy's plan (sparkscale.policies.guards). The cooldown after an action and
     the stabilisation after a migration are `loop.cooldown_s` and `loop.stabilization_s`."""
 
-    # Scale down only after every recommendation for this long was below the current count, and then
-    # to the largest of them (0 = scale down at once).
-    scale_down_delay_s: float = Field(120.0, ge=0)
-    # One step changes the executor count by at most these factors (x up, / down), and by at least 1.
-    # Up: none by default (null): a policy's computed target is reached in one step.
-    max_scale_up_factor: float | None = Field(None, ge=1)
-    max_scale_down_factor: float = Field(2.0, ge=1)
-    # Two-tier scaling: a query's state partitions are migrated only when its partitions per core
-    # on the planned executors would leave [min, max] (policies/two_tier.py).
-    partitions_per_core_min: float = Field(1.0, gt=0)
-    partitions_per_core_max: float = Field(12.0, gt=0)
-    # Spread a stateful app's executors over the workers (policies/spread.py): one replace_executor
-    # off a worker holding more than ceil(n / w) of them, in a cycle that changes nothing else ...
-    spread_executors: bool = True
-    # ... and, after a move that left the counts as they were (the master placed the replacement on
-    # the crowded worker again), no further move for this long, in seconds.
-    spread_hold_s: float = Field(600.0, ge=0)
-    # Start-up grace (policies/startup_grace.py): no scaling decision rests on the first this many
-    # batches of a new or restarted query's run (they pay for the start: state loading, code
-    # generation, the input that waited; the demo's first 20 s went 1 -> 2 -> 1 -> 3 -> 5 -> 1
-    # executors on them). 0: off.
-    startup_grace_batches: int = Field(3, ge=0, le=10_000)
-    # No scale-down while the source backlog is above backlog_slo_s seconds of input, or above zero
-    # and falling (draining: the spare cores are what drains it; policies/draining.py). Off by
-    # default, as before.
-    no_scale_down_while_draining: bool = False
-    # The backlog SLO that guard holds to, in seconds of input waiting (the default is `sparkscale
-    # bench scaling`'s --slo-backlog-s); read only while no_scale_down_while_draining is on.
-    backlog_slo_s: float = Field(10.0, gt=0)
-    # At most this many reversals of the executor count's direction within the last hour; at the
-    # cap, a change that would reverse it again is held (policies/direction_cap.py). Null, the
-    # default: no cap, as before.
-    max_direction_changes_per_hour: int | None = Field(None, ge=0)
-    # Windows in which no scaling action is taken (warnings still pass), in UTC, such as
-    # "Sat 00:00-06:00", "daily 23:30-00:30" or "Mon-Fri 12:00-13:00" (config/periods.py;
-    # policies/excluded_periods.py). Empty, the default: none, as before.
-    excluded_periods: list[str] = Field(default_factory=list)
-    # Ineffective scaling (policies/ineffective.py): when a query's last judged scale-up brought
-    # less than this fraction of the capacity gain expected of it, further scale-ups of that query
-    # are held (with a warning) until the arrival rate has moved by more than
-    # ineffective_load_change (a share: 0.2 = 20 %) or ineffective_hold_s have passed since that
-    # scale-up was judged. Null, the default: off, as before.
-    ineffective_scale_up_fraction: float | None = Field(None, gt=0, le=1)
-    ineffective_hold_s: float = Field(600.0, ge=0)
-    ineffective_load_change: float = Field(0.2, gt=0)
+    scale_down_delay_s: float = Field(120.0, ge=0, description=(
+        "Scale down only after every recommendation for this many seconds was below the current count, and "
+        "then to the largest of them (0 = at once)."))
+    max_scale_up_factor: float | None = Field(None, ge=1, examples=[2.0], description=(
+        "One step multiplies the executor count by at most this factor (and adds at least 1); null = no cap, "
+        "a policy's computed target is reached in one step."))
+    max_scale_down_factor: float = Field(2.0, ge=1, description=(
+        "One step divides the executor count by at most this factor (and removes at least 1)."))
+    # policies/two_tier.py
+    partitions_per_core_min: float = Field(1.0, gt=0, description=(
+        "Two-tier scaling: a query's state partitions are migrated only when its partitions per core on the "
+        "planned executors would leave [partitions_per_core_min, partitions_per_core_max]."))
+    partitions_per_core_max: float = Field(12.0, gt=0, description=(
+        "The upper edge of that band (at least partitions_per_core_min)."))
+    # policies/spread.py; the standalone master picks the new executor's worker (spreadOutApps).
+    spread_executors: bool = Field(True, description=(
+        "Spread a stateful app's executors over the workers: when a worker holds more than ceil(n / w) of the "
+        "app's n executors and another has room, replace the newest one on the crowded worker (one a cycle, "
+        "only in a cycle whose plan changes nothing else). Needs loop.cluster_view."))
+    spread_hold_s: float = Field(600.0, ge=0, description=(
+        "After a move that left the counts as they were (the master placed the replacement on the crowded "
+        "worker again), no further move for this many seconds."))
+    # policies/startup_grace.py; the demo's first 20 s went 1 -> 2 -> 1 -> 3 -> 5 -> 1 executors on them.
+    startup_grace_batches: int = Field(3, ge=0, le=10_000, description=(
+        "No scaling decision rests on the first this many batches of a new or restarted query's run (they "
+        "pay for the start: state loading, code generation, the input that waited); 0 = off."))
+    # policies/draining.py
+    no_scale_down_while_draining: bool = Field(False, description=(
+        "No scale-down while the source backlog is above backlog_slo_s seconds of input, or above zero and "
+        "falling (draining: the spare cores are what drains it)."))
+    backlog_slo_s: float = Field(10.0, gt=0, description=(  # `sparkscale bench scaling`'s --slo-backlog-s
+        "The backlog SLO no_scale_down_while_draining holds to, in seconds of input waiting."))
+    # policies/direction_cap.py
+    max_direction_changes_per_hour: int | None = Field(None, ge=0, examples=[4], description=(
+        "At most this many reversals of the executor count's direction within the last hour; at the cap, a "
+        "change that would reverse it again is held. null = no cap."))
+    # config/periods.py; policies/excluded_periods.py
+    excluded_periods: list[str] = Field(default_factory=list, examples=[["Sat 00:00-06:00", "daily 23:30-00:30"]],
+                                        description=(
+        "Windows in which no scaling action is taken (warnings still pass), in UTC: `<days> HH:MM-HH:MM` "
+        "with days daily, a day (Sat), a range (Mon-Fri) or a comma list; [] = none."))
+    # policies/ineffective.py
+    ineffective_scale_up_fraction: float | None = Field(None, gt=0, le=1, examples=[0.3], description=(
+        "When a query's last judged scale-up brought less than this fraction of the capacity gain expected "
+        "of it, hold further scale-ups of that query (with a warning) until the arrival rate moves by more "
+        "than ineffective_load_change or ineffective_hold_s passed; null = off."))
+    ineffective_hold_s: float = Field(600.0, ge=0, description=(
+        "How long, in seconds after the scale-up was judged, ineffective scaling holds further scale-ups."))
+    ineffective_load_change: float = Field(0.2, gt=0, description=(
+        "A change of the arrival rate by more than this share (0.2 = 20 %) ends the hold of ineffective scaling."))
 
     @field_validator("excluded_periods")
     @classmethod

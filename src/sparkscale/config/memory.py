@@ -16,22 +16,24 @@ MAX_EXECUTOR_MEMORY_MB = 1 << 22
 class MemoryGuardsConfig(ConfigSection):
     """The memory guards' settings, keys of `guards` itself (GuardsConfig derives from this)."""
 
-    # Refuse a scale-down after which the stateful operators' memory per executor (state memory /
-    # executors after) would exceed this fraction of one executor's memory (executor_memory_mb).
-    # Null, the default: no such guard (policies/memory_guard.py).
-    max_state_memory_fraction: float | None = Field(None, gt=0, le=1)
-    # When GC took more than this fraction of the executors' task run time in the window, a scale-up
-    # is held and a warning recommends more executor memory instead (policies/gc_guard.py). Null,
-    # the default: no such guard.
-    gc_time_fraction_max: float | None = Field(None, gt=0, lt=1)
+    # policies/memory_guard.py
+    max_state_memory_fraction: float | None = Field(None, gt=0, le=1, examples=[0.5], description=(
+        "Hold a scale-down after which the stateful operators' memory per executor (state memory / executors "
+        "after) would exceed this fraction of one executor's memory (executor_memory_mb); null = off."))
+    # policies/gc_guard.py
+    gc_time_fraction_max: float | None = Field(None, gt=0, lt=1, examples=[0.2], description=(
+        "When GC took more than this fraction of the executors' task run time in the window, hold a scale-up "
+        "and warn recommending more executor memory instead; null = off."))
 
 
 class MemoryPolicyConfig(ConfigSection):
     """`policy.memory`: a recommended `executor_memory_mb` from the executors' JVM heap peaks
     (policies/memory.py), shown in the explanation and the plan's observation figures. Off by default."""
 
-    recommend: bool = False
-    # The heap peak should be at most this fraction of the executor memory: recommended = peak / it.
-    target_heap_fraction: float = Field(0.7, gt=0, le=1)
-    # The recommendation never goes above this (nor below 256, AppConfig's least executor_memory_mb).
-    max_executor_memory_mb: int = Field(16384, ge=256, le=MAX_EXECUTOR_MEMORY_MB)
+    recommend: bool = Field(False, description=(
+        "Recommend spark.executor.memory from the executors' JVM heap peaks (peak / target_heap_fraction, "
+        "rounded up to 256 MB), in the plan's explanation and figures."))
+    target_heap_fraction: float = Field(0.7, gt=0, le=1, description=(
+        "The heap peak should be at most this fraction of the executor memory."))
+    max_executor_memory_mb: int = Field(16384, ge=256, le=MAX_EXECUTOR_MEMORY_MB, description=(
+        "The recommendation never goes above this many MB (nor below 256, the least executor_memory_mb)."))

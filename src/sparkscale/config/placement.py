@@ -20,14 +20,20 @@ class PlacementConfig(SectionedConfig):
 
     registry: ClassVar[Registry[Any]] = PLACEMENT_POLICIES
 
-    name: str = "spark-default"
+    name: str = Field("spark-default", description=(
+        "The cluster placement policy, a registered one: spark-default (the master places executors; the "
+        "spread rule keeps a stateful app's executors spread), otd (N-Storm's online task deployment: one "
+        "executor move a round) or edrp (Cardellini et al.: executor counts and placement of every app "
+        "together, a MILP weighing response time, cost and reconfiguration downtime)."))
     worker_selection_policy: Literal["CORES_FREE_DESC", "CORES_FREE_ASC", "MEMORY_FREE_DESC", "MEMORY_FREE_ASC",
-                                     "WORKER_ID"] = "CORES_FREE_DESC"
-    every_cycles: int = Field(1, ge=1)  # plan the cluster once per this many cycles
-    # The CPUs of a worker's host, where its worker advertises more cores than that
-    # (SPARK_WORKER_CORES oversubscribed): a worker's load is then its busy cores over these CPUs,
-    # not over the advertised cores, which the master alone counts. Host -> CPUs; others: cores.
-    host_cpus: dict[str, int] = Field(default_factory=dict)
+                                     "WORKER_ID"] = Field("CORES_FREE_DESC", description=(
+        "The standalone master's own spark.deploy.workerSelectionPolicy (set in SPARK_MASTER_OPTS; read by "
+        "the master at start): a plan may add an executor only where the master will put it."))
+    every_cycles: int = Field(1, ge=1, description="Plan the cluster once per this many cycles (loop.interval_s each).")
+    # SPARK_WORKER_CORES oversubscribed: the master alone counts the advertised cores.
+    host_cpus: dict[str, int] = Field(default_factory=dict, examples=[{"10.0.0.5": 8}], description=(
+        "Where a worker advertises more cores than its host has CPUs, the host's CPUs, so that a worker's "
+        "load is its busy cores over them; hosts not listed: the worker's cores."))
 
     @field_validator("host_cpus")
     @classmethod

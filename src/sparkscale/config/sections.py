@@ -11,7 +11,7 @@ from __future__ import annotations
 import ipaddress
 import os
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -20,39 +20,42 @@ from sparkscale.config.base import ConfigSection, _one_of
 from sparkscale.config.connections import RedisConfig, SparkConfig, ZooKeeperConfig
 from sparkscale.config.drivers import DriversConfig
 from sparkscale.config.guards import GuardsConfig
-from sparkscale.config.memory import MemoryPolicyConfig
 from sparkscale.config.placement import PlacementConfig
-from sparkscale.config.sectioned import SectionedConfig
-from sparkscale.registry import POLICIES, STRATEGIES, WORKLOADS, Registry
+from sparkscale.config.policy import PolicyConfig
+from sparkscale.registry import STRATEGIES, WORKLOADS
 
 _Section = ConfigSection
 MAX_WORKER_CORES = 256
-# The utilisation band's default bounds around policy.target_utilization: [0.5, 0.9] around 0.8.
-BAND_BELOW_TARGET = 0.3
-BAND_ABOVE_TARGET = 0.1
 
 
 class ClusterConfig(_Section):
     """The embedded local environment that `sparkscale cluster up` starts."""
 
-    run_dir: str = "~/.sparkscale/run"
-    workers: int = Field(2, ge=1, le=16)
-    # More cores than the machine has: operators that wait (sleep per record) rather than compute
-    # can then scale past the physical cores. One count for every worker, or one per worker
-    # (worker N: item N), e.g. [6, 3]: the master then places by free cores unevenly (bench placement).
-    worker_cores: int | list[int] = 8
-    worker_memory_mb: int = Field(8192, ge=512)
-    worker_web_port: int = Field(8081, ge=1, le=65535)
-    # The address worker i binds and advertises (and its executors with it): worker_hosts[i-1].
-    # Empty: every worker on 127.0.0.1. Distinct loopback addresses (127.0.0.0/8 on Linux) make the
-    # executors of one machine look like those of several hosts, so nothing can assume one host.
-    worker_hosts: list[str] = Field(default_factory=list)
-    # The CPUs worker N (item N) and so its executors may run on: `taskset -c` on its launch, whose
-    # affinity the worker JVM and every process it forks inherit. [] = not pinned. [[0], [1]] gives
-    # each worker a CPU of its own, so a worker's load is its own CPU's (bench placement).
-    worker_cpus: list[list[int]] = Field(default_factory=list)
-    java: str = "java"
-    start_timeout_s: float = Field(120.0, gt=0)
+    run_dir: str = Field("~/.sparkscale/run", description=(
+        "Where the embedded environment keeps its configs, data, logs and recorded pids."))
+    workers: int = Field(2, ge=1, le=16, description="Number of Spark standalone workers `cluster up` starts.")
+    # Uneven counts make the master place by free cores unevenly (bench placement).
+    worker_cores: int | list[int] = Field(8, examples=[[6, 3]], description=(
+        "Cores each worker declares (1 to 256): one number for every worker, or one per worker (worker N: "
+        "item N). More than the machine has on purpose: operators that wait (a sleep per record) rather "
+        "than compute can then scale past the physical cores."))
+    worker_memory_mb: int = Field(8192, ge=512, description="Memory each worker offers to executors, in MiB.")
+    worker_web_port: int = Field(8081, ge=1, le=65535, description=(
+        "Web UI port of worker 1; worker N uses worker_web_port + N - 1."))
+    # Distinct loopback addresses make the executors of one machine look like those of several
+    # hosts, so that nothing can assume one host.
+    worker_hosts: list[str] = Field(default_factory=list, examples=[["127.0.0.2", "127.0.0.3"]], description=(
+        "The IPv4 address each worker (and its executors) binds and advertises, one per worker; [] = every "
+        "worker on 127.0.0.1. On Linux all of 127.0.0.0/8 is loopback, so [127.0.0.2, 127.0.0.3] makes one "
+        "machine look like two hosts."))
+    # `taskset -c` on the worker's launch, whose affinity the worker JVM and every process it forks
+    # inherit (bench placement gives each worker a CPU of its own).
+    worker_cpus: list[list[int]] = Field(default_factory=list, examples=[[[0], [1]]], description=(
+        "The CPUs each worker and its executors may run on, one list per worker (launched under "
+        "`taskset -c`, from util-linux); [] = not pinned. Each CPU must be one this machine can run on."))
+    java: str = Field("java", description="The Java 17+ executable: a path, or a name found on PATH.")
+    start_timeout_s: float = Field(120.0, gt=0, description=(
+        "How long `cluster up` waits for every service to answer, in seconds."))
 
     @field_validator("worker_hosts")
     @classmethod
@@ -134,63 +137,25 @@ def usable_cpus() -> set[int]:
 class LoopConfig(_Section):
     """The MAPE loop: how often it runs, what it looks at, and how long it waits after acting."""
 
-    interval_s: float = Field(10.0, gt=0)
-    window_s: float = Field(30.0, gt=0)
-    cooldown_s: float = Field(60.0, ge=0)
-    stabilization_s: float = Field(60.0, ge=0)
-    dry_run: bool = False
-    # The daemon host's CPU: 0 = the change since the previous cycle (no wait); > 0 = a blocking
-    # sample of this many seconds in each cycle (what the cycle did before; kept for comparison).
-    host_cpu_sample_s: float = Field(0.0, ge=0, le=5)
-    # Read where the app's executors run from the standalone master's and workers' /json/ (one
-    # request to the master and one per alive worker a cycle) for the spread rule; off: no rule.
-    cluster_view: bool = True
-    # One read of the cluster view serves every app's cycle for this long (0: each cycle reads its own).
-    cluster_view_max_age_s: float = Field(2.0, ge=0)
-
-
-class PolicyConfig(SectionedConfig):
-    """`name` is a registered policy (sparkscale.policies); every policy's own settings are the
-    section `policy.<its name>`, validated by the model the policy declares (`config_model`), so a
-    new policy brings its settings with it. A section left out has its model's defaults."""
-
-    registry: ClassVar[Registry[Any]] = POLICIES
-
-    name: str = "ds2"
-    target_utilization: float = Field(0.8, ge=0.01, le=1)  # below 1 %, every need overflows
-    # A band around it (policies/band.py; DS2 applies it): no change while the projected utilisation
-    # of the current cores is inside; below the minimum, down to the fewest cores at most `maximum`
-    # busy. On by default so that an app one executor carried before a load step goes back to one
-    # after it; null bounds are derived from the target (BAND_BELOW_TARGET, BAND_ABOVE_TARGET).
-    utilization_band: bool = True
-    utilization_min: float | None = Field(None, ge=0, le=1)
-    utilization_max: float | None = Field(None, gt=0, le=1)
-    memory: MemoryPolicyConfig = Field(default_factory=MemoryPolicyConfig)  # config/memory.py
-
-    @field_validator("name")
-    @classmethod
-    def _registered(cls, value: str) -> str:
-        return _one_of(value, sorted(POLICIES.names()))
-
-    @model_validator(mode="after")
-    def _band(self) -> PolicyConfig:
-        band = self.band()
-        if band is not None and not band[0] < self.target_utilization <= band[1]:
-            raise ValueError(f"expected utilization_min < target_utilization <= utilization_max (got "
-                             f"{band[0]:g}, {self.target_utilization:g}, {band[1]:g}); leave a bound null to "
-                             f"derive it from the target, or utilization_band: false for no band")
-        return self
-
-    def band(self) -> tuple[float, float] | None:
-        """[minimum, maximum] of the utilisation band, a null bound derived from the target (Flink's
-        autoscaler keeps a band the same way: utilization.min/max around utilization.target); None
-        when `utilization_band` is off."""
-        if not self.utilization_band:
-            return None
-        target = self.target_utilization
-        lo = self.utilization_min if self.utilization_min is not None else max(0.0, target - BAND_BELOW_TARGET)
-        hi = self.utilization_max if self.utilization_max is not None else min(1.0, target + BAND_ABOVE_TARGET)
-        return round(lo, 6), round(hi, 6)
+    interval_s: float = Field(10.0, gt=0, description="One cycle per managed app every this many seconds.")
+    window_s: float = Field(30.0, gt=0, description="The observation window a snapshot covers, in seconds.")
+    cooldown_s: float = Field(60.0, ge=0, description=(
+        "After an executor change, no reversal of it (and no migration) for this many seconds; a further "
+        "step the same way is taken on the first window that began after the change was done."))
+    stabilization_s: float = Field(60.0, ge=0, description=(
+        "After a migration, no decision for that app for this many seconds."))
+    dry_run: bool = Field(False, description="Decide and log, never act (every app at least `advise`).")
+    # A blocking sample is what the cycle did before; kept for comparison.
+    host_cpu_sample_s: float = Field(0.0, ge=0, le=5, description=(
+        "The daemon host's CPU: 0 = the change since the previous cycle (no wait in the cycle); above 0, "
+        "a blocking sample of this many seconds in each cycle."))
+    cluster_view: bool = Field(True, description=(
+        "Read where each app's executors run from the standalone master's and each alive worker's /json/ "
+        "(one request each a cycle), for the spread rule (guards.spread_executors); false: no requests, "
+        "no spread rule. A master web UI the daemon cannot reach costs up to spark.rest_timeout_s a cycle."))
+    cluster_view_max_age_s: float = Field(2.0, ge=0, description=(
+        "One read of the cluster view serves every app's cycle for this many seconds (0: each cycle reads "
+        "its own), so with N apps the master and workers are asked once, not N times."))
 
 
 class QuotasConfig(_Section):
@@ -198,56 +163,62 @@ class QuotasConfig(_Section):
     them over a quota is cut to what fits, or held, with a warning naming the quota. Null, the
     default: no quota, as before (the cluster's own room still binds: policies/capacity.py)."""
 
-    max_cores: int | None = Field(None, ge=1)  # executor cores of all managed apps
-    # spark.executor.memory of all managed apps' executors, in MB (the JVM overhead not counted).
-    max_memory_mb: int | None = Field(None, ge=256)
+    max_cores: int | None = Field(None, ge=1, examples=[32], description=(
+        "Most executor cores of all managed apps together; null = no quota."))
+    max_memory_mb: int | None = Field(None, ge=256, examples=[65536], description=(
+        "Most spark.executor.memory of all managed apps' executors together, in MB (JVM overhead not "
+        "counted); null = no quota."))
 
 
 class OutcomesConfig(_Section):
     """How the daemon judges an executed action (Dhalion's action log and blocklist, for every policy)."""
 
-    # Judge an action this many loop windows after it showed in Spark (so the figures are all post-action).
-    evaluation_windows: int = Field(3, ge=1)
-    # An action met its expected outcome when it brought at least this fraction of the expected change
-    # (or the app keeps up by then).
-    fraction: float = Field(0.5, gt=0, le=1)
-    # A scale-up is ineffective (and blocks further scale-ups of the app for blocklist_ttl_s) when the
-    # capacity grew by less than this fraction of the gain expected (Flink's scaling-effectiveness).
-    effectiveness: float = Field(0.1, ge=0, le=1)
-    # How long an action that fell short stays blocked for its app and diagnosis, in seconds.
-    blocklist_ttl_s: float = Field(600.0, gt=0)
+    evaluation_windows: int = Field(3, ge=1, description=(
+        "Judge an action this many loop windows after it showed in Spark (so the figures are all post-action)."))
+    fraction: float = Field(0.5, gt=0, le=1, description=(
+        "An action met its expected outcome when it brought at least this fraction of the expected change "
+        "(or the app keeps up by then)."))
+    # Flink's scaling-effectiveness.
+    effectiveness: float = Field(0.1, ge=0, le=1, description=(
+        "A scale-up is ineffective (and blocks further scale-ups of the app for blocklist_ttl_s) when the "
+        "capacity grew by less than this fraction of the gain expected."))
+    blocklist_ttl_s: float = Field(600.0, gt=0, description=(
+        "How long an action that fell short stays blocked for its app and diagnosis, in seconds."))
 
 
 class ActuatorConfig(_Section):
     """Carrying out executor changes through the in-driver control agent."""
 
-    # The agent must acknowledge a command within this time, or the action failed.
-    ack_timeout_s: float = Field(30.0, gt=0)
-    # The change must show in the driver's Spark REST API within this time, or the action failed.
-    confirm_timeout_s: float = Field(180.0, gt=0)
+    ack_timeout_s: float = Field(30.0, gt=0, description=(
+        "The control agent must acknowledge a command within this many seconds, or the action failed."))
+    confirm_timeout_s: float = Field(180.0, gt=0, description=(
+        "The change must show in the driver's Spark REST API within this many seconds, or the action failed."))
 
 
 class MigrationConfig(_Section):
     """Changing a stateful query's partitions (actuators/migration/)."""
 
-    # How a plan's set_parallelism is carried out: a registered strategy (dsm | dcr | ccr built in).
-    strategy: str = "ccr"
-    # Each phase (drain, stop at a boundary, repartition, restart, first batch) must end within this.
-    phase_timeout_s: float = Field(180.0, gt=0)
-    # A query whose sources cannot be paused is stopped at an idle trigger if one comes within this;
-    # else inside its batch, which the restart recomputes (as DSM).
-    idle_trigger_wait_s: float = Field(10.0, gt=0)
-    # Captured input records kept in the Redis DataStore this long after a CCR migration.
-    datastore_ttl_s: float = Field(86400.0, gt=0)
-    # Rate stabilisation (Shukla & Simmhan §4 (6)): output rate within this fraction of the expected
-    # (input) rate ...
-    stable_tolerance: float = Field(0.2, gt=0, lt=1)
-    # ... for this long (the paper's 60 s); the figure is the start of that window, from the request.
-    stable_window_s: float = Field(60.0, gt=0)
-    # After a migration ends, wait at most this long for catch-up, recovery and stabilisation (the
-    # leading daemon records them in the journal; they are dated from the request: the batches since
-    # then are read too). The migration itself returns once done, without waiting for them.
-    measure_timeout_s: float = Field(300.0, gt=0)
+    strategy: str = Field("ccr", description=(
+        "How a plan's set_parallelism (new state partitions) is carried out: a registered strategy "
+        "(dsm, dcr and ccr are built in)."))
+    phase_timeout_s: float = Field(180.0, gt=0, description=(
+        "Each phase (drain, stop at a boundary, repartition, restart, first batch) must end within this "
+        "many seconds."))
+    idle_trigger_wait_s: float = Field(10.0, gt=0, description=(
+        "A query whose sources cannot be paused (files, Kafka) is stopped at an idle trigger if one comes "
+        "within this many seconds, else inside its batch, which the restart recomputes (as DSM)."))
+    datastore_ttl_s: float = Field(86400.0, gt=0, description=(
+        "Captured input records are kept in the Redis DataStore this many seconds after a CCR migration."))
+    # Shukla & Simmhan §4 (6).
+    stable_tolerance: float = Field(0.2, gt=0, lt=1, description=(
+        "Rate stabilisation: the output rate within this fraction of the expected (input) rate ..."))
+    stable_window_s: float = Field(60.0, gt=0, description=(
+        "... for this many seconds (the paper's 60 s); the figure is the start of that window, from the request."))
+    # The leading daemon records them in the journal, dated from the request (the batches since then
+    # are read too).
+    measure_timeout_s: float = Field(300.0, gt=0, description=(
+        "After a migration ends, wait at most this many seconds for catch-up, recovery and stabilisation "
+        "to be measured; `migrate` itself returns without waiting for them."))
 
     @field_validator("strategy")
     @classmethod
@@ -258,64 +229,92 @@ class MigrationConfig(_Section):
 class ActionLogConfig(_Section):
     """The action log: a Redis stream of decisions and outcomes, kept across restarts (AOF)."""
 
-    # Trim to at most this many entries (approximately, as Redis trims whole nodes) ...
-    max_entries: int = Field(100_000, ge=100)
-    # ... and drop entries older than this many days.
-    max_age_days: float = Field(30.0, gt=0)
-    # Snapshots behind decisions kept per app (stream <prefix><app>:snapshots), newest first.
-    snapshots_kept: int = Field(500, ge=0)
+    max_entries: int = Field(100_000, ge=100, description=(
+        "Trim the action log to about this many entries (Redis trims whole nodes) ..."))
+    max_age_days: float = Field(30.0, gt=0, description="... and drop entries older than this many days.")
+    snapshots_kept: int = Field(500, ge=0, description=(
+        "Snapshots behind decisions kept per app (stream <key_prefix><app>:snapshots), newest first."))
 
 
 class MetricsConfig(_Section):
     """Prometheus metrics over HTTP (GET /metrics)."""
 
-    enabled: bool = True
-    host: str = "127.0.0.1"
-    port: int = Field(9464, ge=0, le=65535)  # 0 = any free port (logged at start)
+    enabled: bool = Field(True, description="Serve Prometheus metrics at http://host:port/metrics.")
+    host: str = Field("127.0.0.1", description="The address the metrics endpoint listens on.")
+    port: int = Field(9464, ge=0, le=65535, description="The metrics port; 0 = any free port (logged at start).")
 
 
 class DaemonConfig(_Section):
-    # This daemon's name in the leader lock and the action log; null = <hostname>:<pid>.
-    id: str | None = None
+    """This daemon's identity among the daemons of one cluster."""
+
+    id: str | None = Field(None, examples=["daemon-a"], description=(
+        "This daemon's name in the leader lock and the action log; null = <hostname>:<pid>."))
 
 
 class SecurityConfig(_Section):
     """One identity per role (config/identities.py). identity_dir unset: one shared identity, as
     `zookeeper.auth_file` and `redis.password_file` give (or none)."""
 
-    # A directory (mode 0700) of `<identity>.secret` files: daemon, operator, agent-<app>; made by
-    # `sparkscale cluster up` (daemon, operator) and `pipeline submit` (the app's agent).
-    identity_dir: str | None = Field(None, min_length=1)
+    identity_dir: str | None = Field(None, min_length=1, examples=["~/.sparkscale/identities"], description=(
+        "One identity per role: a directory (mode 0700) of secret files `<identity>.secret` for the daemon, "
+        "the operator (the CLI) and each app's agent (agent-<app>), made by `cluster up` and `pipeline "
+        "submit`; ZooKeeper ACLs and Redis users give each role only what it needs. null = one shared "
+        "identity (redis.password_file, zookeeper.auth_file) or none."))
 
 
 class LoggingConfig(_Section):
-    level: Literal["debug", "info", "warning", "error"] = "info"
-    stderr: bool = True
-    # auto: human-readable when stderr is a terminal, JSON lines otherwise (journald, pipes).
-    stderr_format: Literal["auto", "json", "console"] = "auto"
-    file: str | None = None
+    """Where the daemon and the commands log, and how."""
+
+    level: Literal["debug", "info", "warning", "error"] = Field("info", description="The least severe level logged.")
+    stderr: bool = Field(True, description="Log to stderr (journald collects it under systemd).")
+    stderr_format: Literal["auto", "json", "console"] = Field("auto", description=(
+        "auto: human-readable when stderr is a terminal, JSON lines otherwise (journald, pipes)."))
+    file: str | None = Field(None, examples=["/var/log/sparkscale/sparkscale.jsonl"], description=(
+        "Also write JSON lines to this file; null = no file."))
 
 
 class Config(_Section):
-    spark: SparkConfig = SparkConfig()
-    cluster: ClusterConfig = ClusterConfig()
-    redis: RedisConfig = RedisConfig()
-    zookeeper: ZooKeeperConfig = ZooKeeperConfig()
-    apps: list[AppConfig] = [AppConfig(name="wordcount")]
-    loop: LoopConfig = LoopConfig()
-    policy: PolicyConfig = Field(default_factory=PolicyConfig)
-    placement: PlacementConfig = Field(default_factory=PlacementConfig)
-    guards: GuardsConfig = GuardsConfig()
-    quotas: QuotasConfig = QuotasConfig()
-    outcomes: OutcomesConfig = OutcomesConfig()
-    actuator: ActuatorConfig = ActuatorConfig()
-    migration: MigrationConfig = MigrationConfig()
-    action_log: ActionLogConfig = ActionLogConfig()
-    metrics: MetricsConfig = MetricsConfig()
-    daemon: DaemonConfig = DaemonConfig()
-    drivers: DriversConfig = DriversConfig()
-    security: SecurityConfig = SecurityConfig()
-    logging: LoggingConfig = LoggingConfig()
+    """The whole config file: one section per concern, every key defaulted."""
+
+    spark: SparkConfig = Field(SparkConfig(), description=(
+        "Where the Spark standalone master is, and how the daemon reaches drivers' REST APIs."))
+    cluster: ClusterConfig = Field(ClusterConfig(), description=(
+        "The embedded local environment of `sparkscale cluster up|down|status`."))
+    redis: RedisConfig = Field(RedisConfig(), description=(
+        "The Redis that holds the input streams, sink outputs, progress reports, action log and blocklist."))
+    zookeeper: ZooKeeperConfig = Field(ZooKeeperConfig(), description=(
+        "The ZooKeeper that holds the leader lock, the commands to the agents and the migration journal."))
+    apps: list[AppConfig] = Field([AppConfig(name="wordcount")], description=(
+        "The managed applications, one item each. A list you give replaces the default one whole."))
+    loop: LoopConfig = Field(LoopConfig(), description=(
+        "The MAPE loop: how often it runs, what it looks at, and how long it waits after acting."))
+    policy: PolicyConfig = Field(default_factory=PolicyConfig, description=(
+        "Which policy decides, and its settings: each policy's own in the section `policy.<name>`."))
+    placement: PlacementConfig = Field(default_factory=PlacementConfig, description=(
+        "The cluster placement policy over every app this daemon leads, and how the standalone master "
+        "places executors; each placement policy's settings in the section `placement.<name>`."))
+    guards: GuardsConfig = Field(GuardsConfig(), description=(
+        "Limits every policy's plan passes before it is carried out. The cooldown after an action is "
+        "loop.cooldown_s, the stabilisation after a migration loop.stabilization_s, and executors stay "
+        "within each app's [min_executors, max_executors]."))
+    quotas: QuotasConfig = Field(QuotasConfig(), description=(
+        "Totals over every managed app: a scale-up past one is cut to what fits, or held, with a warning."))
+    outcomes: OutcomesConfig = Field(OutcomesConfig(), description=(
+        "How an executed action is judged against the outcome its policy expected, and what an unmet one blocks."))
+    actuator: ActuatorConfig = Field(ActuatorConfig(), description=(
+        "Carrying out executor changes through the control agent in each driver."))
+    migration: MigrationConfig = Field(MigrationConfig(), description=(
+        "Changing a stateful query's state partitions: the strategy, its time limits and what is measured."))
+    action_log: ActionLogConfig = Field(ActionLogConfig(), description=(
+        "The action log: a Redis stream <key_prefix>actions of decisions and outcomes, kept across restarts."))
+    metrics: MetricsConfig = Field(MetricsConfig(), description="Prometheus metrics over HTTP (GET /metrics).")
+    daemon: DaemonConfig = Field(DaemonConfig(), description="This daemon's identity.")
+    drivers: DriversConfig = Field(DriversConfig(), description=(
+        "How managed drivers are kept running: each under a supervisor of its own that restarts it from its "
+        "checkpoints after a crash, and outlives the daemon."))
+    security: SecurityConfig = Field(SecurityConfig(), description=(
+        "One identity per role for ZooKeeper and Redis (README \"Security\")."))
+    logging: LoggingConfig = Field(LoggingConfig(), description="Where and how sparkscale logs.")
 
     @field_validator("apps")
     @classmethod

@@ -60,11 +60,15 @@ from sparkscale.policies.history import DecisionHistory
 class DhalionConfig(ConfigSection):
     """`policy.dhalion`: the symptom detectors' thresholds."""
 
-    skew_ratio: float = Field(2.0, gt=1)
-    slow_instance_ratio: float = Field(2.0, gt=1)
-    over_provisioned_utilization: float = Field(0.5, gt=0, lt=1)
-    # Backpressure from the backlog: the total source backlog grew over this many windows (this one included).
-    backlog_growth_windows: int = Field(3, ge=2)
+    skew_ratio: float = Field(2.0, gt=1, description=(
+        "Processing-rate skew: max / median of an operator's instances' rates above this ratio."))
+    slow_instance_ratio: float = Field(2.0, gt=1, description=(
+        "Slow instance: an executor's time per record above this multiple of its peers' median."))
+    over_provisioned_utilization: float = Field(0.5, gt=0, lt=1, description=(
+        "Below this utilisation the app is over-provisioned and may scale down."))
+    backlog_growth_windows: int = Field(3, ge=2, description=(
+        "Backpressure from the backlog: the total source backlog grew over this many windows (this one "
+        "included; earlier figures come from the decision history)."))
 
 Diagnosis = Literal["slow_instance", "data_skew", "under_provisioning", "over_provisioning"]
 

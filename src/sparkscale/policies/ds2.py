@@ -30,25 +30,29 @@ class Ds2Config(ConfigSection):
 
     # At least 1 s: the backlog is drained over it (backlog / catch_up_s), and a vanishing one makes
     # any backlog an infinite target rate.
-    catch_up_s: float = Field(60.0, ge=1)
-    min_parallelism: int = Field(1, ge=1)
-    max_parallelism: int = Field(64, ge=1, le=100_000)
-    # The observed scalability coefficient (policies/scalability.py): its lower bound, and how many
-    # judged scale-ups it needs before it is used.
-    scalability_min_coefficient: float = Field(0.5, gt=0, le=1)
-    scalability_min_observations: int = Field(3, ge=1)
-    # Restart-aware catch-up (policies/catch_up.py): size so that the records arriving while the
-    # coming change stalls the query (its measured cost, policies/change_costs.py) are drained
-    # within catch_up_s too. Off by default, as before.
-    restart_aware: bool = False
-    # The cost of a kind of change before any was measured, in seconds of stall (the EDRP model's
-    # defaults, policies/placement/downtime.py); a migration's, whatever its strategy.
-    executor_add_cost_default_s: float = Field(9.0, ge=0)
-    executor_remove_cost_default_s: float = Field(0.0, ge=0)
-    restart_cost_default_s: float = Field(20.0, ge=0)
-    # A repartition is kept only when the records/s it gains over this horizon exceed the records
-    # arriving during its stall (else executor scaling alone). Null, the default: no check.
-    payback_horizon_s: float | None = Field(None, gt=0)
+    catch_up_s: float = Field(60.0, ge=1, description=(
+        "Extra capacity so that a source backlog drains within this many seconds."))
+    min_parallelism: int = Field(1, ge=1, description="The least parallelism of any operator.")
+    max_parallelism: int = Field(64, ge=1, le=100_000, description="The most parallelism of any operator.")
+    # policies/scalability.py
+    scalability_min_coefficient: float = Field(0.5, gt=0, le=1, description=(
+        "The lower bound of the observed scalability coefficient (how much of a linear gain more cores bring)."))
+    scalability_min_observations: int = Field(3, ge=1, description=(
+        "Judged scale-ups needed before the observed scalability coefficient is used."))
+    # policies/catch_up.py, policies/change_costs.py
+    restart_aware: bool = Field(False, description=(
+        "Restart-aware catch-up: size so that the records arriving while the coming change stalls the query "
+        "(its measured cost) drain within catch_up_s too."))
+    # The EDRP model's defaults (policies/placement/downtime.py).
+    executor_add_cost_default_s: float = Field(9.0, ge=0, description=(
+        "The stall an executor addition costs until one was measured, in seconds (restart_aware)."))
+    executor_remove_cost_default_s: float = Field(0.0, ge=0, description=(
+        "The stall an executor removal costs until one was measured, in seconds (restart_aware)."))
+    restart_cost_default_s: float = Field(20.0, ge=0, description=(
+        "The stall a migration (query restart) costs until one was measured, whatever its strategy, in seconds."))
+    payback_horizon_s: float | None = Field(None, gt=0, examples=[600.0], description=(
+        "Keep a repartition only when the records/s it gains over this many seconds exceed the records "
+        "arriving during its stall (else executor scaling alone); null = no check."))
 
     @model_validator(mode="after")
     def _range(self) -> Ds2Config:

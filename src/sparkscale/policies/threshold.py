@@ -46,11 +46,14 @@ from sparkscale.policies.history import DecisionHistory
 class ThresholdRule(ConfigSection):
     """`metric op value` for `for_windows` windows -> change executors by `executors_delta`."""
 
-    metric: Literal["cpu", "busy", "batch_ratio", "backlog", "memory"]
-    op: Literal[">", ">=", "<", "<="]
-    value: float
-    for_windows: int = Field(1, ge=1)
-    executors_delta: int
+    metric: Literal["cpu", "busy", "batch_ratio", "backlog", "memory"] = Field(examples=["cpu"], description=(
+        "cpu: task CPU time over cores x window; busy: share of task slots in use; batch_ratio: batch "
+        "duration / trigger interval; backlog: records waiting at the sources; memory: storage memory used."))
+    op: Literal[">", ">=", "<", "<="] = Field(examples=[">"], description="How the metric is compared with value.")
+    value: float = Field(examples=[0.7], description="The threshold the metric is compared with.")
+    for_windows: int = Field(1, ge=1, description="The rule fires when it held in this many windows in a row.")
+    executors_delta: int = Field(examples=[1], description=(
+        "Executors added (positive) or removed (negative) when the rule fires; not 0."))
 
     @field_validator("executors_delta")
     @classmethod
@@ -61,10 +64,15 @@ class ThresholdRule(ConfigSection):
 
 
 class ThresholdConfig(ConfigSection):
-    # "dstreams": the old DStreams allocator (up above 0.9 of the batch interval, down below 0.3,
-    # one executor at a time); "custom": only `rules`.
-    preset: Literal["dstreams", "custom"] = "dstreams"
-    rules: list[ThresholdRule] = []
+    """`policy.threshold`: rules on one metric each, or the old DStreams allocator."""
+
+    preset: Literal["dstreams", "custom"] = Field("dstreams", description=(
+        "dstreams: the old DStreams allocator (up above 0.9 of the batch interval, down below 0.3, one "
+        "executor at a time), plus any rules; custom: only the rules."))
+    rules: list[ThresholdRule] = Field([], examples=[[
+        {"metric": "cpu", "op": ">", "value": 0.7, "for_windows": 3, "executors_delta": 1}]], description=(
+        "Rules `metric op value for for_windows windows -> executors_delta`; when several fire, the largest "
+        "step up wins, else the smallest step down."))
 
 METRICS = ("cpu", "batch_ratio", "backlog", "memory")
 

@@ -36,11 +36,16 @@ class DowntimeModel(ConfigSection):
     """Seconds of stall per action kind. The defaults, measured by `sparkscale bench placement`
     (docs/results/placement), hold until this cluster has measured its own (`from_measured`)."""
 
-    sync_s: float = Field(1.0, ge=0.0)  # t_syn: daemon <-> agent round trip + the action's confirmation
-    executor_add_s: float = Field(9.0, ge=0.0)  # the bench: a scale-up stalled a batch 9-11 s, t_syn included
-    executor_remove_s: float = Field(0.0, ge=0.0)  # the bench: a scale-in 0.4-0.5 s, below t_syn
-    reload_bytes_per_s: float = Field(50e6, gt=0.0)  # state reload rate from the checkpoint
-    restart_s: float = Field(20.0, ge=0.0)  # stop + restart of a query (partition change)
+    sync_s: float = Field(1.0, ge=0.0, description=(  # t_syn
+        "Daemon-agent round trip plus the action's confirmation, in seconds."))
+    executor_add_s: float = Field(9.0, ge=0.0, description=(  # the bench: 9-11 s, t_syn included
+        "Stall of a batch after an executor is added, in seconds."))
+    executor_remove_s: float = Field(0.0, ge=0.0, description=(  # the bench: 0.4-0.5 s, below t_syn
+        "Stall after an executor is removed, beyond sync_s, in seconds."))
+    reload_bytes_per_s: float = Field(50e6, gt=0.0, description=(
+        "Rate at which state is reloaded from the checkpoint, in bytes/s."))
+    restart_s: float = Field(20.0, ge=0.0, description=(
+        "Stop and restart of a query (a partition change), in seconds."))
 
 
 def action_kind(now: Mapping[str, int], target: Mapping[str, int]) -> str:

@@ -20,24 +20,33 @@ Counts = Mapping[str, Mapping[str, int]]  # app -> worker -> executors
 
 
 class EdrpSettings(ConfigSection):
-    """`placement.edrp`. Weights default to the paper's "balanced" run (§7, Tables III and V).
+    """`placement.edrp`: Cardellini et al.'s EDRP, the executor counts and placement of every app
+    together, a MILP weighing response time, cost and reconfiguration downtime.
+
+    Weights default to the paper's "balanced" run (§7, Tables III and V).
     R_max and T_D,max default to the prototype's bounds (§7.3). C_max defaults to None: the cost of
     every core of the cluster, the worst any deployment can cost here."""
 
-    w_r: float = Field(0.3, ge=0.0)
-    w_c: float = Field(0.3, ge=0.0)
-    w_d: float = Field(0.4, ge=0.0)
-    # R_a(k): "microbatch" (default) the paper's M/M/1 with a trigger interval's batch as the
-    # customer, in seconds of end-to-end latency; "mm1" the paper's per-record M/M/1 (§7.2)
-    response_model: Literal["microbatch", "mm1"] = "microbatch"
-    r_max_s: float = Field(10.0, gt=0.0)  # R_max; the paper's 0.15 s is per record (mm1)
-    c_max: float | None = Field(None, gt=0.0)  # C_max, cost units per hour
-    td_max_s: float = Field(60.0, gt=0.0)  # T_D,max
-    price_per_core_hour: float = Field(1.0, gt=0.0)  # C_i = pi * executor cores
-    reduced: bool = False  # rEDRP (§7.2): each app may differ by one element (row 13)
-    time_limit_s: float = Field(10.0, gt=0.0)
-    mip_rel_gap: float = Field(1e-7, ge=0.0)  # HiGHS's default 1e-4 would hide small F differences
-    downtime: DowntimeModel = DowntimeModel()
+    w_r: float = Field(0.3, ge=0.0, description="Weight of response time in the objective (w_r + w_c + w_d = 1).")
+    w_c: float = Field(0.3, ge=0.0, description="Weight of cost in the objective.")
+    w_d: float = Field(0.4, ge=0.0, description="Weight of reconfiguration downtime in the objective.")
+    response_model: Literal["microbatch", "mm1"] = Field("microbatch", description=(
+        "Each app's response time for k executors: microbatch (an M/M/1 with one trigger interval's records "
+        "as the customer: end-to-end latency) or mm1 (the paper's per-record M/M/1, §7.2)."))
+    r_max_s: float = Field(10.0, gt=0.0, description=(  # the paper's 0.15 s is per record (mm1)
+        "Bound on, and scale of, the response time, in seconds."))
+    c_max: float | None = Field(None, gt=0.0, examples=[16.0], description=(
+        "Bound on, and scale of, the cost, per hour; null = every core of the cluster at price_per_core_hour."))
+    td_max_s: float = Field(60.0, gt=0.0, description="Bound on, and scale of, the downtime, in seconds.")
+    price_per_core_hour: float = Field(1.0, gt=0.0, description="Cost of one executor core for an hour.")
+    reduced: bool = Field(False, description=(
+        "rEDRP (§7.2): each app's deployment changes by at most one executor added, removed or moved."))
+    time_limit_s: float = Field(10.0, gt=0.0, description="Time limit of one MILP solve, in seconds.")
+    mip_rel_gap: float = Field(1e-7, ge=0.0, description=(  # HiGHS's default 1e-4 would hide small F differences
+        "Relative optimality gap at which the solver stops."))
+    downtime: DowntimeModel = Field(DowntimeModel(), description=(
+        "Downtime per kind of action, in seconds, until this cluster has measured them (the daemon plans "
+        "with the median stall it measured, kept in Redis)."))
 
     @model_validator(mode="after")
     def _weights(self) -> EdrpSettings:

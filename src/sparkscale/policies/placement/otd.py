@@ -44,7 +44,11 @@ from sparkscale.policies.placement.model import (
 
 
 class OtdSettings(ConfigSection):
-    """`placement.otd`. The paper gives no threshold: it classifies workers by "the length of message
+    """`placement.otd`: N-Storm's online task deployment, one executor move a round: from the most
+    loaded worker to the least loaded, or, when none is overloaded, towards the host its shuffle
+    traffic comes from.
+
+    The paper gives no threshold: it classifies workers by "the length of message
     queues and the CPU utilization" and compares ASC with an unspecified `threshold_ASC`. Defaults:
     - high_load 0.85: near saturation, with headroom left for a batch spike;
     - low_load 0.5: at most half busy, so it can take an executor's work. The 0.35 gap between
@@ -53,9 +57,13 @@ class OtdSettings(ConfigSection):
       checkpoint, which is not worth less than ~1% of a 1 Gbit/s link.
     """
 
-    high_load: float = Field(0.85, ge=0.0, le=1.0)  # busy_share >= it: high-load
-    low_load: float = Field(0.5, ge=0.0, le=1.0)  # busy_share <= it: low-load
-    threshold_asc: float = Field(1_000_000.0, ge=0.0)  # bytes/s; Algorithm 2 needs ASC > it
+    high_load: float = Field(0.85, ge=0.0, le=1.0, description=(
+        "A worker whose executors keep at least this share of its cores busy is high-load."))
+    low_load: float = Field(0.5, ge=0.0, le=1.0, description=(
+        "A worker with at most this share busy is low-load (below high_load)."))
+    threshold_asc: float = Field(1_000_000.0, ge=0.0, description=(  # the paper's threshold_ASC
+        "Communication optimisation moves an executor only when it removes more than this much shuffle "
+        "traffic between hosts, in bytes/s."))
 
     @model_validator(mode="after")
     def _order(self) -> OtdSettings:
