@@ -116,7 +116,9 @@ class LogFeed:
             case Decided():
                 _decided(event)
             case ActionStarted():
-                log.info("action.started", app=event.app, decision_id=event.decision_id, actions=event.actions)
+                log.info("action.started", app=event.app, decision_id=event.decision_id, actions=event.actions,
+                         reasons=list(event.reasons),
+                         expected=event.expected.to_dict() if event.expected is not None else None)
             case ActionDone():
                 log.info("action.done", app=event.app, decision_id=event.decision_id,
                          duration_s=round(event.duration_s, 3),
