@@ -278,6 +278,9 @@ class LoggingConfig(_Section):
     stderr: bool = True
     # auto: human-readable when stderr is a terminal, JSON lines otherwise (journald, pipes).
     stderr_format: Literal["auto", "json", "console"] = "auto"
+    # What a console shows (logconsole.py): brief: one line per cycle and per action, warnings,
+    # errors, the daemon's start and stop; all: every event. JSON output always has every event.
+    console_events: Literal["brief", "all"] = "brief"
     file: str | None = None
 
 

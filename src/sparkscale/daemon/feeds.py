@@ -6,7 +6,7 @@ neither counted nor logged, and the caller's cycle fails as if it had written it
 The log lines keep the event names and keys operators, `sparkscale explain`, the lab's reports and
 the integration tests read (`cycle`, `action.started`, `action.done`, `outcome`, `cycle.unreachable`,
 ...), under the logger name they always had. The `cycle` line carries every figure of the decision
-for the JSON log; on a terminal `logsetup.CycleLineRenderer` shows it as one short line.
+for the JSON log; on a terminal logconsole.py shows it, and each action event, as one short line.
 """
 
 from __future__ import annotations
