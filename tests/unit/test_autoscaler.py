@@ -445,6 +445,10 @@ def test_the_sink_receives_one_event_per_decision_and_per_action(monkeypatch):
                      EventKind.ACTION_DONE, EventKind.DECISION, EventKind.CYCLE_ENDED]
     started, action_done = sink.events[0], sink.events[3]
     assert isinstance(started, ActionStarted) and started.actions == "scale_executors 1 -> 3"
+    # With each change's reason and the decision's expectation, for the console's action line.
+    decided = sink.events[1]
+    assert isinstance(decided, Decided) and started.reasons == ("scale up: 3 cores needed",)
+    assert started.expected is not None and started.expected == decided.decision.expected
     assert isinstance(action_done, ActionDone) and action_done.results == (done,)
     # What the ended action left: the cooldown's reference and the direction the guards read.
     assert run.state.last_action == "scale_executors 1 -> 3" and run.state.last_action_direction == 1

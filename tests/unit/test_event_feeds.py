@@ -126,14 +126,15 @@ def test_actions_outcomes_and_takeovers_keep_their_events():
     result = ActionResult(UP, "done", "4 executors", confirm_s=11.2, executors_after=4)
     bug = RuntimeError("actuator bug")
     started, done, crashed, resumed, judged, elected = logged(
-        ActionStarted("clicks", "1-0", "scale_executors 2 -> 4"),
+        ActionStarted("clicks", "1-0", "scale_executors 2 -> 4", (UP.reason,), EXPECTED),
         ActionDone("clicks", "1-0", 12.34567, (result,)),
         ActionCrashed("clicks", "1-0", bug),
         MigrationResumed("clicks", "2-0", result),
         outcome(False),
         LeaderElected("clicks", "alpha", 7, 3, 1, 99.0))
     assert started == {"event": "action.started", "log_level": "info", "app": "clicks", "decision_id": "1-0",
-                       "actions": "scale_executors 2 -> 4"}
+                       "actions": "scale_executors 2 -> 4", "reasons": [UP.reason], "expected": EXPECTED.to_dict()}
+    assert logged(ActionStarted("clicks", "1-0", "replace_executor 3"))[0]["expected"] is None
     assert done["event"] == "action.done" and done["duration_s"] == 12.346
     assert done["results"] == [{"action": "scale_executors 2 -> 4", "status": "done", "detail": "4 executors",
                                 "confirm_s": 11.2}]

@@ -28,7 +28,7 @@ def test_json_lines_to_file_and_stderr_carry_timestamp_level_event_and_context(t
 
 def test_console_format_is_human_readable_and_level_is_honoured():
     stream = io.StringIO()
-    configure_logging(LoggingConfig(stderr_format="console", level="warning"), stderr=stream)
+    configure_logging(LoggingConfig(stderr_format="console", console_events="all", level="warning"), stderr=stream)
     structlog.get_logger("t").info("not.shown")
     structlog.get_logger("t").warning("cycle.spark_unreachable", app="wc")
     text = stream.getvalue()
@@ -53,3 +53,21 @@ def test_stderr_off_writes_nothing_there(tmp_path):
     structlog.get_logger("t").info("only.file")
     assert stream.getvalue() == ""
     assert "only.file" in (tmp_path / "x.jsonl").read_text()
+
+
+def test_console_events_brief_leaves_json_stderr_whole_and_shows_a_library_s_warnings_only():
+    import logging
+
+    stream = io.StringIO()
+    configure_logging(LoggingConfig(stderr_format="json", console_events="brief"), stderr=stream)
+    structlog.get_logger("t").info("monitor.snapshot", app="wc", arrival_rate=10.0)
+    structlog.get_logger("t").info("outcome", app="wc", met=True)
+    assert [json.loads(line)["event"] for line in stream.getvalue().splitlines()] == ["monitor.snapshot", "outcome"]
+
+    console = io.StringIO()
+    configure_logging(LoggingConfig(stderr_format="console", level="debug"), stderr=console)
+    logging.getLogger("some.library").info("chatter %s", 1)
+    logging.getLogger("some.library").warning("disk %s", "full")
+    structlog.get_logger("t").debug("host.sampled", cpu=0.5)
+    [line] = console.getvalue().splitlines()
+    assert line.endswith(" warning  disk full") and len(line) == len("12:00:05  warning  disk full")

@@ -269,6 +269,11 @@ class LoggingConfig(_Section):
     stderr: bool = Field(True, description="Log to stderr (journald collects it under systemd).")
     stderr_format: Literal["auto", "json", "console"] = Field("auto", description=(
         "auto: human-readable when stderr is a terminal, JSON lines otherwise (journald, pipes)."))
+    # logconsole.py
+    console_events: Literal["brief", "all"] = Field("brief", description=(
+        "What a console shows: brief = one line per cycle per app and one per action (what, why, expected "
+        "effect, the id for `sparkscale explain`), warnings, errors, the daemon's start and stop; all = every "
+        "event. JSON output (stderr_format json, the file) always has every event with every field."))
     file: str | None = Field(None, examples=["/var/log/sparkscale/sparkscale.jsonl"], description=(
         "Also write JSON lines to this file; null = no file."))
 

@@ -56,12 +56,16 @@ class Decided:
 
 @dataclass(frozen=True)
 class ActionStarted:
-    """A logged decision's actions were handed to the background (`actions`: their summary)."""
+    """A logged decision's actions were handed to the background (`actions`: their summary), with
+    each one's reason and what the first should bring (None: nothing expected), for the one line
+    a console shows of it (logconsole.py)."""
 
     kind: ClassVar[EventKind] = EventKind.ACTION_STARTED
     app: str
     decision_id: str
     actions: str
+    reasons: tuple[str, ...] = ()
+    expected: Expectation | None = None
 
 
 @dataclass(frozen=True)

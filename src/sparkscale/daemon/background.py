@@ -50,7 +50,8 @@ class BackgroundExecutor:
 
         summary = "; ".join(a.summary() for a in actions)
         future = self.pool.submit(run)
-        self.sink.emit(ActionStarted(app.name, decision_id, summary))
+        self.sink.emit(ActionStarted(app.name, decision_id, summary, tuple(a.reason for a in actions),
+                                     decision.expected))
         future.add_done_callback(lambda _f: on_done())
         return InFlight(decision_id, summary, future, clock.monotonic(), decision.expected, decision.plan.policy,
                         decision.snapshot.query)

@@ -6,7 +6,7 @@ neither counted nor logged, and the caller's cycle fails as if it had written it
 The log lines keep the event names and keys operators, `sparkscale explain`, the lab's reports and
 the integration tests read (`cycle`, `action.started`, `action.done`, `outcome`, `cycle.unreachable`,
 ...), under the logger name they always had. The `cycle` line carries every figure of the decision
-for the JSON log; on a terminal `logsetup.CycleLineRenderer` shows it as one short line.
+for the JSON log; on a terminal logconsole.py shows it, and each action event, as one short line.
 """
 
 from __future__ import annotations
@@ -116,7 +116,9 @@ class LogFeed:
             case Decided():
                 _decided(event)
             case ActionStarted():
-                log.info("action.started", app=event.app, decision_id=event.decision_id, actions=event.actions)
+                log.info("action.started", app=event.app, decision_id=event.decision_id, actions=event.actions,
+                         reasons=list(event.reasons),
+                         expected=event.expected.to_dict() if event.expected is not None else None)
             case ActionDone():
                 log.info("action.done", app=event.app, decision_id=event.decision_id,
                          duration_s=round(event.duration_s, 3),
