@@ -56,8 +56,11 @@ def propose_memory(actions: list[Action], given: GuardInput, settings: MemoryPol
     to = min(wish.memory_mb, settings.max_executor_memory_mb)
     if wish.memory_mb == current:
         return []
-    if not MIN_EXECUTOR_MEMORY_MB <= current <= MAX_EXECUTOR_MEMORY_MB or (to - current) * (
-            wish.memory_mb - current) <= 0:
+    if not MIN_EXECUTOR_MEMORY_MB <= current <= MAX_EXECUTOR_MEMORY_MB:
+        notes.append(f"memory apply: {current} MB kept: outside the executor memory a shape may have "
+                     f"[{MIN_EXECUTOR_MEMORY_MB}, {MAX_EXECUTOR_MEMORY_MB}]")
+        return []
+    if (to - current) * (wish.memory_mb - current) <= 0:  # the cap would turn the change around
         notes.append(f"memory apply: {current} MB kept: {wish.memory_mb} MB recommended ({wish.why}), but "
                      f"policy.memory.max_executor_memory_mb is {settings.max_executor_memory_mb}")
         return []
