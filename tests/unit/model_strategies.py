@@ -91,6 +91,9 @@ def actions(draw: st.DrawFn) -> Action:
                       reason=reason, query=query)
     if kind == ActionType.REPLACE_EXECUTOR:
         return Action(kind, executor=draw(names), reason=reason, query=query)
+    if kind == ActionType.SET_EXECUTOR_MEMORY:
+        memory_mb = st.integers(256, 1 << 22)
+        return Action.set_executor_memory(draw(names), draw(memory_mb), draw(memory_mb), reason)
     return Action(kind, operator=draw(st.none() | names), reason=reason, query=query)
 
 

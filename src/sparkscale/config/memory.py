@@ -28,7 +28,8 @@ class MemoryGuardsConfig(ConfigSection):
 
 class MemoryPolicyConfig(ConfigSection):
     """`policy.memory`: a recommended `executor_memory_mb` from the executors' JVM heap peaks
-    (policies/memory.py), shown in the explanation and the plan's observation figures. Off by default."""
+    (policies/memory.py), shown in the explanation and the plan's observation figures, and, with
+    `apply`, set through a restart of the whole app (policies/memory_apply.py). Off by default."""
 
     recommend: bool = Field(False, description=(
         "Recommend spark.executor.memory from the executors' JVM heap peaks (peak / target_heap_fraction, "
@@ -37,3 +38,16 @@ class MemoryPolicyConfig(ConfigSection):
         "The heap peak should be at most this fraction of the executor memory."))
     max_executor_memory_mb: int = Field(16384, ge=256, le=MAX_EXECUTOR_MEMORY_MB, description=(
         "The recommendation never goes above this many MB (nor below 256, the least executor_memory_mb)."))
+    apply: bool = Field(False, description=(
+        "Carry out the recommendation (this one's, and the GC guard's: guards.gc_time_fraction_max) as a "
+        "set_executor_memory action: spark.executor.memory set by a restart of the whole app, with every "
+        "check of `sparkscale migrate --executor-memory-mb` (refused for a source that does not replay)."))
+    min_change_fraction: float = Field(0.25, ge=0, le=10, description=(
+        "Only a change of at least this fraction of the current executor memory is proposed (and of at "
+        "least min_change_mb)."))
+    min_change_mb: int = Field(256, ge=0, le=MAX_EXECUTOR_MEMORY_MB, description=(
+        "Only a change of at least this many MB is proposed (and of at least min_change_fraction)."))
+    # At most the hour of decisions the daemon keeps (control/autoscaler.py's HISTORY_S).
+    retry_after_s: float = Field(1800.0, gt=0, le=3600, description=(
+        "A proposed memory the executors still do not have (the restart was refused or failed, or the app "
+        "only advises) is not proposed again for this many seconds."))

@@ -8,7 +8,7 @@ the explanation text; it is written beside the plan (`policies/history.py`, `dae
 The JSON of all of them is generated from the annotations (`model/codec.py`).
 
 Action types are an open table: an actuator for a new kind of action registers its type and the
-fields it needs with `register_action_type` (the built-in four, `ActionType`, are registered below).
+fields it needs with `register_action_type` (the built-in five, `ActionType`, are registered below).
 """
 
 from __future__ import annotations
@@ -24,9 +24,12 @@ from pydantic_core import CoreSchema
 
 from sparkscale.config.apps import MAX_EXECUTORS, MAX_PARTITIONS
 from sparkscale.model.codec import NAME, TEXT, Check, Codec, between, known_keys, reshaped, whole, without_nulls
+from sparkscale.model.executor_shape import MAX_EXECUTOR_MEMORY_MB
 from sparkscale.model.fields import FieldError, describe, string
 
 MAX_FIGURE = 1e30  # far beyond any figure a window yields, so that their differences stay finite
+MAX_AMOUNT = max(MAX_EXECUTORS, MAX_EXECUTOR_MEMORY_MB)  # the most any action type's from_/to may be
+MIN_EXECUTOR_MEMORY_MB = 256  # AppConfig's least executor_memory_mb
 
 
 class ActionType(StrEnum):
@@ -36,16 +39,20 @@ class ActionType(StrEnum):
     SET_PARALLELISM = "set_parallelism"
     REPLACE_EXECUTOR = "replace_executor"
     WARN = "warn"
+    SET_EXECUTOR_MEMORY = "set_executor_memory"  # from_/to in MiB; actuators/executor_memory.py
 
 
-# action type -> the Action fields it needs (from_/to are checked as integers >= its low bound)
-_ACTION_FIELDS: dict[str, tuple[tuple[str, ...], int]] = {}
+# action type -> the Action fields it needs, and the bounds of its from_/to
+_ACTION_FIELDS: dict[str, tuple[tuple[str, ...], int, int]] = {}
 
 
-def register_action_type(name: str, needs: Sequence[str] = (), low: int = 0) -> None:
+def register_action_type(name: str, needs: Sequence[str] = (), low: int = 0, high: int = MAX_EXECUTORS) -> None:
     """Make `name` a valid action type needing the Action fields `needs` (`from_`/`to`, when given,
-    must be integers >= `low`). Registering the same type again with the same needs is harmless."""
-    entry = (tuple(needs), low)
+    must be integers in [`low`, `high`], at most MAX_AMOUNT). Registering the same type again with the
+    same needs and bounds is harmless."""
+    if not 0 <= low <= high <= MAX_AMOUNT:
+        raise ValueError(f"action type {name!r}: bounds [{low}, {high}] not within [0, {MAX_AMOUNT}]")
+    entry = (tuple(needs), low, high)
     if _ACTION_FIELDS.get(name, entry) != entry:
         raise ValueError(f"action type {name!r} is already registered with other fields")
     _ACTION_FIELDS[name] = entry
@@ -59,6 +66,9 @@ register_action_type(ActionType.SCALE_EXECUTORS, ("from_", "to"))
 register_action_type(ActionType.SET_PARALLELISM, ("operator", "from_", "to"), low=1)
 register_action_type(ActionType.REPLACE_EXECUTOR, ("executor",))
 register_action_type(ActionType.WARN, ("reason",))
+# Built in (not registered by its actuator) so that every reader of the action log knows it.
+register_action_type(ActionType.SET_EXECUTOR_MEMORY, ("query", "from_", "to"), low=MIN_EXECUTOR_MEMORY_MB,
+                     high=MAX_EXECUTOR_MEMORY_MB)
 
 
 def _action_type(value: object) -> str:
@@ -74,23 +84,25 @@ def _action_type(value: object) -> str:
 
 
 Count = Annotated[int, whole(0, MAX_EXECUTORS)]  # executors, or partitions (set_parallelism checks >= 1)
+Amount = Annotated[int, whole(0, MAX_AMOUNT)]  # an action's from_/to: each type checks its own bounds
 _ACTION_KEYS = ("type", "query", "operator", "executor", "from", "to", "executors", "reason")
 
 
 @dataclass(frozen=True)
 class Action:
-    """One change (or a warning). `from_`/`to` are executor counts for `scale_executors` and
-    partition counts for `set_parallelism`; they are `from`/`to` in JSON. `query` names the query an
-    action is for where the operator alone does not (a stage's `set_parallelism` mapped to its
-    query's migration); it is left out of the JSON when not set. `executors` names the executors a
+    """One change (or a warning). `from_`/`to` are executor counts for `scale_executors`, partition
+    counts for `set_parallelism` and MiB for `set_executor_memory`; they are `from`/`to` in JSON.
+    `query` names the query an action is for where the operator alone does not (a stage's
+    `set_parallelism` mapped to its query's migration, the query a `set_executor_memory` restart
+    journals); it is left out of the JSON when not set. `executors` names the executors a
     scale-in decommissions, where a placement policy chose them (EDRP's q); empty: the agent's
     choice, the newest."""
 
     type: Annotated[str, Check(_action_type)]
     operator: Annotated[str, NAME] | None = None
     executor: Annotated[str, NAME] | None = None
-    from_: Annotated[Count | None, Field(alias="from")] = None
-    to: Count | None = None
+    from_: Annotated[Amount | None, Field(alias="from")] = None
+    to: Amount | None = None
     reason: Annotated[str, TEXT] = ""
     query: Annotated[str, NAME] | None = None
     executors: tuple[Annotated[str, NAME], ...] = ()
@@ -98,7 +110,7 @@ class Action:
     def __post_init__(self) -> None:
         if self.type not in _ACTION_FIELDS:
             raise ValueError(f"unknown action type {self.type!r} (expected one of {', '.join(_ACTION_FIELDS)})")
-        needs, low = _ACTION_FIELDS[self.type]
+        needs, low, high = _ACTION_FIELDS[self.type]
         missing = [name.rstrip("_") for name in needs if getattr(self, name) in (None, "")]
         if missing:
             raise ValueError(f"a {self.type} action needs {', '.join(missing)}")
@@ -106,6 +118,8 @@ class Action:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < low):
                 raise ValueError(f"{self.type}.{name.rstrip('_')}: expected an integer >= {low}, got {value!r}")
+            if value is not None and value > high:
+                raise ValueError(f"{self.type}.{name.rstrip('_')}: expected an integer <= {high}, got {value!r}")
         if self.executors:
             object.__setattr__(self, "executors", tuple(str(e) for e in self.executors))
             removed = (self.from_ or 0) - (self.to or 0)
@@ -133,6 +147,11 @@ class Action:
     @classmethod
     def warn(cls, reason: str, operator: str | None = None) -> Action:
         return cls(ActionType.WARN, operator=operator, reason=reason)
+
+    @classmethod
+    def set_executor_memory(cls, query: str, from_mb: int, to_mb: int, reason: str) -> Action:
+        """A new executor memory, set by restarting the whole app (`query` is the one it journals)."""
+        return cls(ActionType.SET_EXECUTOR_MEMORY, query=query, from_=from_mb, to=to_mb, reason=reason)
 
     def to_dict(self) -> dict[str, Any]:
         """Only the keys that apply, in a stable order: type, query, operator, executor, from, to,
@@ -162,6 +181,8 @@ class Action:
             return f"replace_executor {self.executor}"
         if self.type == ActionType.WARN:
             return f"warn{f' {self.operator}' if self.operator else ''}"
+        if self.type == ActionType.SET_EXECUTOR_MEMORY:
+            return f"set_executor_memory {self.from_} -> {self.to} MB"
         target = " ".join(x for x in (self.operator, self.executor) if x)
         change = f" {self.from_} -> {self.to}" if self.from_ is not None or self.to is not None else ""
         return f"{self.type}{f' {target}' if target else ''}{change}"

@@ -7,7 +7,8 @@ the same reason. When GC took more than the configured fraction of the executors
 the window (model/memory_figures.py's `gc_time_fraction`), a scale-up is held and a warning
 recommends an `executor_memory_mb` of the current one x GC_MEMORY_FACTOR, rounded up to
 MEMORY_STEP_MB; the recommendation is also the plan's observation figure
-`recommended_executor_memory_mb` (policies/memory.py).
+`recommended_executor_memory_mb` (policies/memory.py), and, with `policy.memory.apply`, a wish
+that memory_apply.py turns into a `set_executor_memory` action.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import math
 from sparkscale.config.memory import MAX_EXECUTOR_MEMORY_MB
 from sparkscale.model.plan import Action
 from sparkscale.policies.guard_input import GuardInput, replace_scale, scale
+from sparkscale.policies.memory_apply import MemoryWish
 from sparkscale.policies.quotas import executor_memory_mb
 
 GC_MEMORY_FACTOR = 1.5  # the memory recommended when GC dominates: the current one x this
@@ -31,9 +33,9 @@ def round_up_mb(memory_mb: float) -> int:
 
 
 def gc_guard(actions: list[Action], given: GuardInput, max_fraction: float | None, notes: list[str],
-             figures: dict[str, float]) -> list[Action]:
+             figures: dict[str, float], wishes: list[MemoryWish] | None = None) -> list[Action]:
     """`actions` with a scale-up turned into a memory recommendation when GC time is above
-    `max_fraction` of executor time; the recommendation in `figures`."""
+    `max_fraction` of executor time; the recommendation in `figures` and `wishes`."""
     action = scale(actions)
     if max_fraction is None or action is None or action.executor_direction <= 0:
         return actions
@@ -44,6 +46,8 @@ def gc_guard(actions: list[Action], given: GuardInput, max_fraction: float | Non
     recommended = round_up_mb(memory_mb * GC_MEMORY_FACTOR)
     figures[RECOMMENDED_MEMORY_FIGURE] = recommended
     percent = f"{fraction * 100:.0f} %"
+    if wishes is not None:
+        wishes.append(MemoryWish(recommended, f"GC {percent} of task time"))
     notes.append(f"guard GC: {action.summary()} held: GC took {percent} of the executors' task time in the window, "
                  f"above gc_time_fraction_max {max_fraction:g}: executors of {memory_mb} MB would collect as "
                  f"often; recommended executor_memory_mb {recommended} ({memory_mb} x {GC_MEMORY_FACTOR:g})")

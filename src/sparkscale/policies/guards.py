@@ -38,9 +38,13 @@ Order, each step explained in the returned plan's explanation (lines starting "g
 14. state memory (`guards.max_state_memory_fraction`, memory_guard.py): no scale-down that puts state over its share.
 15. GC (`guards.gc_time_fraction_max`, gc_guard.py): a scale-up under GC pressure becomes a memory recommendation.
 Then, with `policy.memory.recommend`, the recommended executor memory (memory.py), an explanation line.
+16. executor memory (`policy.memory.apply`, memory_apply.py): the recommendation (15's or memory.py's)
+   becomes a `set_executor_memory` action (a restart of the whole app), which steps 4, 6 to 10
+   then hold as they hold any other change: in progress, settle, cooldown, migration, excluded
+   period, start-up grace.
 
 After these, the planner applies the quotas over all managed apps (`quotas.*`, quotas.py) and the
-cluster's capacity (capacity.py). Settings 9 to 15 are off by default.
+cluster's capacity (capacity.py). Settings 9 to 16 are off by default.
 
 Warnings always pass. Each guarded plan records its recommendation in its observation
 (`plan.observation.recommended_executors`), so that the next decision's scale-down delay can see
@@ -67,6 +71,7 @@ from sparkscale.policies.guard_input import target as _target
 from sparkscale.policies.history import DecisionHistory, PastDecision
 from sparkscale.policies.ineffective import ineffective_scaling
 from sparkscale.policies.memory import recommend_memory
+from sparkscale.policies.memory_apply import MemoryWish, propose_memory
 from sparkscale.policies.memory_guard import memory_guard
 from sparkscale.policies.startup_grace import startup_grace
 
@@ -106,12 +111,28 @@ def apply_guards(plan: Plan, given: GuardInput, guards: GuardsConfig, loop: Loop
     actions = direction_cap(actions, given, guards.max_direction_changes_per_hour, notes)
     actions = ineffective_scaling(actions, given, guards, notes, figures)
     actions = memory_guard(actions, given, guards.max_state_memory_fraction, notes)
-    actions = gc_guard(actions, given, guards.gc_time_fraction_max, notes, figures)
-    recommend_memory(given, memory, notes, figures)
+    wishes: list[MemoryWish] = []
+    actions = gc_guard(actions, given, guards.gc_time_fraction_max, notes, figures, wishes)
+    recommend_memory(given, memory, notes, figures, wishes)
+    actions = [*actions, *_memory_holds(propose_memory(actions, given, memory, wishes, notes), given, guards, loop,
+                                        notes, figures)]
 
     if figures:
         return plan.with_actions(actions, notes, recommended_executors=recommended, figures=figures)
     return plan.with_actions(actions, notes, recommended_executors=recommended)
+
+
+def _memory_holds(proposed: list[Action], given: GuardInput, guards: GuardsConfig, loop: LoopConfig,
+                  notes: list[str], figures: dict[str, float]) -> list[Action]:
+    """Step 16's action after the holds of steps 4 and 6 to 10, in their order."""
+    if not proposed:
+        return proposed
+    held = _in_progress(proposed, given, notes)
+    held = _settle(held, given, notes)
+    held = _cooldown(held, given, loop.cooldown_s, notes)
+    held = _migration(held, given, loop.stabilization_s, notes)
+    held = excluded_period(held, given, guards.periods, notes)
+    return startup_grace(held, given, guards.startup_grace_batches, notes, figures)
 
 
 def _retarget(action: Action, to: int, why: str) -> Action | None:

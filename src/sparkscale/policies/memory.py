@@ -8,10 +8,10 @@ far more than they use (memory another app could have). A heap peak is the highe
 started, garbage included, so it errs on the generous side. Shown in the plan's explanation and its
 observation figure `recommended_executor_memory_mb`.
 
-It is a recommendation only. A new executor memory takes effect through a restart of the whole app
-with a new shape (actuators/migration/runner.py, store/redis_shapes.py), which only the operator's
-migration request asks for today (`sparkscale migrate --executor-memory-mb`): no plan action carries
-a shape yet.
+A new executor memory takes effect through a restart of the whole app with a new shape
+(actuators/migration/runner.py, store/redis_shapes.py), which the operator's migration request asks
+for (`sparkscale migrate --executor-memory-mb`) and, with `policy.memory.apply`, a
+`set_executor_memory` action (memory_apply.py, which gets the recommendation as a wish).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from sparkscale.config.memory import MemoryPolicyConfig
 from sparkscale.model.memory_figures import MIB
 from sparkscale.policies.gc_guard import RECOMMENDED_MEMORY_FIGURE, round_up_mb
 from sparkscale.policies.guard_input import GuardInput
+from sparkscale.policies.memory_apply import MemoryWish
 from sparkscale.policies.quotas import executor_memory_mb
 
 
@@ -29,9 +30,9 @@ def recommended_memory_mb(heap_peak_bytes: int, settings: MemoryPolicyConfig) ->
 
 
 def recommend_memory(given: GuardInput, settings: MemoryPolicyConfig | None, notes: list[str],
-                     figures: dict[str, float]) -> None:
+                     figures: dict[str, float], wishes: list[MemoryWish] | None = None) -> None:
     """With `settings.recommend`: the recommendation as an explanation line and in `figures` (the
-    larger one where the GC guard recommended too)."""
+    larger one where the GC guard recommended too); in `wishes` when it is another memory."""
     if settings is None or not settings.recommend:
         return
     peak = given.snapshot.memory.heap_used_bytes
@@ -42,6 +43,9 @@ def recommend_memory(given: GuardInput, settings: MemoryPolicyConfig | None, not
     recommended = recommended_memory_mb(peak, settings)
     figures[RECOMMENDED_MEMORY_FIGURE] = max(recommended, figures.get(RECOMMENDED_MEMORY_FIGURE, 0))
     capped = " (capped at max_executor_memory_mb)" if recommended == settings.max_executor_memory_mb else ""
+    if wishes is not None and recommended != current:
+        wishes.append(MemoryWish(recommended, f"heap peak {peak / MIB:.0f} MB, for a peak at "
+                                              f"{settings.target_heap_fraction * 100:.0f} % of the heap"))
     verdict = "keep it" if recommended == current else f"recommended executor_memory_mb {recommended}{capped}"
     notes.append(f"memory: the highest executor heap peak is {peak / MIB:.0f} MB of {current} MB; for a peak at "
                  f"{settings.target_heap_fraction:.0%} of the heap: {verdict}")
