@@ -75,6 +75,8 @@ class _Run:
     cpu_started: float
     role: Role | None = None
     epoch: int | None = None  # the leader's
+    shaped_at: float | None = None  # the app's executor shape read
+    led_at: float | None = None  # leadership tried
     collected_at: float | None = None
     executors: int | None = None
     parallelism: dict[str, int] | None = None
@@ -89,6 +91,18 @@ class _Run:
     @property
     def leader(self) -> bool:
         return self.role == "leader"
+
+
+def _collect_parts_s(run: _Run, snapshot: Snapshot) -> dict[str, float]:
+    """Where the cycle's collect_s went, in seconds: the shape and leadership steps, then the parts
+    the collector measured (`extensions["spark"]["collect_parts_s"]`, when it says)."""
+    shaped, led = run.shaped_at or run.started, run.led_at or run.started
+    parts = {"shape": round(shaped - run.started, 4), "leadership": round(led - shaped, 4)}
+    spark = snapshot.extensions.get("spark")
+    measured = spark.get("collect_parts_s") if isinstance(spark, Mapping) else None
+    if isinstance(measured, Mapping):
+        parts.update({str(k): float(v) for k, v in measured.items() if isinstance(v, (int, float))})
+    return parts
 
 
 class Autoscaler:
@@ -193,8 +207,10 @@ class Autoscaler:
     def _cycle(self, app: AppConfig, st: AppState, run: _Run) -> CycleResult:
         # The executor shape a migration gave the app is what its executors have (and DS2 counts with).
         app = self.stores.apps.with_shape(app)
+        run.shaped_at = self.clock.monotonic()
         leadership = self.elections[app.name]
         leader = self._lead(app, st, leadership)
+        run.led_at = self.clock.monotonic()
         run.role, run.epoch = ("leader", leadership.epoch) if leader else ("standby", None)
         try:
             snapshots, merged = self._collect(app, run)
@@ -271,7 +287,8 @@ class Autoscaler:
         st.decided(decision.mode, decision.plan, decision.decided_at)
         self.sink.emit(Decided(decision, decision_id, duration_s=self.clock.monotonic() - run.started,
                                collect_s=(run.collected_at or run.started) - run.started,
-                               cpu_s=self.clock.thread_cpu() - run.cpu_started))
+                               cpu_s=self.clock.thread_cpu() - run.cpu_started,
+                               collect_parts_s=_collect_parts_s(run, decision.snapshot)))
         cluster = self.cluster.plan(decision.decided_at) if run.leader else None
         placement = [] if cluster is None else [f"placement {cluster.policy}: {w.message}" for w in cluster.warnings]
         run.decision, run.warnings = decision, short_warnings(decision.plan) + tuple(placement)
