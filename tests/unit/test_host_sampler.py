@@ -101,3 +101,18 @@ def test_the_collector_uses_the_running_sampler_and_never_samples_itself(stuck_a
     # No sampler running (a one-shot command): a reading of its own.
     sampler.stop()
     assert collector._host_extension(0.0)["cpu_fraction"] == 0.3
+
+
+def test_a_stopped_sampler_starts_again_with_one_thread():
+    sampler = HostSampler(lambda: figures(0.4), period_s=0.01)
+    sampler.start()
+    first = sampler._thread
+    sampler.stop()
+    assert not sampler.running and first is not None
+    sampler.start()
+    try:
+        assert sampler.running and sampler._thread is not first
+        first.join(5)
+        assert not first.is_alive()  # the first thread ended: one samples
+    finally:
+        sampler.stop()

@@ -60,9 +60,10 @@ class HostSampler:
         reading, so that the first cycles have one. Starting a running sampler does nothing."""
         if self.running:
             return
-        self._stop.clear()
+        self._stop = threading.Event()  # its own: a stopped thread still in a reading ends after it
         self._first.clear()
-        self._thread = threading.Thread(target=self._run, name="sparkscale-host-sampler", daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(self._stop,), name="sparkscale-host-sampler",
+                                        daemon=True)
         self._thread.start()
         self._first.wait(first_reading_wait_s)
 
@@ -80,8 +81,8 @@ class HostSampler:
         reading = self.latest()
         return None if reading is None else reading.extension(self._monotonic())
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
+    def _run(self, stop: threading.Event) -> None:
+        while not stop.is_set():
             try:
                 figures = self._read()
             except Exception as exc:  # a reading that fails leaves the last one (older) in place
@@ -91,7 +92,7 @@ class HostSampler:
                 with self._lock:
                     self._latest = reading
                 self._first.set()
-            self._stop.wait(self.period_s)
+            stop.wait(self.period_s)
 
 
 HOST = HostSampler()  # the process's: the daemon starts it, every app's cycle reads it
