@@ -475,10 +475,12 @@ def test_every_app_counts_its_cycles(cycles: int):
 
 
 def test_the_cycle_line_says_where_the_collect_went():
-    """collect_s by part (issue 33): the shape and leadership steps, then the collector's own."""
+    """collect_s by part (issue 33): the shape and leadership steps, then the collector's own; cpu_s
+    with the CPU of the collector's helper threads."""
     run = loop(NO_CHANGE)
     timed = snapshot().to_dict()
-    timed["extensions"] = {"spark": {"app_id": "a", "collect_parts_s": {"driver": 0.25, "redis": 0.01}}}
+    timed["extensions"] = {"spark": {"app_id": "a", "collect_parts_s": {"driver": 0.25, "redis": 0.01},
+                                     "rest_cpu_s": 0.125}}
     run.collector.snapshots = [Snapshot.from_dict(timed)]
     clock, with_shape = run.clock, FakeApps.with_shape
     collector = run.collector.__call__
@@ -497,3 +499,5 @@ def test_the_cycle_line_says_where_the_collect_went():
     [decided] = run.decided()
     assert decided.collect_s == 2.5
     assert decided.collect_parts_s == {"shape": 0.5, "leadership": 0.0, "driver": 0.25, "redis": 0.01}
+    # The daemon's own CPU: the cycle thread's (0 on this clock) and the collector's REST threads'.
+    assert decided.cpu_s == 0.125

@@ -260,7 +260,7 @@ def without_costs(snapshot: Snapshot) -> dict[str, Any]:
     """The snapshot less what reading it cost (requests, seconds)."""
     out = json.loads(snapshot.to_json())
     spark = out["extensions"]["spark"]
-    costs = ("rest_requests", "collect_s", "collect_parts_s")
+    costs = ("rest_requests", "collect_s", "collect_parts_s", "rest_cpu_s")
     out["extensions"]["spark"] = {k: v for k, v in spark.items() if k not in costs}
     return out
 
@@ -370,3 +370,14 @@ def test_the_window_stages_are_fetched_side_by_side_and_at_most_so_many_at_once(
     assert len(fetched) >= 3 and not both.broken  # the first two met: they were asked at once
     assert 2 <= most[0] <= driver_round.REST_CONCURRENCY
     assert counts.extensions["spark"]["rest_requests"] == 3 + len(fetched)
+
+
+def test_the_rest_threads_cpu_is_counted_for_the_cycle(world):
+    pool = driver_round.MeteredPool(2)
+    with pool:
+        burn = [pool.submit(lambda: sum(i * i for i in range(200_000))) for _ in range(2)]
+        assert all(f.result() > 0 for f in burn)
+    assert pool.cpu_s > 0  # the threads' own CPU, which the cycle thread's clock does not see
+    (counts, _other) = collector.collect_snapshots(world.cfg, "wc", options=collector.CollectOptions(window_s=30))
+    assert counts.extensions["spark"]["rest_cpu_s"] >= 0 and set(counts.extensions["spark"]["collect_parts_s"]) == {
+        "driver", "redis", "stages", "cluster"}

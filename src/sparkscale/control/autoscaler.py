@@ -35,6 +35,7 @@ from sparkscale.config import AppConfig, AppMode, Config
 from sparkscale.control.act import ActionExecutor, RequestDesk
 from sparkscale.control.clock import Clock
 from sparkscale.control.collect import SnapshotCollector
+from sparkscale.control.cycle_costs import collect_parts_s, helper_cpu_s
 from sparkscale.control.decide import ClusterPlanning, Planner
 from sparkscale.control.decision import Decision, Mode, Role, app_mode
 from sparkscale.control.events import (
@@ -91,18 +92,6 @@ class _Run:
     @property
     def leader(self) -> bool:
         return self.role == "leader"
-
-
-def _collect_parts_s(run: _Run, snapshot: Snapshot) -> dict[str, float]:
-    """Where the cycle's collect_s went, in seconds: the shape and leadership steps, then the parts
-    the collector measured (`extensions["spark"]["collect_parts_s"]`, when it says)."""
-    shaped, led = run.shaped_at or run.started, run.led_at or run.started
-    parts = {"shape": round(shaped - run.started, 4), "leadership": round(led - shaped, 4)}
-    spark = snapshot.extensions.get("spark")
-    measured = spark.get("collect_parts_s") if isinstance(spark, Mapping) else None
-    if isinstance(measured, Mapping):
-        parts.update({str(k): float(v) for k, v in measured.items() if isinstance(v, (int, float))})
-    return parts
 
 
 class Autoscaler:
@@ -287,13 +276,18 @@ class Autoscaler:
         st.decided(decision.mode, decision.plan, decision.decided_at)
         self.sink.emit(Decided(decision, decision_id, duration_s=self.clock.monotonic() - run.started,
                                collect_s=(run.collected_at or run.started) - run.started,
-                               cpu_s=self.clock.thread_cpu() - run.cpu_started,
-                               collect_parts_s=_collect_parts_s(run, decision.snapshot)))
+                               cpu_s=self.clock.thread_cpu() - run.cpu_started + helper_cpu_s(decision.snapshot),
+                               collect_parts_s=self._collect_parts_s(run, decision.snapshot)))
         cluster = self.cluster.plan(decision.decided_at) if run.leader else None
         placement = [] if cluster is None else [f"placement {cluster.policy}: {w.message}" for w in cluster.warnings]
         run.decision, run.warnings = decision, short_warnings(decision.plan) + tuple(placement)
 
     # -- what the steps call ----------------------------------------------------------------------
+
+    @staticmethod
+    def _collect_parts_s(run: _Run, snapshot: Snapshot) -> dict[str, float]:
+        shaped, led = run.shaped_at or run.started, run.led_at or run.started
+        return collect_parts_s(shaped - run.started, led - shaped, snapshot)
 
     def _report_absent(self, app: AppConfig, st: AppState, leadership: Leadership, run: _Run,
                        exc: AppNotRunningError | NoQueriesYet) -> CycleResult:

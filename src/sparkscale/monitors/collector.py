@@ -22,7 +22,6 @@ has listed no query yet: either way the daemon takes no action this cycle.
 from __future__ import annotations
 
 import time
-from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +32,7 @@ from sparkscale.config import Config
 from sparkscale.model.snapshot import Snapshot
 from sparkscale.model.snapshot_merge import merge_snapshots
 from sparkscale.monitors.cluster_view import cluster_extension
-from sparkscale.monitors.driver_round import REST_CONCURRENCY, DriverSilent, fetch_stages, read_round
+from sparkscale.monitors.driver_round import DriverSilent, MeteredPool, fetch_stages, read_round
 from sparkscale.monitors.executor_figures import app_extension, window_work
 from sparkscale.monitors.host import sample_host
 from sparkscale.monitors.host_sampler import HOST
@@ -104,7 +103,7 @@ def collect_snapshots(cfg: Config, app_name: str, query: str | None = None,
     own = client is None
     redis_client = connect_as(cfg) if client is None else client  # this process's identity: the daemon's or the CLI's
     try:
-        with ThreadPoolExecutor(REST_CONCURRENCY, thread_name_prefix="sparkscale-rest") as pool:
+        with MeteredPool() as pool:
             return _collect(cfg, app_name, query, options or CollectOptions(), redis_client, pool)
     finally:
         if own:
@@ -112,7 +111,7 @@ def collect_snapshots(cfg: Config, app_name: str, query: str | None = None,
 
 
 def _collect(cfg: Config, app_name: str, query: str | None, opts: CollectOptions, client: redis.Redis,
-             pool: Executor) -> list[Snapshot]:
+             pool: MeteredPool) -> list[Snapshot]:
     started = time.monotonic()
     cfg = cfg.with_app(app_name)
     app = cfg.app(app_name)
@@ -161,6 +160,7 @@ def _collect(cfg: Config, app_name: str, query: str | None, opts: CollectOptions
     fetched_of = {info.name: sum(fetched for stage_id, (_, fetched) in answers.items() if owner[stage_id] == info.name)
                   for info in queries}
     stages_done = time.monotonic()
+    rest_cpu_s = round(pool.cpu_s, 4)  # CPU the REST reads took on the pool's threads (the cycle's cpu_s adds it)
     cluster = cluster_extension(cfg, spark_app.id)  # a kept view (cluster_view.RecentView), or one read
     cluster_done = time.monotonic()
     work = window_work(stages, taken_at, window_s)
@@ -179,7 +179,8 @@ def _collect(cfg: Config, app_name: str, query: str | None, opts: CollectOptions
             app_figures=app_figures, executor_work=work,
             extra_extensions={"spark": {"app_id": spark_app.id,
                                         "rest_requests": driver.requests + fetched_of[info.name],
-                                        "collect_s": round(time.time() - taken_at, 3), "collect_parts_s": parts_s},
+                                        "collect_s": round(time.time() - taken_at, 3), "collect_parts_s": parts_s,
+                                        "rest_cpu_s": rest_cpu_s},
                               "query": {"id": info.id, "status": info.status, "sources": list(info.sources),
                                         "state_partitions": info.state_partitions,
                                         "migratable": info.why_not_migratable(app.allow_lossy_restart) is None,

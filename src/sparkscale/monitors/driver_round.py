@@ -14,15 +14,39 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Protocol
+from typing import ParamSpec, Protocol, TypeVar
 
 from sparkscale.monitors.spark_rest import RestApplication, RestExecutor, RestJob, RestStage, SparkRestError
 from sparkscale.monitors.stage_cache import STAGES, StageCache
 
 REST_CONCURRENCY = 4  # one app's requests in flight at once (each cycle's own pool)
 MAX_KEPT_IDS = 256  # driver URLs whose application id is kept (drivers come and go)
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+class MeteredPool(ThreadPoolExecutor):
+    """A cycle's pool for its REST reads that adds up the CPU its tasks' threads used (`cpu_s`): the
+    cycle's `cpu_s` counts the daemon's own CPU, and the JSON is parsed on these threads now."""
+
+    def __init__(self, max_workers: int = REST_CONCURRENCY, thread_name_prefix: str = "sparkscale-rest") -> None:
+        super().__init__(max_workers, thread_name_prefix)
+        self._cpu_lock = threading.Lock()
+        self.cpu_s = 0.0
+
+    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
+        return super().submit(self._timed, fn, *args, **kwargs)
+
+    def _timed(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        started = time.thread_time()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            with self._cpu_lock:
+                self.cpu_s += time.thread_time() - started
 
 
 class DriverSilent(Exception):
