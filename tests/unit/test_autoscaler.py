@@ -476,3 +476,32 @@ def test_every_app_counts_its_cycles(cycles: int):
     for _ in range(cycles):
         run.autoscaler.cycle(APP)
     assert run.autoscaler.cycled(cycles) and not run.autoscaler.cycled(cycles + 1)
+
+
+def test_the_cycle_line_says_where_the_collect_went():
+    """collect_s by part (issue 33): the shape and leadership steps, then the collector's own; cpu_s
+    with the CPU of the collector's helper threads."""
+    run = loop(NO_CHANGE)
+    timed = snapshot().to_dict()
+    timed["extensions"] = {"spark": {"app_id": "a", "collect_parts_s": {"driver": 0.25, "redis": 0.01},
+                                     "rest_cpu_s": 0.125}}
+    run.collector.snapshots = [Snapshot.from_dict(timed)]
+    clock, with_shape = run.clock, FakeApps.with_shape
+    collector = run.collector.__call__
+
+    def slow_shape(self: FakeApps, app: AppConfig) -> AppConfig:
+        clock.mono += 0.5
+        return with_shape(self, app)
+
+    def slow_collect(cfg: Config, app_name: str, /) -> list[Snapshot]:
+        clock.mono += 2.0
+        return collector(cfg, app_name)
+
+    run.autoscaler.stores.apps.with_shape = slow_shape.__get__(run.autoscaler.stores.apps)  # type: ignore[method-assign]
+    run.autoscaler.collector = slow_collect
+    assert run.autoscaler.cycle(APP) == "ok"
+    [decided] = run.decided()
+    assert decided.collect_s == 2.5
+    assert decided.collect_parts_s == {"shape": 0.5, "leadership": 0.0, "driver": 0.25, "redis": 0.01}
+    # The daemon's own CPU: the cycle thread's (0 on this clock) and the collector's REST threads'.
+    assert decided.cpu_s == 0.125

@@ -7,6 +7,8 @@ back, the app's executors 1 and 2 sit on worker 1; the returned worker runs anot
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -171,3 +173,68 @@ def test_one_read_of_the_view_serves_every_apps_cycle_for_its_max_age(monkeypatc
     assert "refused" in cluster_extension(cfg, APP)["error"]
     monkeypatch.setattr(cluster_view, "fetch_cluster_view", fetch)
     assert "error" not in cluster_extension(cfg, APP)  # a failed read is not kept
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now_s = 100.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+def test_an_old_view_is_read_again_in_the_background_and_the_cycles_go_on_with_the_kept_one(monkeypatch):
+    """Issue 33: no cycle waits on the master once a view is kept; one background read at a time."""
+    reads: list[str] = []
+    release = threading.Event()
+
+    def fetch(url: str, timeout_s: float) -> Any:
+        reads.append(url)
+        if len(reads) > 1:  # the background read: the master is stuck until released
+            assert release.wait(10)
+        return build_view(load("master.json"), answers())
+
+    clock, threads = Clock(), []
+
+    def spawn(work):
+        thread = threading.Thread(target=work, daemon=True)
+        threads.append(thread)
+        thread.start()
+
+    monkeypatch.setattr(cluster_view, "fetch_cluster_view", fetch)
+    monkeypatch.setattr(cluster_view, "RECENT", cluster_view.RecentView(spawn, clock))
+    cfg = Config(loop={"cluster_view_max_age_s": 2})
+    first = cluster_extension(cfg, APP)
+    assert first["requests"] == 3 and first["age_s"] == 0.0 and len(reads) == 1
+    clock.now_s += 2.5  # older than its max age: renewed in the background
+    started = time.monotonic()
+    stale = [cluster_extension(cfg, APP) for _ in range(5)]
+    assert time.monotonic() - started < 1.0  # the stuck master delayed no cycle
+    assert all(e["requests"] == 0 and e["age_s"] == 2.5 and "error" not in e for e in stale)
+    assert len(threads) == 1 and len(reads) == 2  # one background read for all of them
+    release.set()
+    threads[0].join(5)
+    clock.now_s += 0.5
+    renewed = cluster_extension(cfg, OTHER)
+    assert renewed["requests"] == 0 and renewed["age_s"] == 0.5 and len(reads) == 2
+
+
+def test_a_failed_background_read_drops_the_kept_view(monkeypatch):
+    outcomes: list[Any] = [build_view(load("master.json"), answers()), SparkUnreachable("refused"),
+                           SparkUnreachable("refused")]
+
+    def fetch(url: str, timeout_s: float) -> Any:
+        outcome = outcomes.pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    clock = Clock()
+    monkeypatch.setattr(cluster_view, "fetch_cluster_view", fetch)
+    monkeypatch.setattr(cluster_view, "RECENT", cluster_view.RecentView(lambda work: work(), clock))
+    cfg = Config(loop={"cluster_view_max_age_s": 2})
+    assert "error" not in cluster_extension(cfg, APP)
+    clock.now_s += 3
+    assert "error" not in cluster_extension(cfg, APP)  # the kept view; its renewal failed meanwhile
+    failed = cluster_extension(cfg, APP)  # none kept: this cycle reads, and says the master is down
+    assert "refused" in failed["error"] and failed["requests"] == 1 and outcomes == []

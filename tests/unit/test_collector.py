@@ -4,7 +4,10 @@ fixture's (query `counts`); Redis and the host sample are fakes."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -17,7 +20,7 @@ from sparkscale.config import AppConfig, Config
 from sparkscale.daemon.operator_view import AppLine, status_table
 from sparkscale.daemon.status import AppStatus, QueryView, query_view
 from sparkscale.model.snapshot import Snapshot
-from sparkscale.monitors import collector
+from sparkscale.monitors import collector, driver_round
 from sparkscale.monitors.host import HostFigures
 from sparkscale.monitors.progress_reports import ProgressReport
 from sparkscale.monitors.spark_rest import (
@@ -42,7 +45,8 @@ def load(name: str) -> Any:
 
 
 class FakeRest:
-    def __init__(self) -> None:
+    def __init__(self, base_url: str = "http://127.0.0.1:4040/api/v1") -> None:
+        self.base_url = base_url
         self.calls: list[str] = []
 
     def application(self, name: str):
@@ -64,24 +68,48 @@ class FakeRest:
 
 
 class FakeRedis:
-    """get, hgetall and xrange over dicts: what the collector reads."""
+    """get, hgetall and xrange over dicts: what the collector reads; `round_trips` counts what it
+    asked the server (a pipeline's commands go in one)."""
 
     def __init__(self, hashes: dict[str, dict[str, str]], streams: dict[str, list[tuple[str, dict]]],
                  strings: dict[str, str] | None = None):
         self.hashes, self.streams, self.strings = hashes, streams, strings or {}
+        self.round_trips = 0
+        self.closed = 0
 
     def get(self, key: str) -> str | None:
+        self.round_trips += 1
         return self.strings.get(key)
 
     def hgetall(self, key: str) -> dict[str, str]:
+        self.round_trips += 1
         return self.hashes.get(key, {})
 
+    def pipeline(self, transaction: bool = True) -> FakePipeline:
+        return FakePipeline(self)
+
     def xrange(self, key: str, min: str, max: str) -> list[tuple[str, dict]]:  # redis-py's names
+        self.round_trips += 1
         since_ms = int(min.split("-", maxsplit=1)[0])
         return [(i, f) for i, f in self.streams.get(key, []) if int(i.split("-")[0]) >= since_ms]
 
     def close(self) -> None:
-        pass
+        self.closed += 1
+
+
+class FakePipeline:
+    """Commands queued, then answered together: one round trip."""
+
+    def __init__(self, redis: FakeRedis) -> None:
+        self.redis, self.queued = redis, []
+
+    def __getattr__(self, name: str):
+        return lambda *args, **kwargs: self.queued.append((name, args, kwargs))
+
+    def execute(self) -> list:
+        answers = [getattr(self.redis, name)(*args, **kwargs) for name, args, kwargs in self.queued]
+        self.redis.round_trips -= len(self.queued) - 1
+        return answers
 
 
 def info(name: str, status: str = "active", qid: str = "") -> str:
@@ -97,10 +125,11 @@ def world(monkeypatch):
     redis = FakeRedis({queries_key(PREFIX, "wc"): queries}, {progress_history_key(PREFIX, "wc", "counts"): history})
     rest = FakeRest()
     world = SimpleNamespace(rest=rest, redis=redis, cfg=Config(apps=[AppConfig(name="wc")]))
-    monkeypatch.setattr(collector, "driver_rest", lambda cfg, app: world.rest)
+    monkeypatch.setattr(collector, "driver_rest", lambda cfg, app, client=None: world.rest)
+    monkeypatch.setattr(driver_round, "APP_IDS", driver_round.AppIds())  # no application id kept from another test
     monkeypatch.setattr(collector, "connect_as", lambda cfg: world.redis)
     monkeypatch.setattr(collector, "sample_host", lambda sample_s: HostFigures(0.5, 0.25, 2, sample_s, "head"))
-    monkeypatch.setattr(collector, "time", SimpleNamespace(time=lambda: T0 + 40))
+    monkeypatch.setattr(collector, "time", SimpleNamespace(time=lambda: T0 + 40, monotonic=time.monotonic))
     # No master here: the cluster view is the test's (None: loop.cluster_view off).
     world.cluster = None
     monkeypatch.setattr(collector, "cluster_extension", lambda cfg, app_id: world.cluster)
@@ -116,7 +145,7 @@ def test_one_snapshot_per_live_query_from_one_rest_round(world):
     assert counts.extensions["query"]["id"] == "qid-1" and counts.extensions["spark"]["app_id"]
     assert [op.id for op in other.operators] == ["source"] and other.operators[0].backlog is None
     # One round for the app; each stage of the window's batches once.
-    assert world.rest.calls[:3] == ["application", "executors", "jobs"]
+    assert world.rest.calls[0] == "application" and sorted(world.rest.calls[1:3]) == ["executors", "jobs"]
     stages = world.rest.calls[3:]
     assert len(stages) == len(set(stages)) and all(c.startswith("stage ") for c in stages)
     merged = collector.collect_snapshot(world.cfg, "wc", collector.CollectOptions(window_s=30))
@@ -167,7 +196,7 @@ def test_no_queries_yet_and_an_unknown_query(world):
 
 
 def test_a_driver_that_does_not_answer_is_not_running(world, monkeypatch):
-    def unreachable(cfg, app):
+    def unreachable(cfg, app, client=None):
         raise SparkRestError("(driver of wc)", "its agent has not registered a REST URL", unreachable=True)
 
     monkeypatch.setattr(collector, "driver_rest", unreachable)
@@ -222,3 +251,133 @@ def test_every_snapshot_carries_where_the_executors_run(world, monkeypatch):
     merged = collector.collect_snapshot(world.cfg, "wc", collector.CollectOptions(window_s=30))
     assert merged.extensions["cluster"]["app_id"] == app_id  # shared, at the top of the app's snapshot
     assert Snapshot.from_json(merged.to_json()) == merged
+
+
+# -- what one cycle waits on (issue 33) --------------------------------------------------------------
+
+
+def without_costs(snapshot: Snapshot) -> dict[str, Any]:
+    """The snapshot less what reading it cost (requests, seconds)."""
+    out = json.loads(snapshot.to_json())
+    spark = out["extensions"]["spark"]
+    costs = ("rest_requests", "collect_s", "collect_parts_s", "rest_cpu_s")
+    out["extensions"]["spark"] = {k: v for k, v in spark.items() if k not in costs}
+    return out
+
+
+def test_the_application_id_is_asked_once_per_driver_and_again_after_a_404(world):
+    opts = collector.CollectOptions(window_s=30)
+    first = collector.collect_snapshots(world.cfg, "wc", options=opts)
+    asked = list(world.rest.calls)
+    assert asked[0] == "application" and first[0].extensions["spark"]["rest_requests"] == len(asked)
+    world.rest.calls.clear()
+    again = collector.collect_snapshots(world.cfg, "wc", options=opts)
+    assert sorted(world.rest.calls) == ["executors", "jobs"]  # its stages are kept, its id too
+    assert again[0].extensions["spark"]["rest_requests"] == 2
+    assert [without_costs(s) for s in again] == [without_costs(s) for s in first]  # the same figures
+    # The driver started again on the same URL: the kept id answers 404, and is asked again.
+    world.rest.calls.clear()
+    executors = world.rest.executors
+    answers = [SparkRestError("http://x/executors", "HTTP 404 Not Found", status=404)]
+
+    def once_gone(app_id: str):
+        world.rest.calls.append("executors")
+        if answers:
+            raise answers.pop()
+        return executors(app_id)
+
+    world.rest.executors = once_gone
+    renewed = collector.collect_snapshots(world.cfg, "wc", options=opts)
+    assert world.rest.calls.count("application") == 1 and renewed[0].extensions["spark"]["rest_requests"] == 5
+
+
+def test_a_driver_silent_on_the_first_request_of_a_round_is_not_running(world):
+    collector.collect_snapshots(world.cfg, "wc", options=collector.CollectOptions(window_s=30))
+
+    def silent(app_id: str):
+        raise SparkRestError("http://x/executors", "no answer (refused)", unreachable=True)
+
+    world.rest.executors = silent
+    with pytest.raises(collector.AppNotRunningError, match="not running"):
+        collector.collect_snapshots(world.cfg, "wc")
+
+
+def test_redis_is_read_in_two_round_trips_on_the_given_client(world, monkeypatch):
+    opened: list[object] = []
+    monkeypatch.setattr(collector, "connect_as", lambda cfg: opened.append(cfg) or world.redis)
+    world.redis.hashes[queries_key(PREFIX, "wc")]["third"] = info("third")  # three live queries
+    snaps = collector.collect_snapshots(world.cfg, "wc", options=collector.CollectOptions(window_s=30),
+                                        client=world.redis)  # type: ignore[arg-type]
+    assert [s.query for s in snaps] == ["counts", "other", "third"]
+    # The query list, then the executor target and every query's progress in one pipeline.
+    assert world.redis.round_trips == 2 and opened == [] and world.redis.closed == 0
+    assert snaps[0].operators[0].arrival_rate == pytest.approx(200)  # the pipelined progress is read
+    # Without a client (a one-shot command): one opened for the call, and closed.
+    collector.collect_snapshots(world.cfg, "wc", options=collector.CollectOptions(window_s=30))
+    assert len(opened) == 1 and world.redis.closed == 1
+
+
+def test_n_apps_cycles_read_the_master_once(world, monkeypatch):
+    from sparkscale.monitors import cluster_view
+
+    reads: list[str] = []
+
+    def fetch(url: str, timeout_s: float) -> cluster_view.ClusterView:
+        reads.append(url)
+        return cluster_view.build_view({"workers": [], "aliveworkers": 0}, {})
+
+    monkeypatch.setattr(collector, "cluster_extension", cluster_view.cluster_extension)
+    monkeypatch.setattr(cluster_view, "fetch_cluster_view", fetch)
+    monkeypatch.setattr(cluster_view, "RECENT", cluster_view.RecentView())
+    names = [f"wc{i}" for i in range(5)]
+    cfg = Config(apps=[AppConfig(name=n) for n in names], loop={"cluster_view_max_age_s": 60})
+    rests = {n: FakeRest(f"http://127.0.0.{i + 1}:4040/api/v1") for i, n in enumerate(names)}
+    monkeypatch.setattr(collector, "driver_rest", lambda cfg, app, client=None: rests[app.name])
+    for n in names:
+        world.redis.hashes[queries_key(PREFIX, n)] = {"counts": info("counts", qid="qid-1")}
+        world.redis.streams[progress_history_key(PREFIX, n, "counts")] = world.redis.streams[
+            progress_history_key(PREFIX, "wc", "counts")]
+    costs = [collector.collect_snapshot(cfg, n, collector.CollectOptions(window_s=30)).extensions["cluster"]["requests"]
+             for n in names]
+    assert len(reads) == 1 and costs == [1, 0, 0, 0, 0]  # one master read for the apps of a round
+    assert all(r.calls[0] == "application" for r in rests.values())  # each driver asked its own id
+
+
+def test_the_window_stages_are_fetched_side_by_side_and_at_most_so_many_at_once(world, monkeypatch):
+    from sparkscale.monitors import stage_cache
+
+    monkeypatch.setattr(driver_round, "STAGES", stage_cache.StageCache())
+    lock, in_flight, most = threading.Lock(), [0], [0]
+    both = threading.Barrier(2, timeout=5)  # two stage requests must be in flight together
+    fetch = world.rest.stage_attempts
+
+    def stage_attempts(app_id: str, stage_id: int):
+        with lock:
+            in_flight[0] += 1
+            most[0] = max(most[0], in_flight[0])
+        try:
+            with contextlib.suppress(threading.BrokenBarrierError):
+                both.wait()
+            time.sleep(0.02)
+            return fetch(app_id, stage_id)
+        finally:
+            with lock:
+                in_flight[0] -= 1
+
+    world.rest.stage_attempts = stage_attempts
+    (counts, _other) = collector.collect_snapshots(world.cfg, "wc", options=collector.CollectOptions(window_s=30))
+    fetched = [c for c in world.rest.calls if c.startswith("stage ")]
+    assert len(fetched) >= 3 and not both.broken  # the first two met: they were asked at once
+    assert 2 <= most[0] <= driver_round.REST_CONCURRENCY
+    assert counts.extensions["spark"]["rest_requests"] == 3 + len(fetched)
+
+
+def test_the_rest_threads_cpu_is_counted_for_the_cycle(world):
+    pool = driver_round.MeteredPool(2)
+    with pool:
+        burn = [pool.submit(lambda: sum(i * i for i in range(200_000))) for _ in range(2)]
+        assert all(f.result() > 0 for f in burn)
+    assert pool.cpu_s > 0  # the threads' own CPU, which the cycle thread's clock does not see
+    (counts, _other) = collector.collect_snapshots(world.cfg, "wc", options=collector.CollectOptions(window_s=30))
+    assert counts.extensions["spark"]["rest_cpu_s"] >= 0 and set(counts.extensions["spark"]["collect_parts_s"]) == {
+        "driver", "redis", "stages", "cluster"}

@@ -52,7 +52,7 @@ QUERY = app_status.query_view(SNAPSHOT, 4)
 # tests/integration/test_daemon.py and the lab's reports read them).
 CYCLE_KEYS = {"event", "log_level", "app", "role", "epoch", "snapshot_id", "policy", "diagnosis", "executors",
               "mode", "decision_id", "target_executors", "queries", "actions", "reasons", "explanation",
-              "observation", "duration_s", "collect_s", "cpu_s"}
+              "observation", "duration_s", "collect_s", "cpu_s", "collect_parts_s"}
 
 
 def decision(plan: Plan = PLAN, mode: str = "acted", role: str = "leader") -> Decision:
@@ -91,6 +91,10 @@ def test_a_decision_is_the_cycle_line_with_every_figure():
     assert line["reasons"] == ["scale up: 4 cores needed"] and line["explanation"] == ["DS2 over 3 operators"]
     assert line["queries"] == [QUERY.to_dict()] and line["policy"] == "ds2"
     assert (line["duration_s"], line["collect_s"], line["cpu_s"]) == (0.7123, 0.5, 0.1)
+    assert line["collect_parts_s"] == {}  # none measured
+    parts = {"shape": 0.001, "leadership": 0.0, "driver": 0.3, "redis": 0.002, "stages": 0.15, "cluster": 0.0}
+    timed = logged(Decided(decision(), "1-0", 0.7, 0.5, 0.1, collect_parts_s=parts))[0]
+    assert timed["collect_parts_s"] == parts
     standby = logged(decided(Plan("ds2", "clicks"), mode="no_change", role="standby"))[0]
     assert (standby["target_executors"], standby["actions"], standby["decision_id"]) == (None, [], None)
 

@@ -35,6 +35,7 @@ from sparkscale.config import AppConfig, AppMode, Config
 from sparkscale.control.act import ActionExecutor, RequestDesk
 from sparkscale.control.clock import Clock
 from sparkscale.control.collect import SnapshotCollector
+from sparkscale.control.cycle_costs import collect_parts_s, helper_cpu_s
 from sparkscale.control.decide import ClusterPlanning, Planner
 from sparkscale.control.decision import Decision, Mode, Role, app_mode
 from sparkscale.control.events import (
@@ -75,6 +76,8 @@ class _Run:
     cpu_started: float
     role: Role | None = None
     epoch: int | None = None  # the leader's
+    shaped_at: float | None = None  # the app's executor shape read
+    led_at: float | None = None  # leadership tried
     collected_at: float | None = None
     executors: int | None = None
     parallelism: dict[str, int] | None = None
@@ -193,8 +196,10 @@ class Autoscaler:
     def _cycle(self, app: AppConfig, st: AppState, run: _Run) -> CycleResult:
         # The executor shape a migration gave the app is what its executors have (and DS2 counts with).
         app = self.stores.apps.with_shape(app)
+        run.shaped_at = self.clock.monotonic()
         leadership = self.elections[app.name]
         leader = self._lead(app, st, leadership)
+        run.led_at = self.clock.monotonic()
         run.role, run.epoch = ("leader", leadership.epoch) if leader else ("standby", None)
         try:
             snapshots, merged = self._collect(app, run)
@@ -271,12 +276,18 @@ class Autoscaler:
         st.decided(decision.mode, decision.plan, decision.decided_at)
         self.sink.emit(Decided(decision, decision_id, duration_s=self.clock.monotonic() - run.started,
                                collect_s=(run.collected_at or run.started) - run.started,
-                               cpu_s=self.clock.thread_cpu() - run.cpu_started))
+                               cpu_s=self.clock.thread_cpu() - run.cpu_started + helper_cpu_s(decision.snapshot),
+                               collect_parts_s=self._collect_parts_s(run, decision.snapshot)))
         cluster = self.cluster.plan(decision.decided_at) if run.leader else None
         placement = [] if cluster is None else [f"placement {cluster.policy}: {w.message}" for w in cluster.warnings]
         run.decision, run.warnings = decision, short_warnings(decision.plan) + tuple(placement)
 
     # -- what the steps call ----------------------------------------------------------------------
+
+    @staticmethod
+    def _collect_parts_s(run: _Run, snapshot: Snapshot) -> dict[str, float]:
+        shaped, led = run.shaped_at or run.started, run.led_at or run.started
+        return collect_parts_s(shaped - run.started, led - shaped, snapshot)
 
     def _report_absent(self, app: AppConfig, st: AppState, leadership: Leadership, run: _Run,
                        exc: AppNotRunningError | NoQueriesYet) -> CycleResult:

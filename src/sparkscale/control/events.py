@@ -48,6 +48,9 @@ class Decided:
     duration_s: float  # from the cycle's start to the decision's end
     collect_s: float  # of which collecting the snapshots
     cpu_s: float  # the daemon's own CPU; the rest of duration_s waited on Spark, Redis, ZooKeeper
+    # collect_s by part, in seconds: the app's shape and leadership, then the collector's own parts
+    # (the driver's URL and REST round, Redis, the stages, the cluster view: monitors/collector.py)
+    collect_parts_s: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def app(self) -> str:

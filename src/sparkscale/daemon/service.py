@@ -12,6 +12,7 @@ identity (`RESTART_SECTIONS`) need a restart.
 from __future__ import annotations
 
 import contextlib
+import functools
 import signal
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -37,6 +38,7 @@ from sparkscale.daemon.metrics import DaemonMetrics
 from sparkscale.daemon.notify import Notifier
 from sparkscale.daemon.wiring import ActuationContexts, RequestDesk, loop_stores
 from sparkscale.monitors.collector import collect_snapshots
+from sparkscale.monitors.host_sampler import HOST
 from sparkscale.policies.planner import decide_app
 from sparkscale.redisconn import connect_as
 from sparkscale.store.bad_records import escaped
@@ -88,7 +90,9 @@ class Daemon:
         stores = loop_stores(store, self.identity, self.zk, self.redis, prefix)
         executor = BackgroundExecutor(self.actuation, action_log, contexts, sink, clock)
         requests = RequestDesk(store.requests, store.journals, action_log, contexts, self.identity)
-        return Autoscaler(cfg, self.identity, collector=collect_snapshots, planner=decide_app, cluster=self.cluster,
+        # The collector reads Redis with the daemon's client: one connection pool, none opened per cycle.
+        collector = functools.partial(collect_snapshots, client=self.redis)
+        return Autoscaler(cfg, self.identity, collector=collector, planner=decide_app, cluster=self.cluster,
                           judge=OutcomeEvaluator(blocklist, sink), executor=executor, requests=requests, stores=stores,
                           elections=self.elections, clock=clock, sink=sink, wake=self._wake_app,
                           on_failed=lambda app: self.metrics.count_cycle(app, "failed"))
@@ -102,6 +106,7 @@ class Daemon:
         signal.signal(signal.SIGHUP, lambda _signum, _frame: self.request_reload())
         self.zk.add_listener(self._on_zk_state)
         self.zk.start_async()  # connects (and reconnects) in the background; until then: standby
+        HOST.start()  # the host's figures are read off the cycles (monitors/host_sampler.py)
         metrics_port = None
         if self.cfg.metrics.enabled:
             metrics_port = self.metrics.serve(self.cfg.metrics.host, self.cfg.metrics.port)
@@ -130,6 +135,7 @@ class Daemon:
             election.release()
         self.zk.stop()
         self.zk.close()
+        HOST.stop()
         self.metrics.close()
         log.info("daemon.stop", identity=self.identity)
         return 0

@@ -9,16 +9,18 @@ running `executors`, each with `id` = the executor id, `appid`, `memory` in MB; 
 or host field: the host is the worker asked). Field names are those of `JsonProtocol` in the Spark
 4.3.0 jar (`writeWorkerInfo`, `writeWorkerState`, `writeExecutorRunner`; docs/internals.md).
 
-One master request and one per ALIVE worker a cycle. A worker that does not answer is reported
-(`unreachable`), not fatal; a master that does not answer is SparkUnreachable. Parsing is pure;
+One master request and one per ALIVE worker a read (`RecentView`: one read serves every app's
+cycles, and is renewed off the cycle). A worker that does not answer is reported (`unreachable`),
+not fatal; a master that does not answer is SparkUnreachable. Parsing is pure;
 `fetch_cluster_view` is the only I/O.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -181,25 +183,63 @@ def fetch_cluster_view(master_web_url: str, timeout_s: float) -> ClusterView:
     return build_view(master, answers)
 
 
+def _in_background(work: Callable[[], None]) -> None:
+    threading.Thread(target=work, name="sparkscale-cluster-view", daemon=True).start()
+
+
 class RecentView:
     """The last view read, shared by every app's cycle (the daemon is one process; its apps' cycles
     run on several threads): with N apps, the master and the workers are asked once per
     `max_age_s`, not N times, and the apps of one round see the same cluster (one placement plan
-    is made from their snapshots together). A failed read is not kept."""
+    is made from their snapshots together).
 
-    def __init__(self) -> None:
+    A view older than `max_age_s` is read again in the background (`spawn`) while the cycles go
+    on with the kept one, its age stated (issue 33: the cycle that happened to refresh it, and
+    every other app's waiting on it, made the 10-app p99). A cycle reads the view itself only
+    when none is kept: the first, after a failed read (a failed read is not kept, and drops the
+    view it was to replace), for another master, or with `max_age_s` 0."""
+
+    def __init__(self, spawn: Callable[[Callable[[], None]], None] = _in_background,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self._lock = threading.Lock()
         self._kept: tuple[str, float, ClusterView] | None = None
+        self._refreshing = False  # a background read is under way
+        self._spawn = spawn
+        self._monotonic = monotonic
 
-    def get(self, master_web_url: str, timeout_s: float, max_age_s: float) -> tuple[ClusterView, bool]:
-        """The view, and whether it was read now (False: kept from less than `max_age_s` ago)."""
+    def get(self, master_web_url: str, timeout_s: float, max_age_s: float) -> tuple[ClusterView, bool, float]:
+        """The view, whether this call read it (False: kept), and its age in seconds."""
         with self._lock:
             kept = self._kept
-            if kept is not None and kept[0] == master_web_url and time.monotonic() - kept[1] < max_age_s:
-                return kept[2], False
+            if kept is None or kept[0] != master_web_url or max_age_s <= 0:
+                view = fetch_cluster_view(master_web_url, timeout_s)
+                self._kept = (master_web_url, self._monotonic(), view)
+                return view, True, 0.0
+            age_s = self._monotonic() - kept[1]
+            renew = age_s >= max_age_s and not self._refreshing
+            self._refreshing = self._refreshing or renew
+        if renew:  # outside the lock: the read takes it when it ends
+            self._spawn(functools.partial(self._refresh, master_web_url, timeout_s))
+        return kept[2], False, age_s
+
+    def _refresh(self, master_web_url: str, timeout_s: float) -> None:
+        """The background read: the new view replaces the kept one; a failure drops it."""
+        view: ClusterView | None = None
+        try:
             view = fetch_cluster_view(master_web_url, timeout_s)
-            self._kept = (master_web_url, time.monotonic(), view)
-            return view, True
+        except SparkUnreachable as exc:
+            log.warning("monitor.cluster_unreachable", master=master_web_url, error=str(exc), read="background")
+        except Exception as exc:  # a bug: logged; the next cycle reads the view itself
+            log.error("monitor.cluster_view_failed", master=master_web_url, error=repr(exc), exc_info=exc)
+        finally:
+            with self._lock:
+                self._refreshing = False
+                if view is not None:
+                    self._kept = (master_web_url, self._monotonic(), view)
+                elif self._kept is not None and self._kept[0] == master_web_url:
+                    self._kept = None
+        if view is not None and view.unreachable:
+            log.warning("monitor.worker_unreachable", workers=dict(view.unreachable), read="background")
 
 
 RECENT = RecentView()
@@ -207,16 +247,18 @@ RECENT = RecentView()
 
 def cluster_extension(cfg: Config, app_id: str) -> dict[str, Any] | None:
     """A snapshot's `extensions["cluster"]` for the app (`sparkscale.model.placement`), with what it cost
-    (`requests`: 0 when the view was one read less than `loop.cluster_view_max_age_s` ago); None
+    this cycle (`requests`: 0 when the view is a kept one, `RecentView`) and its age (`age_s`); None
     when `loop.cluster_view` is off. A master that does not answer gives an `error`, not a failed
     cycle: the view serves the spread rule, placement and the capacity guard, which then hold."""
     if not cfg.loop.cluster_view:
         return None
     try:
-        view, fetched = RECENT.get(cfg.spark.master_web_url, cfg.spark.rest_timeout_s, cfg.loop.cluster_view_max_age_s)
+        view, fetched, age_s = RECENT.get(cfg.spark.master_web_url, cfg.spark.rest_timeout_s,
+                                          cfg.loop.cluster_view_max_age_s)
     except SparkUnreachable as exc:
         log.warning("monitor.cluster_unreachable", app_id=app_id, error=str(exc))
-        return {**Placement(app_id, error=str(exc)).to_extension(), "requests": 1}
+        return {**Placement(app_id, error=str(exc)).to_extension(), "requests": 1, "age_s": 0.0}
     if view.unreachable and fetched:
         log.warning("monitor.worker_unreachable", app_id=app_id, workers=dict(view.unreachable))
-    return {**view.placement(app_id).to_extension(), "requests": view.requests if fetched else 0}
+    return {**view.placement(app_id).to_extension(), "requests": view.requests if fetched else 0,
+            "age_s": round(age_s, 3)}

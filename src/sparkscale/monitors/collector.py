@@ -3,23 +3,27 @@
 An app is any PySpark script with any number of queries on any sources. The agent lists the app's
 queries (`store.redis_queries.read_queries`) and publishes each query's progress reports, with what
 its sources say about backlog and position; the monitor builds one snapshot per query that has not
-terminated, from one REST round for the app (application, executors, jobs, then the stages of the
-window's batches) and one sample of the daemon's host. The executors' CPU and memory come from
-Spark's metrics over the tasks of every query's window (`executor_figures.py`), so every query's
-snapshot carries the same app-wide executor figures. `collect_snapshot` merges them into the app's
-snapshot. Where the app's executors run, by standalone worker (`extensions["cluster"]`, for the
-spread rule), comes from the master and its workers (`cluster_view.py`; `loop.cluster_view`).
+terminated, from one REST round for the app (the application id, asked once per driver; the
+executors and the jobs at once; then the window's batches' stages not kept yet, side by side:
+`driver_round.py`) and the daemon host's latest reading (`host_sampler.py`). The executors' CPU
+and memory come from Spark's metrics over the tasks of every query's window
+(`executor_figures.py`), so every query's snapshot carries the same app-wide executor figures.
+`collect_snapshot` merges them into the app's snapshot. Where the app's executors run, by
+standalone worker (`extensions["cluster"]`, for the spread rule), comes from the master and its
+workers (`cluster_view.py`, a view kept and renewed off the cycle; `loop.cluster_view`).
 
-The daemon calls `collect_snapshots` once per loop and app. `AppNotRunningError` means the driver's
-REST API did not answer, `NoQueriesYet` that the agent has listed no query yet: either way the
-daemon takes no action this cycle.
+The daemon calls `collect_snapshots` once per loop and app, with its own Redis client (one
+connection pool for the process, no connection opened per cycle); the Redis reads are two round
+trips: the query list, then the executor target and every query's progress in one pipeline.
+`AppNotRunningError` means the driver's REST API did not answer, `NoQueriesYet` that the agent
+has listed no query yet: either way the daemon takes no action this cycle.
 """
 
 from __future__ import annotations
 
-import functools
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 import structlog
@@ -28,8 +32,10 @@ from sparkscale.config import Config
 from sparkscale.model.snapshot import Snapshot
 from sparkscale.model.snapshot_merge import merge_snapshots
 from sparkscale.monitors.cluster_view import cluster_extension
+from sparkscale.monitors.driver_round import DriverSilent, MeteredPool, fetch_stages, read_round
 from sparkscale.monitors.executor_figures import app_extension, window_work
 from sparkscale.monitors.host import sample_host
+from sparkscale.monitors.host_sampler import HOST
 from sparkscale.monitors.progress_reports import ProgressReport
 from sparkscale.monitors.snapshot_builder import (
     Batch,
@@ -39,10 +45,9 @@ from sparkscale.monitors.snapshot_builder import (
     window_batches,
 )
 from sparkscale.monitors.spark_rest import RestStage, SparkRestError, driver_rest
-from sparkscale.monitors.stage_cache import STAGES
 from sparkscale.protocol.keys import executor_target_key, progress_history_key
 from sparkscale.protocol.queries import QueryInfo
-from sparkscale.redisconn import connect_as, stream_entries
+from sparkscale.redisconn import RawEntries, connect_as, stream_entries
 from sparkscale.store.redis_queries import read_queries
 
 log = structlog.get_logger(__name__)
@@ -77,83 +82,105 @@ class NoQueriesYet(Exception):
 @dataclass(frozen=True)
 class CollectOptions:
     window_s: float | None = None  # default: loop.window_s
-    host_sample_s: float | None = None  # default: loop.host_cpu_sample_s (0: a delta, no wait)
+    host_sample_s: float | None = None  # default: loop.host_cpu_sample_s (0: the sampler's reading, no wait)
 
 
-def collect_snapshot(cfg: Config, app_name: str, options: CollectOptions | None = None) -> Snapshot:
+def collect_snapshot(cfg: Config, app_name: str, options: CollectOptions | None = None,
+                     client: redis.Redis | None = None) -> Snapshot:
     """The app's snapshot: its queries' snapshots merged (`snapshot_merge`; one query: its own)."""
-    return merge_snapshots(collect_snapshots(cfg, app_name, options=options))
+    return merge_snapshots(collect_snapshots(cfg, app_name, options=options, client=client))
 
 
 def collect_snapshots(cfg: Config, app_name: str, query: str | None = None,
-                      options: CollectOptions | None = None) -> list[Snapshot]:
+                      options: CollectOptions | None = None, client: redis.Redis | None = None) -> list[Snapshot]:
     """One Snapshot v1 per live query of the app (or of `query` only) over the last window, by name.
 
+    `client`: a Redis client to read with (the daemon's, kept open); None: one opened for this call.
     Raises AppNotRunningError when the driver does not answer, NoQueriesYet when the agent lists no
     live query (or not `query`), KeyError for an unknown app, and SparkRestError / redis errors when
     a service answers wrongly.
     """
-    opts = options or CollectOptions()
+    own = client is None
+    redis_client = connect_as(cfg) if client is None else client  # this process's identity: the daemon's or the CLI's
+    try:
+        with MeteredPool() as pool:
+            return _collect(cfg, app_name, query, options or CollectOptions(), redis_client, pool)
+    finally:
+        if own:
+            redis_client.close()
+
+
+def _collect(cfg: Config, app_name: str, query: str | None, opts: CollectOptions, client: redis.Redis,
+             pool: MeteredPool) -> list[Snapshot]:
+    started = time.monotonic()
     cfg = cfg.with_app(app_name)
     app = cfg.app(app_name)
     window_s = opts.window_s or cfg.loop.window_s
     try:
-        rest = driver_rest(cfg, app)  # unreachable too when the agent has not told where the driver is
-        spark_app = rest.application(app.name)
+        rest = driver_rest(cfg, app, client=client)  # unreachable too when the agent has not told where the driver is
     except SparkRestError as exc:
         if exc.unreachable:
             raise AppNotRunningError(app_name, exc.url, exc.cause) from None
         raise
-
-    taken_at = time.time()
-    executors = rest.executors(spark_app.id)
-    jobs = rest.jobs(spark_app.id)
-    client = connect_as(cfg)  # this process's identity: the daemon's or the CLI's
     try:
-        prefix = cfg.redis.key_prefix
-        listed = read_queries(client, prefix, app.name)
-        queries = observed_queries(listed, query)
-        if not queries:
-            raise NoQueriesYet(app.name, query, tuple(sorted(listed)))
-        target = client.get(executor_target_key(prefix, app.name))
-        progress = {
-            q.name: read_progress(client, prefix, app.name, q.name, since_s=taken_at - window_s - 10 * (
-                q.trigger_interval_s or app.trigger_interval_s) - 10)
-            for q in queries
-        }
-    finally:
-        client.close()
+        driver = read_round(rest, app.name, pool, clock=time.time)
+    except DriverSilent as exc:
+        raise AppNotRunningError(app_name, exc.error.url, exc.error.cause) from None
+    rest_done = time.monotonic()
+    spark_app, taken_at, executors, jobs = driver.application, driver.taken_at, driver.executors, driver.jobs
 
-    host = sample_host(cfg.loop.host_cpu_sample_s if opts.host_sample_s is None else opts.host_sample_s)
-    stages: dict[int, list[RestStage]] = {}  # stage ids are the app's: shared by its queries
+    prefix = cfg.redis.key_prefix
+    listed = read_queries(client, prefix, app.name)
+    queries = observed_queries(listed, query)
+    if not queries:
+        raise NoQueriesYet(app.name, query, tuple(sorted(listed)))
+    # One round trip for the executor target and every query's progress (issue 33: pipelined).
+    pipe = client.pipeline(transaction=False)
+    pipe.get(executor_target_key(prefix, app.name))
+    for q in queries:
+        since_s = taken_at - window_s - 10 * (q.trigger_interval_s or app.trigger_interval_s) - 10
+        pipe.xrange(progress_history_key(prefix, app.name, q.name), min=_stream_min(since_s), max="+")
+    target, *streams = pipe.execute()
+    progress = {q.name: progress_reports(progress_history_key(prefix, app.name, q.name), raw)
+                for q, raw in zip(queries, streams, strict=True)}
+    redis_done = time.monotonic()
+
+    host = _host_extension(cfg.loop.host_cpu_sample_s if opts.host_sample_s is None else opts.host_sample_s)
     batches_of: dict[str, list[Batch]] = {}
-    fetched_of: dict[str, int] = {}
-    for info in queries:  # every query's stages first: the executors' figures cover all of them
+    owner: dict[int, str] = {}  # stage id -> the first query whose window names it (its fetch counts there)
+    for info in queries:  # every query's stages: the executors' figures cover all of them
         reports = progress[info.name]
         batches_of[info.name] = finished_batches(jobs, info.name, [(r.run_id, r.batch_id) for r in reports],
                                                  query_id=info.id)
-        fetched = 0
         for batch in window_batches(batches_of[info.name], taken_at, window_s):
             for stage_id in batch.stage_ids:
-                if stage_id not in stages:
-                    stages[stage_id], was_fetched = STAGES.get(
-                        spark_app.id, stage_id, functools.partial(rest.stage_attempts, spark_app.id, stage_id))
-                    fetched += was_fetched
-        fetched_of[info.name] = fetched
-    cluster = cluster_extension(cfg, spark_app.id)  # one master request + one per alive worker
+                owner.setdefault(stage_id, info.name)
+    answers = fetch_stages(rest, spark_app.id, list(owner), pool)  # stage ids are the app's: shared by its queries
+    stages: dict[int, list[RestStage]] = {stage_id: attempts for stage_id, (attempts, _) in answers.items()}
+    fetched_of = {info.name: sum(fetched for stage_id, (_, fetched) in answers.items() if owner[stage_id] == info.name)
+                  for info in queries}
+    stages_done = time.monotonic()
+    rest_cpu_s = round(pool.cpu_s, 4)  # CPU the REST reads took on the pool's threads (the cycle's cpu_s adds it)
+    cluster = cluster_extension(cfg, spark_app.id)  # a kept view (cluster_view.RecentView), or one read
+    cluster_done = time.monotonic()
     work = window_work(stages, taken_at, window_s)
     app_figures = app_extension(executors, work, taken_at, window_s)
     # What the agent last asked Spark for: executors beyond the registered ones are still starting.
     app_figures["requested_executors"] = _int_or_none(target)
+    # Where the collect's time went, in seconds (the daemon's `cycle` line shows it: issue 33).
+    parts_s = {"driver": round(rest_done - started, 4), "redis": round(redis_done - rest_done, 4),
+               "stages": round(stages_done - redis_done, 4), "cluster": round(cluster_done - stages_done, 4)}
     snapshots = []
     for info in queries:
         snapshot = build_snapshot(SnapshotInputs(
             app=app.name, query=info.name, taken_at=taken_at, window_s=window_s, executors=executors,
             batches=batches_of[info.name], stages=stages, progress=progress[info.name],
-            trigger_interval_s=info.trigger_interval_s or app.trigger_interval_s, host=host.host_extension(),
+            trigger_interval_s=info.trigger_interval_s or app.trigger_interval_s, host=host,
             app_figures=app_figures, executor_work=work,
-            extra_extensions={"spark": {"app_id": spark_app.id, "rest_requests": 3 + fetched_of[info.name],
-                                        "collect_s": round(time.time() - taken_at, 3)},
+            extra_extensions={"spark": {"app_id": spark_app.id,
+                                        "rest_requests": driver.requests + fetched_of[info.name],
+                                        "collect_s": round(time.time() - taken_at, 3), "collect_parts_s": parts_s,
+                                        "rest_cpu_s": rest_cpu_s},
                               "query": {"id": info.id, "status": info.status, "sources": list(info.sources),
                                         "state_partitions": info.state_partitions,
                                         "migratable": info.why_not_migratable(app.allow_lossy_restart) is None,
@@ -170,6 +197,18 @@ def collect_snapshots(cfg: Config, app_name: str, query: str | None = None,
                  executor_hosts=app_figures["hosts"], cpu_fraction=app_figures["cpu_fraction"])
         snapshots.append(snapshot)
     return snapshots
+
+
+def _host_extension(sample_s: float) -> dict[str, Any] | None:
+    """`extensions["host"]`: the sampler's latest reading with its age (`host_sampler.py`: no
+    wait in the cycle); a blocking sample when one is asked for (`sample_s` > 0, what the cycle did
+    before, kept for comparison); a reading of its own in a process that runs no sampler (a
+    one-shot command). None while a running sampler has no reading yet."""
+    if sample_s > 0:
+        return sample_host(sample_s).host_extension()
+    if HOST.running:
+        return HOST.extension()
+    return sample_host(0.0).host_extension()
 
 
 def _int_or_none(raw: object) -> int | None:
@@ -192,9 +231,18 @@ def read_progress(client: redis.Redis, prefix: str, app: str, query: str, partit
     """The query's progress reports published since `since_s` (the agent's `:history` stream).
     `partitions` is ignored (older callers passed the app's input partitions)."""
     key = progress_history_key(prefix, app, query)
-    entries = stream_entries(client.xrange(key, min=f"{max(int(since_s * 1000), 0)}-0", max="+"))
+    return progress_reports(key, client.xrange(key, min=_stream_min(since_s), max="+"), partitions)
+
+
+def _stream_min(since_s: float) -> str:
+    """XRANGE's lower bound for entries published since `since_s` (stream ids are milliseconds)."""
+    return f"{max(int(since_s * 1000), 0)}-0"
+
+
+def progress_reports(key: str, raw: RawEntries, partitions: int | None = None) -> list[ProgressReport]:
+    """The reports in an XRANGE answer of `key`; a bad entry is logged and left out."""
     reports: list[ProgressReport] = []
-    for _entry_id, fields in entries:
+    for _entry_id, fields in stream_entries(raw):
         try:
             reports.append(ProgressReport.from_fields(fields, partitions))
         except (KeyError, ValueError) as exc:

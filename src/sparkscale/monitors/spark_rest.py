@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import redis
 import structlog
 
 from sparkscale.config import AppConfig, Config
@@ -348,25 +349,26 @@ class SparkRestClient:
         return parse_stage_attempts(data)
 
 
-def driver_rest(cfg: Config, app: AppConfig, **kwargs: Any) -> SparkRestClient:
+def driver_rest(cfg: Config, app: AppConfig, client: redis.Redis | None = None, **kwargs: Any) -> SparkRestClient:
     """The REST API of `app`'s driver, at the URL its agent published on registration
     (`protocol.keys.driver_key`), with the config's timeout unless given. The one place that says
-    where a driver's UI is. No registration yet: an unreachable-driver error, as for a dead one."""
+    where a driver's UI is. No registration yet: an unreachable-driver error, as for a dead one.
+    `client`: the Redis client to read it with (kept open); None: one opened for this call."""
 
     from sparkscale.protocol.keys import driver_key
     from sparkscale.redisconn import connect_as
 
     kwargs.setdefault("timeout_s", cfg.spark.rest_timeout_s)
-    import redis
-
-    client = connect_as(cfg)  # this process's identity: the daemon's, the CLI's or the lab's
+    # None: a client of this process's identity (the daemon's, the CLI's or the lab's), for this call.
+    reader = connect_as(cfg) if client is None else client
     try:
-        raw = client.get(driver_key(cfg.redis.key_prefix, app.name))
+        raw = reader.get(driver_key(cfg.redis.key_prefix, app.name))
     except redis.RedisError as exc:
         raise SparkRestError(f"(driver of {app.name})", f"its registration in Redis is unreadable: {exc}",
                              unreachable=True) from None
     finally:
-        client.close()
+        if client is None:
+            reader.close()
     url = None
     if raw:
         try:

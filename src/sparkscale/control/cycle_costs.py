@@ -1,0 +1,30 @@
+"""What a cycle's collect cost, from the figures the collector puts in its snapshot
+(monitors/collector.py: `extensions["spark"]`), for the `cycle` line (issue 33)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from sparkscale.model.snapshot import Snapshot
+
+
+def collect_parts_s(shape_s: float, leadership_s: float, snapshot: Snapshot) -> dict[str, float]:
+    """Where the cycle's collect_s went, in seconds: the shape and leadership steps, then the parts
+    the collector measured (`collect_parts_s`: driver, redis, stages, cluster), when it says."""
+    parts = {"shape": round(shape_s, 4), "leadership": round(leadership_s, 4)}
+    measured = _spark(snapshot).get("collect_parts_s")
+    if isinstance(measured, Mapping):
+        parts.update({str(k): float(v) for k, v in measured.items() if isinstance(v, (int, float))})
+    return parts
+
+
+def helper_cpu_s(snapshot: Snapshot) -> float:
+    """CPU the collector's helper threads used for the cycle (`rest_cpu_s`: its REST reads, parsed
+    on a pool): the daemon's own CPU too, though not the cycle thread's."""
+    cpu_s = _spark(snapshot).get("rest_cpu_s")
+    return float(cpu_s) if isinstance(cpu_s, (int, float)) else 0.0
+
+
+def _spark(snapshot: Snapshot) -> Mapping[str, object]:
+    spark = snapshot.extensions.get("spark")
+    return spark if isinstance(spark, Mapping) else {}
