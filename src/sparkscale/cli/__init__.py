@@ -1,7 +1,8 @@
 """The `sparkscale` command line: the `main` group and the commands of each module registered on it.
 
 One module per command group: daemon (run, check-config, status, actions, explain, blocklist,
-scale-executors), cluster, pipeline, migrate, offline (plan, snapshot) and placement (cluster-plan).
+scale-executors), cluster, pipeline, migrate, offline (plan, snapshot), placement (cluster-plan),
+init (the config and units for this host) and completion (bash and zsh).
 Every command that reads config takes `--config` and `--set`. Other packages add commands through
 the entry-point group `sparkscale.commands` (the lab's bench, report, demo, loadgen, verify and
 simulate): they are listed by name and imported only when one of them runs.
@@ -13,7 +14,7 @@ import importlib.metadata
 
 import click
 
-from sparkscale.cli import cluster, daemon, migrate, offline, pipeline, placement
+from sparkscale.cli import cluster, completion, daemon, init, migrate, offline, pipeline, placement
 
 PLUGIN_GROUP = "sparkscale.commands"
 
@@ -51,7 +52,7 @@ class _PluginGroup(click.Group):
 
 
 @click.group(cls=_PluginGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="sparkscale")
+@click.version_option(package_name="sparkscale")  # the installed distribution's (importlib.metadata)
 def main() -> None:
     """sparkscale: autoscaling for stateful Spark Structured Streaming pipelines."""
 
@@ -64,6 +65,7 @@ for _command in (
     migrate.migrate_command,
     offline.plan_command, offline.snapshot_command,
     placement.cluster_plan_command,
+    init.init_command, completion.completion_command,
 ):
     main.add_command(_command)
 del _command
