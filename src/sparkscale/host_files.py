@@ -79,9 +79,12 @@ def existing(files: list[HostFile]) -> list[Path]:
 
 
 def write(files: list[HostFile]) -> None:
-    """Write each file (its directory made if need be); the config 0640: it may name secret files."""
+    """Write each file (its directory made if need be); the config 0640: it may name secret files.
+    A link in the way is replaced, not written through (configs/sparkscale.yaml links to the package)."""
     for f in files:
         f.path.parent.mkdir(parents=True, exist_ok=True)
+        if f.path.is_symlink():
+            f.path.unlink()
         f.path.write_text(f.text, encoding="utf-8")
         if f.path.name == resources.CONFIG:
             f.path.chmod(0o640)

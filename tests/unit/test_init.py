@@ -65,6 +65,14 @@ def test_init_refuses_to_overwrite_unless_forced(tmp_path):
     assert (tmp_path / "sparkscale.service").read_text() == "mine\n" and not (tmp_path / "sparkscale.yaml").exists()
     out = invoke("init", str(tmp_path), "--executable", EXE, "--force")
     assert out.exit_code == 0 and "run --config" in (tmp_path / "sparkscale.service").read_text()
+    # A link in the way is replaced, never written through (configs/sparkscale.yaml is one).
+    elsewhere = tmp_path / "elsewhere.yaml"
+    elsewhere.write_text("kept: true\n")
+    (tmp_path / "sparkscale.yaml").unlink()
+    (tmp_path / "sparkscale.yaml").symlink_to(elsewhere)
+    assert invoke("init", str(tmp_path), "--executable", EXE).exit_code == 2  # a link counts as there
+    assert invoke("init", str(tmp_path), "--executable", EXE, "--force").exit_code == 0
+    assert elsewhere.read_text() == "kept: true\n" and not (tmp_path / "sparkscale.yaml").is_symlink()
 
 
 def test_init_defaults_to_here_the_current_user_and_this_installs_sparkscale(tmp_path, monkeypatch):

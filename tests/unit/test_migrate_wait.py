@@ -99,6 +99,7 @@ def test_migrate_returns_when_the_journal_is_done_not_after_the_executor_change(
     assert outcome.ok and "migration mig-1 done: q 4 -> 8 partitions (ccr)" in outcome.detail
     assert "sets 3 executors" in outcome.detail and "sparkscale actions --app a" in outcome.detail
     assert outcome.figures["restore_s"] == 5.5 and outcome.figures["migration"] == "mig-1"
+    assert outcome.figures["follow_up"] == "pending"  # `migrate` then says where the rest shows
     assert [s.status for s in seen] == ["running", "done"]  # every journal write was shown
 
 
@@ -184,7 +185,23 @@ def test_a_quick_call_says_nothing_and_the_thread_ends():
 def test_migrates_progress_names_the_phase_under_way():
     progress = Progress(False)
     progress.show(journal(status="running", next_phase="drained"))
-    assert progress.waiting.what == "migration mig-1: running, drained"
+    assert progress.waiting.what == ("migration mig-1 (running, phase drained): the query to finish the input "
+                                     "it admitted")
     progress.show(journal(status="done", next_phase="done"))
     assert progress.waiting.what.startswith("the rest of the request: migration mig-1 is done")
-    assert under_way(journal(status="recovering", next_phase="restarted")) == "migration mig-1: recovering, restarted"
+    assert under_way(journal(status="recovering", next_phase="done")).startswith(
+        "migration mig-1 (recovering, phase done): the restarted query's first batch with input")
+
+
+def test_the_cli_prints_the_journals_outcome_and_where_the_rest_shows(capsys):
+    j = journal(status="done", next_phase="done")
+    j.marks["metrics"] = {"rebalance_s": 1.5}
+    with pytest.raises(SystemExit) as exited:
+        Progress(False).finish_with(journal_outcome(j, 3))
+    out = capsys.readouterr().out
+    assert exited.value.code == 0 and out.startswith("done: migration mig-1 done: q 4 -> 8 partitions (ccr); the "
+                                                     "leader now sets 3 executors")
+    assert "rebalance_s" in out and "come later: `sparkscale migrate --list`" in out
+    with pytest.raises(SystemExit) as exited:
+        Progress(False).finish_with(journal_outcome(journal(status="needs_attention", detail="restarted: x"), None))
+    assert exited.value.code == 1 and "NOT done: migration mig-1 needs_attention" in capsys.readouterr().out

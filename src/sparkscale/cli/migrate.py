@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import click
 
 from sparkscale.actuators.migration import registered_strategies
+from sparkscale.actuators.migration.base import IDLE_RESTORED_S
 from sparkscale.cli.common import EXIT_CONFIG, client, client_errors, config_options
 from sparkscale.cli.waiting import Waiting
 from sparkscale.config import Config
@@ -141,11 +142,28 @@ class Progress:
         sys.exit(0 if ok else 1)
 
 
+# What each phase's step waits for (actuators/migration/runner.py's steps), as a wait names it.
+WAITS_FOR = {
+    "requested": "the migration to be journaled",
+    "paused": "the sources to pause",
+    "drained": "the query to finish the input it admitted",
+    "stopped": "the query to stop at a batch boundary",
+    "captured": "the unprocessed input to be captured",
+    "repartitioned": "the state to be repartitioned",
+    "restarted": "the query (or, for a new shape, the application) to restart",
+    "resumed": "the sources to resume",
+    "restored": "the restarted query to restore its state",
+    "done": f"the restarted query's first batch with input, which times the restore (or {IDLE_RESTORED_S:g} s "
+            "without input; at most migration.phase_timeout_s)",
+}
+
+
 def under_way(journal: Journal) -> str:
-    """What a wait on the migration waits for now: its phase under way, or, once it has ended, the
+    """What a wait on the migration waits for now: its phase's step, or, once it has ended, the
     rest of the request (an executor count set after it waits up to actuator.confirm_timeout_s)."""
     if journal.active:
-        return f"migration {journal.id}: {journal.status}, {journal.next}"
+        step = WAITS_FOR.get(journal.next, journal.next)
+        return f"migration {journal.id} ({journal.status}, phase {journal.next}): {step}"
     return (f"the rest of the request: migration {journal.id} is {journal.status} (then the executor count, "
             "if given, until Spark shows it)")
 

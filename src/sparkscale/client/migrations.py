@@ -266,19 +266,23 @@ def answer_or_end(wait_answer: Callable[[], ManualResult | None], end: JournalEn
 
 def journal_outcome(journal: Journal, executors: int | None) -> MigrationOutcome:
     """The outcome as the ended journal tells it, while the leader goes on with the rest of the
-    request (the executor count after the migration)."""
+    request (the executor count after the migration) and measures the follow-up figures."""
     from sparkscale.model.journal import JournalStatus
+    from sparkscale.monitors.migration_followup import FOLLOW_UP, PENDING
 
-    ok = journal.status in (JournalStatus.DONE, JournalStatus.DONE_DEGRADED, JournalStatus.ABORTED)
+    done = journal.status in (JournalStatus.DONE, JournalStatus.DONE_DEGRADED)
     detail = (f"migration {journal.id} {journal.status}: {journal.query} {journal.from_partitions} -> "
-              f"{journal.to_partitions} partitions ({journal.strategy})" + (f"; {journal.detail}" if journal.detail
-                                                                             else ""))
+              f"{journal.to_partitions} partitions ({journal.strategy})")
+    if journal.detail:
+        detail += f"; {journal.detail}"
     if executors is not None:
         detail += (f"; the leader now sets {executors} executors: `sparkscale actions --app {journal.app}` "
                    "shows how that went")
     figures: dict[str, Any] = {**journal.marks.get("metrics", {}), "migration": journal.id,
                                "status": str(journal.status), "phases_s": journal.phase_durations()}
-    return MigrationOutcome(ok, detail, figures)
+    if done:
+        figures[FOLLOW_UP] = PENDING  # the leader looks once now and records the rest (migration_followup.py)
+    return MigrationOutcome(done or journal.status == JournalStatus.ABORTED, detail, figures)
 
 
 def _under_lock(client: Connection, zk: KazooClient, app_name: str, on_journal: OnJournal,
