@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 from typing import Any
 
-__version__ = "0.1.0"
+# One version, pyproject's, as the installed distribution records it (`sparkscale --version` too).
+try:
+    __version__ = importlib.metadata.version("sparkscale")
+except importlib.metadata.PackageNotFoundError:  # imported from a checkout that was never installed
+    __version__ = "0+unknown"
 
 
 def attach(spark: Any, app: str, config: str | None = None, overrides: list[str] | None = None) -> Any:

@@ -1,12 +1,14 @@
-"""`pip install .` without extras, in a fresh virtual environment outside the repository, gives a
-`sparkscale` that runs its own commands without matplotlib (which only the `lab` extra brings) and
-without loading the lab. About half a minute: pip builds the package and installs the pinned
-dependencies from its cache (`scripts/setup.sh` filled it)."""
+"""The wheel, built from this checkout and installed without extras into a fresh virtual environment
+outside the repository, stands alone (issue 34): `sparkscale init` writes the packaged config and
+units, `check-config` accepts that config, `--version` is pyproject's; and it runs its own commands
+without matplotlib (which only the `lab` extra brings) and without loading the lab. About a minute:
+pip builds the wheel and installs the pinned dependencies from its cache (`scripts/setup.sh` filled it)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
+import tomllib
 import venv
 from pathlib import Path
 
@@ -19,8 +21,13 @@ def test_a_core_install_runs_the_products_commands_without_the_lab_extra(tmp_pat
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     bin_dir = env_dir / "bin"
-    done = subprocess.run([bin_dir / "pip", "install", "--quiet", "--disable-pip-version-check", str(REPO)],
-                          capture_output=True, text=True, timeout=900, cwd=tmp_path, check=False, env=ENV)
+    pip = [bin_dir / "pip", "--disable-pip-version-check"]
+    built = subprocess.run([*pip, "wheel", "--quiet", "--no-deps", "--wheel-dir", tmp_path / "dist", str(REPO)],
+                           capture_output=True, text=True, timeout=900, cwd=tmp_path, check=False, env=ENV)
+    assert built.returncode == 0, built.stderr[-3000:]
+    [wheel] = (tmp_path / "dist").glob("sparkscale-*.whl")
+    done = subprocess.run([*pip, "install", "--quiet", wheel], capture_output=True, text=True, timeout=900,
+                          cwd=tmp_path, check=False, env=ENV)
     assert done.returncode == 0, done.stderr[-3000:]
     python = bin_dir / "python"
     missing = subprocess.run([python, "-c", "import matplotlib"], capture_output=True, text=True, cwd=tmp_path,
@@ -32,6 +39,17 @@ def test_a_core_install_runs_the_products_commands_without_the_lab_extra(tmp_pat
                               cwd=tmp_path, check=False, env=ENV)
 
     assert (out := sparkscale("--help")).returncode == 0 and "check-config" in out.stdout, out.stderr
+    # What the wheel ships is enough to start from: init into an empty directory, its config checks.
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert (out := sparkscale("--version")).returncode == 0 and out.stdout.split()[-1] == version, out.stdout
+    out = sparkscale("init", str(tmp_path / "etc"))
+    assert out.returncode == 0 and "Next steps" in out.stdout, out.stdout + out.stderr
+    out = sparkscale("check-config", str(tmp_path / "etc" / "sparkscale.yaml"))
+    assert out.returncode == 0 and "ok (1 app(s)" in out.stdout, out.stderr
+    unit = (tmp_path / "etc" / "sparkscale.service").read_text()
+    assert f"ExecStart={bin_dir / 'sparkscale'} run --config" in unit, unit
+    assert f"Environment=SPARKSCALE_CONFIG={tmp_path / 'etc' / 'sparkscale.yaml'}" in unit, unit
+    assert (out := sparkscale("init", str(tmp_path / "etc"))).returncode == 2 and "exists" in out.stderr
     out = sparkscale("check-config", str(REPO / "configs" / "sparkscale.yaml"))
     assert out.returncode == 0 and "ok (1 app(s)" in out.stdout, out.stderr
     out = sparkscale("plan", str(REPO / "tests" / "unit" / "fixtures" / "design_snapshot.json"), "--json")

@@ -1,8 +1,9 @@
 """The `sparkscale` command line: the `main` group and the commands of each module registered on it.
 
 One module per command group: daemon (run, check-config, status, actions, explain, blocklist,
-scale-executors), cluster, pipeline, migrate, offline (plan, snapshot), placement (cluster-plan) and
-the hidden docs (the generated references of docs/).
+scale-executors), cluster, pipeline, migrate, offline (plan, snapshot), placement (cluster-plan),
+init (the config and units for this host), completion (bash and zsh) and the hidden docs (the
+generated references of docs/).
 Every command that reads config takes `--config` and `--set`. Other packages add commands through
 the entry-point group `sparkscale.commands` (the lab's bench, report, demo, loadgen, verify and
 simulate): they are listed by name and imported only when one of them runs.
@@ -14,7 +15,7 @@ import importlib.metadata
 
 import click
 
-from sparkscale.cli import cluster, daemon, docs, migrate, offline, pipeline, placement
+from sparkscale.cli import cluster, completion, daemon, docs, init, migrate, offline, pipeline, placement
 
 PLUGIN_GROUP = "sparkscale.commands"
 
@@ -53,7 +54,7 @@ class _PluginGroup(click.Group):
 
 
 @click.group(cls=_PluginGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="sparkscale")
+@click.version_option(package_name="sparkscale")  # the installed distribution's (importlib.metadata)
 def main() -> None:
     """sparkscale: autoscaling for stateful Spark Structured Streaming pipelines."""
 
@@ -66,6 +67,7 @@ for _command in (
     migrate.migrate_command,
     offline.plan_command, offline.snapshot_command,
     placement.cluster_plan_command,
+    init.init_command, completion.completion_command,
     docs.docs,
 ):
     main.add_command(_command)

@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from sparkscale.cli.common import EXIT_ENVIRONMENT, config_options
+from sparkscale.cli.waiting import Waiting
 from sparkscale.config import Config
 
 
@@ -26,8 +27,11 @@ def cluster_up(cfg: Config) -> None:
     from sparkscale.localenv import EnvironmentStartError, LocalEnvironment, PreflightError
 
     started = time.monotonic()
+    services = (f"the Spark master, {cfg.cluster.workers} worker(s), Redis and ZooKeeper to answer "
+                f"(at most {cfg.cluster.start_timeout_s:g} s)")
     try:
-        statuses = LocalEnvironment(cfg).up()
+        with Waiting(services):
+            statuses = LocalEnvironment(cfg).up()
     except PreflightError as exc:
         click.echo(f"cannot start the embedded environment; this machine lacks:\n{exc}", err=True)
         sys.exit(EXIT_ENVIRONMENT)

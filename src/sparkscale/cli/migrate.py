@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import click
 
 from sparkscale.actuators.migration import registered_strategies
+from sparkscale.actuators.migration.base import IDLE_RESTORED_S
 from sparkscale.cli.common import EXIT_CONFIG, client, client_errors, config_options
+from sparkscale.cli.waiting import Waiting
 from sparkscale.config import Config
 from sparkscale.monitors.migration_followup import FIGURES, FOLLOW_UP, PENDING
 
@@ -67,8 +69,8 @@ def migrate_command(cfg: Config, app_name: str | None, query: str | None, partit
         if list_open:
             list_migrations(cfg, app_name, as_json)
             return
-        progress = Progress(as_json)
-        with client_errors():
+        progress = Progress(as_json, f"the leader or the lock of the app with migration {resume_id or abort_id}")
+        with client_errors(), progress.waiting:
             outcome = client(cfg).operate_migration(app_name, str(resume_id or abort_id), abort_id is not None,
                                                     timeout_s, on_journal=progress.show, note=progress.note)
         progress.finish_with(outcome)
@@ -77,46 +79,50 @@ def migrate_command(cfg: Config, app_name: str | None, query: str | None, partit
         sys.exit(EXIT_CONFIG)
     from sparkscale.client.migrations import MigrationRequest
 
-    progress = Progress(as_json)
+    progress = Progress(as_json, f"{app_name}'s leader or lock, then the migration to start")
     request = MigrationRequest(app_name, query, partitions, executors, executor_cores, executor_memory_mb, strategy)
-    with client_errors():
+    with client_errors(), progress.waiting:
         outcome = client(cfg).migrate(request, timeout_s, on_journal=progress.show, note=progress.note)
     progress.finish_with(outcome)
 
 
 class Progress:
-    """What `migrate` prints while a migration goes on: each phase and recovery step once, then the result."""
+    """What `migrate` prints while a migration goes on: each phase and recovery step once, then the
+    result; and on stderr, while it waits, which phase is under way (`waiting`, cli/waiting.py)."""
 
-    def __init__(self, as_json: bool):
+    def __init__(self, as_json: bool, first: str = "the migration to start"):
         self.as_json = as_json
         self.shown: set[Any] = set()
+        self.waiting = Waiting(first)
 
     def show(self, journal: Journal) -> None:
+        echo = self.waiting.echo  # clear of the spinner's line on a terminal
         durations = journal.phase_durations()
         for phase, at in journal.phases.items():
             if (phase, at) in self.shown:
                 continue
             self.shown.add((phase, at))  # a phase done again (a resumed migration redoes it) is shown again
             if self.as_json:
-                click.echo(json.dumps({"migration": journal.id, "phase": phase, "duration_s": durations.get(phase),
-                                       "at": at}))
+                echo(json.dumps({"migration": journal.id, "phase": phase, "duration_s": durations.get(phase),
+                                 "at": at}))
             else:
-                click.echo(f"  {phase:<14} {durations.get(phase, 0.0):8.2f} s")
+                echo(f"  {phase:<14} {durations.get(phase, 0.0):8.2f} s")
         for key, step in recovery_steps(journal):
             if key in self.shown:
                 continue
             self.shown.add(key)
             if self.as_json:
-                click.echo(json.dumps({"migration": journal.id, "recovery": step["way"], "step": step["step"],
-                                       "partitions": step["partitions"], "ok": step["ok"], "error": step.get("error")}))
+                echo(json.dumps({"migration": journal.id, "recovery": step["way"], "step": step["step"],
+                                 "partitions": step["partitions"], "ok": step["ok"], "error": step.get("error")}))
             else:
                 outcome = "ok" if step["ok"] else f"FAILED: {step.get('error')}"
-                click.echo(f"  recovery {step['way']}: {step['step']} ({step['partitions']} partitions) {outcome}")
+                echo(f"  recovery {step['way']}: {step['step']} ({step['partitions']} partitions) {outcome}")
+        self.waiting.waiting_for(under_way(journal))
 
     def note(self, line: str) -> None:
         """What the client is about to do (not in --json, whose lines are phases and the result)."""
         if not self.as_json:
-            click.echo(line)
+            self.waiting.echo(line)
 
     def finish_with(self, outcome: MigrationOutcome) -> NoReturn:
         self.finish(outcome.ok, outcome.detail, outcome.figures)
@@ -134,6 +140,32 @@ class Progress:
                 click.echo("  catch-up, recovery and stabilisation come later: `sparkscale migrate --list` shows "
                            "them (and `sparkscale explain` this decision)")
         sys.exit(0 if ok else 1)
+
+
+# What each phase's step waits for (actuators/migration/runner.py's steps), as a wait names it.
+WAITS_FOR = {
+    "requested": "the migration to be journaled",
+    "paused": "the sources to pause",
+    "drained": "the query to finish the input it admitted",
+    "stopped": "the query to stop at a batch boundary",
+    "captured": "the unprocessed input to be captured",
+    "repartitioned": "the state to be repartitioned",
+    "restarted": "the query (or, for a new shape, the application) to restart",
+    "resumed": "the sources to resume",
+    "restored": "the restarted query to restore its state",
+    "done": f"the restarted query's first batch with input, which times the restore (or {IDLE_RESTORED_S:g} s "
+            "without input; at most migration.phase_timeout_s)",
+}
+
+
+def under_way(journal: Journal) -> str:
+    """What a wait on the migration waits for now: its phase's step, or, once it has ended, the
+    rest of the request (an executor count set after it waits up to actuator.confirm_timeout_s)."""
+    if journal.active:
+        step = WAITS_FOR.get(journal.next, journal.next)
+        return f"migration {journal.id} ({journal.status}, phase {journal.next}): {step}"
+    return (f"the rest of the request: migration {journal.id} is {journal.status} (then the executor count, "
+            "if given, until Spark shows it)")
 
 
 def recovery_steps(journal: Journal) -> list[tuple[Any, dict[str, Any]]]:

@@ -7,6 +7,7 @@ import sys
 import click
 
 from sparkscale.cli.common import client, client_errors, config_options, require_app
+from sparkscale.cli.waiting import Waiting
 from sparkscale.config import Config
 
 
@@ -21,7 +22,7 @@ def pipeline() -> None:
 @click.option("--wait-s", type=float, default=180.0, show_default=True, help="How long to wait for the queries to run.")
 def pipeline_submit(cfg: Config, app_name: str, wait_s: float) -> None:
     """Submit the managed app APP_NAME (its pipeline, per the config) and wait until its queries run."""
-    with client_errors():
+    with client_errors(), Waiting(f"{app_name}'s driver to start and its queries to run (at most {wait_s:g} s)"):
         done = client(cfg).submit(app_name, wait_s)
     click.echo(f"{app_name} runs: supervisor pid {done.record.pid}, driver pid {done.driver_pid or 'unknown'}, "
                f"REST API {done.rest_url}, log {done.record.log}")

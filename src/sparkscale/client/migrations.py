@@ -7,6 +7,7 @@ run here under the app's leader lock with the same dispatch as the daemon's (dae
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from sparkscale.config import Config
     from sparkscale.model.action_result import ActionResult
     from sparkscale.model.journal import Journal
-    from sparkscale.model.manual_request import RequestOptions
+    from sparkscale.model.manual_request import ManualResult, RequestOptions
     from sparkscale.store.base import ActionLogStore, JournalStores
 
 OnJournal = Callable[["Journal"], None]
@@ -176,7 +177,8 @@ def _through_leader(client: Connection, zk: KazooClient, app_name: str, on_journ
                     mine: Callable[[Journal, float], bool], to: int | None,
                     **request: Unpack[RequestOptions]) -> MigrationOutcome:
     """Ask the leading daemon (a request znode), hand on the journal as it writes it (`mine(journal,
-    since)`: the journal is this request's), and return its answer."""
+    since)`: the journal is this request's), and return its answer, or, once the journal has ended
+    (`JournalEnd`) and no answer follows within `ANSWER_AFTER_END_S`, what the journal says."""
     import json
 
     from sparkscale.daemon import manual
@@ -185,23 +187,102 @@ def _through_leader(client: Connection, zk: KazooClient, app_name: str, on_journ
 
     root = client.cfg.zookeeper.root
     started = time.time()
+    end = JournalEnd()
 
     def watched(data: bytes | None, _stat: object) -> None:
         if data:
             journal = Journal.from_json(data)
             if mine(journal, started):
                 on_journal(journal)
+                end.saw(journal)
 
     zk.DataWatch(journal_path(root, app_name), watched)
     requests = client.store(zk).requests
     name = manual.submit_request(requests, app_name, to, client.by, timeout_s, **request)
-    answer = requests.wait_result(app_name, name, timeout_s)
+    answer = answer_or_end(lambda: requests.wait_result(app_name, name, timeout_s), end, timeout_s)
+    if isinstance(answer, Journal):
+        return journal_outcome(answer, request.get("executors"))
     if answer is None:
         raise Unavailable(f"no answer from the leader of {app_name} within {timeout_s:g} s; the request was withdrawn")
     body = json.loads(answer.detail) if answer.detail.startswith("{") else {"detail": answer.detail}
     if body.get("refused"):
         raise BadRequest(str(body.get("detail")))
     return MigrationOutcome(answer.ok, body.get("detail"), body.get("figures"))
+
+
+# Once the journal has ended, how long the leader's own answer (with the figures it measured) is
+# awaited before the journal's is given. The leader answers right after the journal ends, unless
+# the request goes on (`--executors`: its executor change waits up to actuator.confirm_timeout_s).
+ANSWER_AFTER_END_S = 5.0
+
+
+class JournalEnd:
+    """Whether this request's migration has ended: its journal seen active (running, recovering)
+    since the request and then not (done, done_degraded, rolled back, aborted, needs attention).
+    Seen active first: a `--resume` or `--abort` starts from a journal that is already stopped."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.journal: Journal | None = None
+        self._was_active = False
+
+    def saw(self, journal: Journal) -> None:
+        if journal.active:
+            self._was_active = True
+        elif self._was_active and self.journal is None:
+            self.journal = journal
+            self.event.set()
+
+
+def answer_or_end(wait_answer: Callable[[], ManualResult | None], end: JournalEnd, timeout_s: float,
+                  after_end_s: float | None = None) -> ManualResult | Journal | None:
+    """The leader's answer (`wait_answer()`, None: none within `timeout_s`), or the ended journal
+    when no answer comes within `after_end_s` (default ANSWER_AFTER_END_S) of its end. `wait_answer`
+    runs in a thread of its own; its error is raised here."""
+    after_end_s = ANSWER_AFTER_END_S if after_end_s is None else after_end_s
+    answered = threading.Event()
+    box: list[ManualResult | None] = []
+    failed: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            box.append(wait_answer())
+        except BaseException as exc:  # handed to the caller; the thread only waits
+            failed.append(exc)
+        finally:
+            answered.set()
+            end.event.set()  # wakes the caller
+
+    threading.Thread(target=wait, name="sparkscale-migrate-answer", daemon=True).start()
+    end.event.wait(timeout_s + after_end_s)  # the answer's own timeout ends it first
+    if not answered.is_set() and end.journal is not None:
+        answered.wait(after_end_s)
+    if answered.is_set():
+        if failed:
+            raise failed[0]
+        return box[0]
+    return end.journal
+
+
+def journal_outcome(journal: Journal, executors: int | None) -> MigrationOutcome:
+    """The outcome as the ended journal tells it, while the leader goes on with the rest of the
+    request (the executor count after the migration) and measures the follow-up figures."""
+    from sparkscale.model.journal import JournalStatus
+    from sparkscale.monitors.migration_followup import FOLLOW_UP, PENDING
+
+    done = journal.status in (JournalStatus.DONE, JournalStatus.DONE_DEGRADED)
+    detail = (f"migration {journal.id} {journal.status}: {journal.query} {journal.from_partitions} -> "
+              f"{journal.to_partitions} partitions ({journal.strategy})")
+    if journal.detail:
+        detail += f"; {journal.detail}"
+    if executors is not None:
+        detail += (f"; the leader now sets {executors} executors: `sparkscale actions --app {journal.app}` "
+                   "shows how that went")
+    figures: dict[str, Any] = {**journal.marks.get("metrics", {}), "migration": journal.id,
+                               "status": str(journal.status), "phases_s": journal.phase_durations()}
+    if done:
+        figures[FOLLOW_UP] = PENDING  # the leader looks once now and records the rest (migration_followup.py)
+    return MigrationOutcome(done or journal.status == JournalStatus.ABORTED, detail, figures)
 
 
 def _under_lock(client: Connection, zk: KazooClient, app_name: str, on_journal: OnJournal,

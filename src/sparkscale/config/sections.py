@@ -147,8 +147,8 @@ class LoopConfig(_Section):
     dry_run: bool = Field(False, description="Decide and log, never act (every app at least `advise`).")
     # A blocking sample is what the cycle did before; kept for comparison.
     host_cpu_sample_s: float = Field(0.0, ge=0, le=5, description=(
-        "The daemon host's CPU: 0 = the background sampler's latest reading (about 1 s old; no wait in the cycle); above 0, "
-        "a blocking sample of this many seconds in each cycle."))
+        "The daemon host's CPU: 0 = the background sampler's latest reading (about 1 s old; no wait in the "
+        "cycle); above 0, a blocking sample of this many seconds in each cycle."))
     cluster_view: bool = Field(True, description=(
         "Read where each app's executors run from the standalone master's and each alive worker's /json/ "
         "(one request each a cycle), for the spread rule (guards.spread_executors); false: no requests, "
