@@ -1,4 +1,4 @@
-"""EDRP as a placement policy: the MILP against the notes' checked instance and a brute-force
+"""EDRP as a placement policy: the MILP against a hand-checked instance and a brute-force
 enumeration, what the downtime weight does, infeasibility, the landing rule, the downtime model."""
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def current(model: ClusterModel) -> dict[str, dict[str, int]]:
     return x
 
 
-# (a) the notes' checked instance (§D), from the paper's formulas
+# (a) a hand-checked instance of the count form (docs/policies.md), from the paper's formulas
 NOTES_DOWNTIME = DowntimeModel(sync_s=1.0, executor_add_s=0.0, executor_remove_s=0.01, reload_bytes_per_s=100.0)
 def paper_settings(**settings: Any) -> EdrpSettings:
     """The paper's per-record M/M/1 (§7.2) and its R_max of 0.15 s unless given: the instances
@@ -82,7 +82,7 @@ def test_notes_instance_edrp() -> None:
     assert dep is not None
     assert dep["a"]["w1"] == 2 and sum(dep["a"].values()) == 4  # a: 2 -> 4, nothing removed
     assert dep["b"] == {"w1": 1, "w2": 1, "w3": 0}
-    # where the two additions go is a tie in F: the notes' [2, 1, 1] scores the same
+    # where the two additions go is a tie in F: the hand-checked [2, 1, 1] scores the same
     assert objective_of(model, NOTES_SETTINGS, {"a": {"w1": 2, "w2": 1, "w3": 1}}) == pytest.approx(0.22)
     (change,) = result.plan.counts
     assert (change.app, change.executors_now, change.executors_target, change.remove) == ("a", 2, 4, ())
@@ -400,7 +400,7 @@ def test_from_measured() -> None:
 
 
 def test_response_time() -> None:
-    parser = app("parser", lam=220.0, mu=233.0)  # notes §B.6
+    parser = app("parser", lam=220.0, mu=233.0)  # M/M/1: 1 / (mu - lam / k)
     assert response_s(parser, 1) == pytest.approx(1 / 13)
     assert response_s(parser, 2) == pytest.approx(1 / 123)
     assert response_s(app("x", lam=200.0), 2) == math.inf

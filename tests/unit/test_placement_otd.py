@@ -1,6 +1,6 @@
 """OTD (N-Storm §4) as a placement policy: eqs. (4)/(5), Algorithms 1 and 2, the four cases, and
-Spark's constraints. The worked example is the one constructed from the paper's definitions in
-notes/issue20-seeds.md §A.5 (the paper has no numeric example of its own)."""
+Spark's constraints. The worked example is constructed from the paper's definitions (the paper
+has no numeric example of its own)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ outcomes.py judges a scale-up by the capacity it gives (`Ds2Estimate.capacity_rp
 From each instance's *true* rates (records over useful time, i.e. as if it never waited), DS2
 computes the rate every operator would see if all operators upstream of it kept up with the
 sources, and from that the number of instances each operator needs. Citations in comments refer
-to the lecture (seeds/kalavri-elasticity-policies-lecture.txt, part "Predictive Policy - DS2").
+to the elasticity-policies lecture that presents DS2 (part "Predictive Policy - DS2"; docs/policies.md).
 
 Choices this implementation makes where the sources leave room (all documented in the plan's
 explanation too):

@@ -2,8 +2,8 @@
 
 Why: EDRP chooses how many executors each app gets and where they run in a single decision. It
 weighs response time and cost against the downtime of getting there (eq. 12), so it does not
-reconfigure for a small gain. Solved as a MILP with scipy's HiGHS, in the count form of the
-issue-20 notes (§D; its rows are numbered 1-13 below).
+reconfigure for a small gain. Solved as a MILP with scipy's HiGHS, in its count form (docs/policies.md,
+"EDRP"; its rows are numbered 1-13 below).
 
 Count form: with S_u = 1, R_{i,U} (eq. 1) depends only on |U| and C_{i,U} (eq. 2) is linear in it.
 So integer counts x[a,w] plus a one-hot count choice z[a,k] replace the paper's multiset binaries.
@@ -96,7 +96,7 @@ class _Milp:
 
 def _build(inst: Instance, s: EdrpSettings,
            landing: Mapping[str, str | None]) -> tuple[_Milp, dict[tuple[str, str], int]]:
-    """Variables x, p, q, b, z, g, T_a, r, t and rows 1-13 of notes §D."""
+    """Variables x, p, q, b, z, g, T_a, r, t and rows 1-13 of the count form (docs/policies.md)."""
     m, dm = _Milp(), s.downtime
     r = m.var(0.0, math.inf if inst.soft_r else s.r_max_s, False, s.w_r / s.r_max_s)  # EDRP eq. (15) as a bound
     t = m.var(0.0, s.td_max_s, False, s.w_d / s.td_max_s)  # EDRP eq. (17) as a bound

@@ -1,6 +1,7 @@
 """EDRP's model of a deployment, apart from the solver: its settings, each app's response time for a
-count (eq. 1, §7.2), the instance read off the cluster model (notes §D's data), and the objective F
-of any deployment (eq. 12), which `bench placement` also evaluates on what it measured."""
+count (eq. 1, §7.2), the instance read off the cluster model (the count form's data,
+docs/policies.md), and the objective F of any deployment (eq. 12), which `bench placement` also
+evaluates on what it measured."""
 
 from __future__ import annotations
 
@@ -90,7 +91,7 @@ def soft_response_s(app: AppDemand, k: int, r_max_s: float, model: str = "mm1") 
 
 @dataclass
 class Instance:
-    """The data of notes §D, read off the model."""
+    """The count form's data (docs/policies.md, "EDRP"), read off the model."""
 
     workers: list[str]
     apps: list[AppDemand]
