@@ -116,7 +116,7 @@ class RedisConfig(_Section):
     key_prefix: str = Field("sparkscale:", description=(
         "Prefix of every key sparkscale writes (docs/internals.md lists them)."))
     socket_timeout_s: float = Field(5.0, gt=0, description="Timeout of one Redis call, in seconds.")
-    # README "Security": the password is read when a client connects, never kept in the config.
+    # docs/install.md "Identities and secrets": the password is read when a client connects, never kept in the config.
     username: str | None = Field(None, examples=["sparkscale"], description=(
         "ACL user name for AUTH (it needs a password); null = the `default` user (plain requirepass)."))
     password_file: str | None = Field(None, examples=["/etc/sparkscale/redis.password"], description=(
@@ -163,7 +163,7 @@ class ZooKeeperConfig(_Section):
         "Root znode of everything sparkscale writes (leader lock, commands, migration journal); not /."))
     session_timeout_s: float = Field(10.0, ge=2, description=(
         "ZooKeeper session timeout, in seconds: a daemon that loses its session stops acting."))
-    # README "Security". The daemon locks the root at start.
+    # docs/install.md "Identities and secrets". The daemon locks the root at start.
     auth_file: str | None = Field(None, examples=["/etc/sparkscale/zookeeper.auth"], description=(
         "Digest auth: a file (mode 0600 or stricter) holding one line USER:PASSWORD, read on connect; null = "
         "$SPARKSCALE_ZOOKEEPER_AUTH, and without it no auth. With it, sparkscale's znodes are readable and "
