@@ -1,10 +1,10 @@
 """The daemon for real: `sparkscale run` processes managing pipelines on the embedded environment
 (Spark standalone, Redis, ZooKeeper), scaling through the control agent, logging to Redis.
 
-- DS2 on `dag` (Linear, 5 ms per record per task) under low -> high -> low load: the executor count
-  rises after the step up and falls after the step down; nothing lost or duplicated; every
-  executed decision is in the action log with its outcome.
-- dry-run: plans with actions are logged, the executor count never changes.
+- (DS2 stepping an app up after the load rises and down after it falls, with nothing lost and each
+  decision in the action log: test_demo.py, the main job on the shipped config.)
+- dry-run: plans with actions are logged, the executor count never changes; apps[].mode advise
+  and observe, an excluded period and a core quota each hold the change and say why.
 - two daemons on one app: exactly one acts; SIGKILL it and the other acts within the ZooKeeper
   session timeout plus one cycle; a command at the old epoch is refused by the agent.
 """
@@ -14,9 +14,9 @@ from __future__ import annotations
 import json
 import os
 import signal
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -42,19 +42,6 @@ pytestmark = pytest.mark.integration
 
 CONFIG = """
 apps:
-  - name: dscale
-    pipeline: dag
-    min_executors: 1
-    max_executors: 4
-    initial_executors: 1
-    executor_memory_mb: 512
-    source_partitions: 4
-    shuffle_partitions: 4
-    max_records_per_batch: 2000
-    # Each of the 5 stages' 4 tasks costs ~60 ms besides its records: at a 1 s trigger that alone
-    # keeps more than one core busy (DS2 then rightly keeps 2 at any rate); at 2 s it is ~0.6 core.
-    trigger_interval_s: 2.0
-    dag: {shape: linear, cost_ms_per_record: 5.0, selectivity: 1.0, key_space: 50}
   - name: dpart
     pipeline: dag
     min_executors: 2
@@ -114,73 +101,6 @@ def decisions(cfg: Config, app: str):
     return ActionLog(connect(cfg.redis), cfg.redis.key_prefix).read(app)
 
 
-def executed(logged, direction: str):
-    """Decisions whose scale_executors action was carried out, in `direction` (up/down)."""
-    out = []
-    for d in logged:
-        for r in d.results or ():
-            a = r.action
-            if r.status == "done" and a.type == "scale_executors" and (a.to > a.from_) == (direction == "up"):
-                out.append((d, r))
-    return out
-
-
-def test_ds2_scales_dag_up_after_the_step_up_and_down_after_the_step_down(setup):
-    cfg, path, overrides, _work = setup
-    submit(cfg, "dscale", path, overrides)
-    # The utilisation band (policies/band.py): at the low steps a micro-batch's fixed costs keep DS2's
-    # need at 0.8 just over one core on 2 executors (1.0 to 1.06 measured), which rounds up to 2; the
-    # band's top (0.9) gives the step down to the one executor that carried the load before the step.
-    daemon = DaemonProcess(setup, "ds2-daemon", ["policy.utilization_min=0.5", "policy.utilization_max=0.9"])
-    client = connect(cfg.redis)
-    samples: list[tuple[float, int | None]] = []
-    try:
-        wait_until(lambda: daemon.events("cycle", app="dscale"), 90, "the daemon's first cycle on dscale")
-        # Standalone launches up to cores.max at first and the agent trims to initial_executors.
-        wait_until(lambda: active_executors(cfg, "dscale") == 1, 90, "dscale to settle at its initial executor")
-        started = time.time()
-        stop_load = threading.Event()
-        with ThreadPoolExecutor(1) as pool:
-            # About 42 records/s keep one executor busy here (docs/results/pipeline_throughput.md).
-            loading = pool.submit(run_loadgen, cfg, "dscale", "steps:5@40s,70@100s,5@100s", seed=5, stop=stop_load)
-            while not loading.done():
-                samples.append((time.time() - started, active_executors(cfg, "dscale")))
-                # The rest of the last step adds nothing once the daemon has scaled down in it.
-                if any(d.decision.decided_at - started > 140 for d, _r in executed(decisions(cfg, "dscale"), "down")):
-                    stop_load.set()
-                time.sleep(2)  # a sampling period for the record of the run, not a wait for a condition
-            loading.result()
-        def down_after_the_step_down() -> bool:
-            return any(d.decision.decided_at - started > 140 for d, _r in executed(decisions(cfg, "dscale"), "down"))
-
-        wait_until(down_after_the_step_down, 180, "a scale-down after the step down")
-        wait_until(lambda: drained(client, cfg, cfg.app("dscale")), 240, "dscale to process all its input")
-        logged = decisions(cfg, "dscale")
-        ups, downs = executed(logged, "up"), executed(logged, "down")
-        assert ups, f"no scale-up executed; samples {samples}"
-        first_up = ups[0][0].decision.decided_at - started
-        assert first_up > 40, f"scaled up at {first_up:.0f} s, before the step up at 40 s"
-        assert max(r.executors_after for _d, r in ups) >= 2
-        assert max(n or 0 for _t, n in samples) >= 2, samples
-        assert downs and downs[-1][0].decision.decided_at > ups[0][0].decision.decided_at
-        assert downs[-1][0].decision.decided_at - started > 140, "scaled down before the step down at 140 s"
-        # Each executed decision is logged with its reason and, in time, its outcome.
-        for d, _r in ups + downs:
-            assert d.decision.policy == "ds2" and d.decision.daemon == "ds2-daemon"
-            assert d.decision.plan.actions[0].reason
-        wait_until(lambda: all(d.outcome is not None for d, _ in executed(decisions(cfg, "dscale"), "up")),
-                   60, "outcomes of the scale-ups")
-        result = verify_app(cfg, "dscale")
-        assert (result.lost, result.duplicated, result.unexpected) == (0, 0, 0), result.summary()
-        # The cycle log traces each decision to its snapshot.
-        acted = daemon.events("cycle", app="dscale", mode="acted")
-        assert acted and all(e["snapshot_id"].startswith("dscale/dag@") for e in acted)
-    finally:
-        daemon.stop()
-        stop(cfg, "dscale")
-    assert daemon.proc.returncode == 0
-
-
 def test_a_partition_bound_stage_makes_the_daemon_migrate_its_query(setup):
     """DS2 finds a dag stage partition-bound (1 shuffle partition, a load one task cannot carry) and
     asks for more on that stage; the daemon migrates the whole query (Spark has one partition count
@@ -231,6 +151,39 @@ def test_dry_run_logs_plans_but_never_changes_executors(setup):
     assert active_executors(cfg, "fo") == 1
     logged = decisions(cfg, "fo")
     assert any(d.decision.mode == "dry_run" for d in logged) and not any(d.results for d in logged)
+
+
+def test_advise_observe_an_excluded_period_and_a_quota_each_hold_the_change_and_say_why(setup):
+    """The operator's controls on one running app whose policy always wants one executor more: each
+    daemon run (3 cycles) must change nothing, and each says so in its own way."""
+    cfg, path, overrides, _work = setup
+    if active_executors(cfg, "fo") is None:
+        submit(cfg, "fo", path, overrides)
+    wait_until(lambda: active_executors(cfg, "fo") == 1, 60, "fo at one executor")
+    now = datetime.now(UTC)
+    around_now = f"daily {now - timedelta(minutes=10):%H:%M}-{now + timedelta(minutes=20):%H:%M}"
+    controls = {"advise": ["apps.fo.mode=advise"], "observe": ["apps.fo.mode=observe"],
+                "excluded": [f"guards.excluded_periods=['{around_now}']"], "quota": ["quotas.max_cores=1"]}
+    for name, sets in controls.items():
+        daemon = DaemonProcess(setup, f"controls-{name}", [*ALWAYS_ONE_MORE, "loop.interval_s=2", *sets], max_cycles=3)
+        assert daemon.proc.wait(timeout=120) == 0, name
+        cycles = daemon.events("cycle", app="fo")
+        assert len(cycles) == 3 and not daemon.events("actuator.start"), (name, cycles)
+        logged = [d.decision for d in decisions(cfg, "fo") if d.decision.daemon == f"controls-{name}"]
+        explained = [line for d in logged for line in d.plan.explanation]
+        if name == "advise":  # decided and logged as it would act, never carried out
+            assert {e["mode"] for e in cycles} == {"dry_run"} and cycles[0]["actions"] == ["scale_executors 1 -> 2"]
+            assert logged and {d.mode for d in logged} == {"dry_run"}
+        elif name == "observe":  # snapshots only: no plan made, no decision written
+            assert {e["mode"] for e in cycles} == {"observe"} and not logged
+        elif name == "excluded":
+            assert {e["mode"] for e in cycles} == {"no_change"}, cycles
+            assert any("guard excluded period: scale_executors 1 -> 2 held" in line for line in explained), explained
+        else:  # the quota binds: held, named in the explanation and in a warning
+            assert {e["mode"] for e in cycles} == {"no_change"}, cycles
+            assert any("quotas.max_cores = 1" in line for line in explained), explained
+            assert any(a.type == "warn" and "quota reached" in (a.reason or "") for d in logged for a in d.plan.actions)
+    assert active_executors(cfg, "fo") == 1
 
 
 def test_two_daemons_one_acts_and_the_other_takes_over_after_sigkill(setup):

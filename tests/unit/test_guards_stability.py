@@ -126,6 +126,18 @@ def test_start_up_grace_ends_once_the_window_holds_no_batch_of_the_first_n():
     assert target(guard(scale_plan(4, 6), run_snapshot(10, [], latest=12), startup_grace_batches=5)) is None
 
 
+def test_start_up_grace_does_not_hold_an_idle_app_that_never_leaves_its_first_batches():
+    # No input arriving or waiting and no batch in the window: Spark runs no batch, so the run stays at
+    # batch 0 however long it is idle; a scale-down of it is not resting on a start.
+    idle = snap(arrival=0.0, backlog=0.0, extensions={"monitor": {"batches": []},
+                                                      "progress": {"run_first_batch_id": 0, "latest_batch_id": 0}})
+    assert target(guard(scale_plan(4, 1), idle, startup_grace_batches=5)) == 1
+    # The same with input waiting (the first batch still running): held.
+    waiting = snap(arrival=0.0, backlog=500.0, extensions={"monitor": {"batches": []},
+                                                           "progress": {"run_first_batch_id": 0, "latest_batch_id": 0}})
+    assert target(guard(scale_plan(4, 6), waiting, startup_grace_batches=5)) is None
+
+
 def test_start_up_grace_carries_the_runs_first_batch_from_the_history():
     history = decisions((10, Plan("test", "app", observation=Observation(figures={first_batch_figure("q"): 10}))))
     plan = guard(scale_plan(4, 6), run_snapshot(None, [12, 13]), history, startup_grace_batches=5)

@@ -9,7 +9,9 @@ its reports show the run begin (`extensions["progress"]["run_first_batch_id"]`,
 monitors/snapshot_builder.py), and this guard carries it on in each plan's observation
 (`first_batch_figure(query)`) while later windows no longer show the start. Every change is held
 while the oldest batch the window rests on (`monitor.batches`, else the latest batch) is one of the
-run's first N. A query whose run start was never seen (the daemon started later) holds nothing.
+run's first N. A query whose run start was never seen (the daemon started later) holds nothing, nor
+does an idle app (no batch in the window, no input arriving or waiting), which would otherwise stay
+in its first batches for as long as it is idle.
 Pure."""
 
 from __future__ import annotations
@@ -39,19 +41,28 @@ class QueryRun:
     query: str
     first_batch_id: int | None
     window_batch_id: int | None
+    idle: bool = False  # no batch in the window and no input arriving or waiting: nothing rests on a start
 
 
 def _whole(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
-def _window_batch(extensions: Mapping[str, Any]) -> int | None:
-    monitor, progress = extensions.get("monitor"), extensions.get("progress")
+def _window_batches(extensions: Mapping[str, Any]) -> list[int]:
+    monitor = extensions.get("monitor")
     batches = monitor.get("batches") if isinstance(monitor, Mapping) else None
-    ids = [whole for b in batches if (whole := _whole(b)) is not None] if isinstance(batches, list) else []
-    if ids:
-        return min(ids)
+    return [whole for b in batches if (whole := _whole(b)) is not None] if isinstance(batches, list) else []
+
+
+def _latest_batch(extensions: Mapping[str, Any]) -> int | None:
+    progress = extensions.get("progress")
     return _whole(progress.get("latest_batch_id")) if isinstance(progress, Mapping) else None
+
+
+def _no_input(given: GuardInput) -> bool:
+    """No source of the app has records arriving or waiting (an idle app runs no batch: Spark starts
+    a micro-batch only for new input, so an idle run stays at its first batches however long it runs)."""
+    return not any((op.arrival_rate or 0) > 0 or (op.backlog or 0) > 0 for op in given.snapshot.operators if op.source)
 
 
 def _carried(history: DecisionHistory, query: str) -> int | None:
@@ -67,11 +78,14 @@ def _carried(history: DecisionHistory, query: str) -> int | None:
 def query_runs(given: GuardInput) -> list[QueryRun]:
     """Each query of the snapshot with its run's first batch: the snapshot's, else the history's."""
     runs = []
+    idle = _no_input(given)
     for query, extensions in query_extensions(given.snapshot).items():
         progress = extensions.get("progress")
         seen = _whole(progress.get(FIRST_BATCH_KEY)) if isinstance(progress, Mapping) else None
         first = seen if seen is not None else _carried(given.history, query)
-        runs.append(QueryRun(query, first, _window_batch(extensions)))
+        in_window = _window_batches(extensions)
+        window = min(in_window) if in_window else _latest_batch(extensions)
+        runs.append(QueryRun(query, first, window, idle=idle and not in_window))
     return runs
 
 
@@ -86,7 +100,7 @@ def startup_grace(actions: list[Action], given: GuardInput, batches: int, notes:
         if run.first_batch_id is None:
             continue
         figures[first_batch_figure(run.query)] = run.first_batch_id
-        if run.window_batch_id is None or run.window_batch_id < run.first_batch_id + batches:
+        if not run.idle and (run.window_batch_id is None or run.window_batch_id < run.first_batch_id + batches):
             young.append(run)
     changes = [a for a in actions if a.type != "warn"]
     if not young or not changes:

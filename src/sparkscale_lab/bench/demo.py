@@ -40,6 +40,7 @@ log = structlog.get_logger(__name__)
 
 SETTLE_LIMIT_S = 300.0  # after the submit, how long the app may take to settle at its initial executors
 DRAIN_LIMIT_S = 600.0  # after the load, how long the app may take to process what is left
+SUMMARY_WHY_CHARS = 90  # an action's reason in the summary; the whole of it: `sparkscale explain ID`
 DEMO_TIMINGS = ["loop.interval_s=5", "loop.window_s=15", "loop.cooldown_s=20", "loop.stabilization_s=0",
                 "guards.scale_down_delay_s=20", "outcomes.evaluation_windows=2"]
 
@@ -130,7 +131,8 @@ def run_demo(cfg: Config, spec: DemoSpec, config_path: str | None, overrides: li
     echo(f"load: {spec.profile}{' (interrupted)' if interrupted else ''}")
     echo(f"actions taken by the daemon: {len(actions)}")
     for a in actions:
-        echo(f"  t={a.t_s:6.1f} s  {a.kind} {a.from_} -> {a.to}  {'done' if a.done else 'FAILED'}")
+        echo(f"  t={a.t_s:6.1f} s  {a.kind} {a.from_} -> {a.to}  {'done' if a.done else 'FAILED'}"
+             + (f"  ({_clip(a.why, SUMMARY_WHY_CHARS)})" if a.why else ""))
     for seg, conv in zip(segs, measures.convergence_s, strict=True):
         echo(f"  load {seg.rate:g}/s from t={seg.start_s:g} s: "
              + (f"converged (stable, keeping up) after {conv:g} s" if conv is not None else "did not converge"))
@@ -145,6 +147,10 @@ def run_demo(cfg: Config, spec: DemoSpec, config_path: str | None, overrides: li
     echo(f"the daemon's log: {daemon_log}; the action log: sparkscale actions --since 1h")
     echo("the environment is still up: `sparkscale cluster down` (or ./dev down) stops it")
     return 0 if result is not None and result.lost == 0 and result.duplicated == 0 else 1
+
+
+def _clip(text: str, chars: int) -> str:
+    return text if len(text) <= chars else text[: chars - 1] + "…"
 
 
 def forget_app(cfg: Config, app_name: str) -> None:

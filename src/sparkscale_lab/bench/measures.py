@@ -37,6 +37,7 @@ class ScalingAction:
     from_: int
     to: int
     done: bool = True
+    why: str = ""  # the action's reason as the daemon logged it ("" where none was logged: recorded, simulated)
 
     @property
     def direction(self) -> int:

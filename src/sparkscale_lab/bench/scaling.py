@@ -290,7 +290,7 @@ def logged_actions(action_log: ActionLog, t0: float, app: str = APP) -> list[Sca
             if (a.type in ("scale_executors", "set_parallelism") and r.status in ("done", "failed")
                     and a.from_ is not None and a.to is not None):  # both types always carry them
                 out.append(ScalingAction(round(d.decision.decided_at - t0, 1), a.type, a.from_, a.to,
-                                         r.status == "done"))
+                                         r.status == "done", a.reason or ""))
     return out
 
 

@@ -300,7 +300,7 @@ def bench_userjob(script: str | None, strategies: str | None, repeat: int, cycle
 @click.command("demo")
 @config_options
 @click.option("--minutes", type=click.FloatRange(min=1), default=5.0, show_default=True,
-              help="How long the load runs (low a quarter, high 40 %, low the rest).")
+              help="How long the load runs (low a fifth, high 30 %, low the other half).")
 @click.option("--app", "app_name", default="wordcount", show_default=True, help="The managed app to drive.")
 @click.option("--low", "low_rate", type=click.IntRange(min=1), default=2000, show_default=True,
               help="The low load, records/s.")
