@@ -28,6 +28,7 @@ from sparkscale.cli import main
 from sparkscale.config import Config, load_config
 from sparkscale.daemon.action_log import ActionLog
 from sparkscale.daemon.leader import current_leader
+from sparkscale.monitors.collector import AppNotRunningError, NoQueriesYet, collect_snapshot
 from sparkscale.monitors.spark_rest import SparkRestError, driver_rest
 from sparkscale.protocol.commands import send_command, wait_ack
 from sparkscale.protocol.fencing import read_live_lock
@@ -70,7 +71,10 @@ zookeeper: {session_timeout_s: 6.0}
 """
 # For the dry-run and failover tests: a policy that never acts by itself, or always wants one more.
 NEVER_ACTS = ["policy.name=threshold", "policy.threshold.preset=custom"]
-ALWAYS_ONE_MORE = [*NEVER_ACTS, 'policy.threshold.rules=[{metric: backlog, op: ">=", value: 0, executors_delta: 1}]']
+# No start-up grace for it: these daemons run a few cycles right after the app started, whose windows
+# rest on the run's first batches (the grace itself: tests/unit/test_guards_stability.py).
+ALWAYS_ONE_MORE = [*NEVER_ACTS, 'policy.threshold.rules=[{metric: backlog, op: ">=", value: 0, executors_delta: 1}]',
+                   "guards.startup_grace_batches=0"]
 
 
 @pytest.fixture(scope="module")
@@ -95,6 +99,16 @@ def active_executors(cfg: Config, app: str) -> int | None:
         return len(rest.executors(rest.application(app).id))
     except SparkRestError:
         return None
+
+
+def backlog_known(cfg: Config, app: str) -> bool:
+    """Whether the app's sources have reported their backlog yet (a new query with no input reports
+    its first progress only after Spark's no-data progress interval)."""
+    try:
+        snapshot = collect_snapshot(cfg, app)
+    except (AppNotRunningError, NoQueriesYet):
+        return False
+    return all(op.backlog is not None for op in snapshot.operators if op.source)
 
 
 def decisions(cfg: Config, app: str):
@@ -139,6 +153,7 @@ def test_dry_run_logs_plans_but_never_changes_executors(setup):
     submit(cfg, "fo", path, overrides)
     # Standalone launches up to cores.max at first and the agent trims to initial_executors.
     wait_until(lambda: active_executors(cfg, "fo") == 1, 60, "fo to settle at its initial executor")
+    wait_until(lambda: backlog_known(cfg, "fo"), 60, "fo's first progress report (its backlog)")
     daemon = DaemonProcess(setup, "dry", [*ALWAYS_ONE_MORE, "loop.dry_run=true", "loop.interval_s=2"], max_cycles=5)
     assert daemon.proc.wait(timeout=120) == 0
     cycles = daemon.events("cycle", app="fo")
@@ -160,6 +175,7 @@ def test_advise_observe_an_excluded_period_and_a_quota_each_hold_the_change_and_
     if active_executors(cfg, "fo") is None:
         submit(cfg, "fo", path, overrides)
     wait_until(lambda: active_executors(cfg, "fo") == 1, 60, "fo at one executor")
+    wait_until(lambda: backlog_known(cfg, "fo"), 60, "fo's first progress report (its backlog)")
     now = datetime.now(UTC)
     around_now = f"daily {now - timedelta(minutes=10):%H:%M}-{now + timedelta(minutes=20):%H:%M}"
     controls = {"advise": ["apps.fo.mode=advise"], "observe": ["apps.fo.mode=observe"],
