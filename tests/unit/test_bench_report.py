@@ -179,7 +179,7 @@ def test_bench_scaling_defaults_to_the_whole_matrix_and_quick_to_one_short_run(t
     assert [(c.name, c.profile) for c in full.cases] == [
         ("dag-linear-steps", "steps:15@45s,60@90s,15@90s"), ("clicks-file-steps", "steps:15@45s,60@90s,15@90s"),
         ("clicks-file-sine", "sine:37.5,22.5,120s@240s")]
-    assert full.controllers == ("static", "spark-dra", "threshold", "dhalion", "ds2")
+    assert full.controllers == ("static", "spark-dra", "threshold", "dhalion", "ds2-baseline", "ds2")
     assert full.repeat == 3 and full.calibrate and full.calibration_trial_s == 60 and full.warmup_s == 20
     out = runner.invoke(main, ["bench", "scaling", "--quick", "--out", str(tmp_path)])
     assert out.exit_code == 0, out.output
@@ -195,3 +195,10 @@ def test_bench_scaling_defaults_to_the_whole_matrix_and_quick_to_one_short_run(t
     out = runner.invoke(main, ["bench", "scaling", "--case", "dag-linear=steps:15@45s,60@90s,15@90s", "--case",
                                "dag-linear=steps:15@20s,60@20s", "--out", str(tmp_path)])
     assert [c.name for c in specs.pop().cases] == ["dag-linear-steps", "dag-linear-steps-2"]
+    # The memory row under its own profile; the baseline comparison alone.
+    out = runner.invoke(main, ["bench", "scaling", "--workload", "memory-state", "--controllers",
+                               "static,ds2-baseline,ds2", "--out", str(tmp_path)])
+    assert out.exit_code == 0, out.output
+    memory = specs.pop()
+    assert [(c.name, c.profile) for c in memory.cases] == [("memory-state-steps", "steps:60@100s,10@120s")]
+    assert memory.controllers == ("static", "ds2-baseline", "ds2")

@@ -10,10 +10,12 @@ SEGS = [Segment(0, 45, 15), Segment(45, 135, 60), Segment(135, 225, 15)]
 
 
 def run(controller: str, backlog_s: float, over: float | None = 1.2, conv: tuple = (0, 30, 40),
-        actions: tuple = (0, 1, 1), reversals: int = 0, lost: int = 0, duplicated: int = 0) -> dict:
-    return {"controller": controller, "lost": lost, "duplicated": duplicated,
+        actions: tuple = (0, 1, 1), reversals: int = 0, lost: int = 0, duplicated: int = 0,
+        oom: int | None = None) -> dict:
+    return {"controller": controller, "lost": lost, "duplicated": duplicated, "executors_lost_oom": oom,
             "measures": {"slo_backlog_s": backlog_s, "over_provisioning": over, "convergence_s": list(conv),
-                         "actions_per_segment": list(actions), "steady_reversals": reversals}}
+                         "actions_per_segment": list(actions), "steady_reversals": reversals,
+                         "scaling_actions": sum(actions)}}
 
 
 def by_key(checks) -> dict:
@@ -22,7 +24,8 @@ def by_key(checks) -> dict:
 
 def baseline() -> list[dict]:
     return [run("static", 40, 2.8), run("static", 50, 2.8), run("static", 45, 2.8),
-            run("spark-dra", 100, 2.5), run("spark-dra", 120, 2.5), run("spark-dra", 80, 2.5)]
+            run("spark-dra", 100, 2.5), run("spark-dra", 120, 2.5), run("spark-dra", 80, 2.5),
+            run("ds2-baseline", 30, 1.6, actions=(1, 2, 1)), run("ds2-baseline", 20, 1.5, actions=(0, 2, 2))]
 
 
 def test_every_target_met_on_the_median_of_the_repeats():
@@ -34,7 +37,8 @@ def test_every_target_met_on_the_median_of_the_repeats():
     assert checks["backlog_vs_spark_dra"].measured == "ds2 30 s, spark-dra 100 s (half: 50 s)"
     assert checks["over_provisioning"].measured == "1.2x"
     assert checks["converged_each_change"].measured == "60/s @45s: 30 s, 1 actions; 15/s @135s: 40 s, 1 actions"
-    assert summary(checks.values()) == "6 met, 0 missed, 0 not judged"
+    assert checks["fewer_actions_than_baseline"].measured == "ds2 2, ds2-baseline 4"  # medians of 2, 2, 4 and 4, 4
+    assert summary(checks.values()) == "7 met, 0 missed, 0 not judged"
 
 
 def test_missed_targets_say_by_how_much():
@@ -53,7 +57,9 @@ def test_missed_targets_say_by_how_much():
     assert rev.met is False and rev.measured == "1 (runs: 1, 1, 0)"
     lost = checks["nothing_lost_or_duplicated"]  # summed, not a median: one loss is a miss
     assert lost.met is False and lost.missed_by == "2 lost, 1 duplicated"
-    assert summary(checks.values()) == "0 met, 6 missed, 0 not judged"
+    fewer = checks["fewer_actions_than_baseline"]  # ds2's median of 4, 5, 3 against the baseline's 4: not fewer
+    assert fewer.met is False and fewer.measured == "ds2 4, ds2-baseline 4" and fewer.missed_by == "as many"
+    assert summary(checks.values()) == "0 met, 7 missed, 0 not judged"
 
 
 def test_what_cannot_be_judged_is_not_a_pass():
@@ -69,3 +75,30 @@ def test_what_cannot_be_judged_is_not_a_pass():
     # Without a ds2 run there is nothing to judge.
     (only,) = evaluate_targets(baseline(), SEGS, piecewise_constant=True)
     assert only.met is None and "no ds2 run" in only.measured
+
+
+def test_more_actions_than_the_baseline_say_how_many_and_without_it_nothing_is_judged():
+    more = by_key(evaluate_targets([*baseline(), run("ds2", 5, actions=(2, 3, 2))], SEGS, piecewise_constant=True))
+    assert more["fewer_actions_than_baseline"].met is False
+    assert more["fewer_actions_than_baseline"].missed_by == "3 more"
+    alone = by_key(evaluate_targets([run("static", 20), run("ds2", 10)], SEGS, piecewise_constant=True))
+    assert alone["fewer_actions_than_baseline"].met is None
+    assert alone["fewer_actions_than_baseline"].measured == "not judged: no ds2-baseline run with this figure"
+
+
+def test_a_memory_case_judges_the_out_of_memory_the_guard_prevents():
+    def memory(ds2_oom: tuple, baseline_oom: tuple) -> dict:
+        runs = [*(run("ds2", 0, oom=n) for n in ds2_oom), *(run("ds2-baseline", 0, oom=n) for n in baseline_oom)]
+        return by_key(evaluate_targets(runs, SEGS, piecewise_constant=True, judges_out_of_memory=True))
+
+    prevented = memory((0, 0), (1, 2))["no_out_of_memory"]
+    assert prevented.met is True and prevented.measured == "ds2 0, ds2-baseline 3 over the runs"
+    hit = memory((0, 1), (1, 2))["no_out_of_memory"]
+    assert hit.met is False and hit.missed_by == "1 executor(s) lost"
+    untested = memory((0, 0), (0, 0))["no_out_of_memory"]  # the baseline never ran out: no test of the guard
+    assert untested.met is None and "did not test the guard" in untested.measured
+    uncounted = memory((None,), (2,))["no_out_of_memory"]
+    assert uncounted.met is None and uncounted.measured == "not judged: no ds2 run counted them"
+    # Other cases are not judged on it at all.
+    plain = by_key(evaluate_targets([run("ds2", 0, oom=3)], SEGS, piecewise_constant=True))
+    assert "no_out_of_memory" not in plain

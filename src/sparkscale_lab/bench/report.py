@@ -2,7 +2,9 @@
 can be re-rendered (or restyled) without re-running anything.
 
 A scaling benchmark's DIR gets `results.md` (per case: the controllers compared, the median over
-repeats with the range, then DS2's targets, met or missed and by how much) and
+repeats with the range, each controller's scaling actions against ds2-baseline's where it ran, the
+executors lost to an out-of-memory where a memory case counted them, then DS2's targets, met or
+missed and by how much) and
 `timeline-<case>-<controller>-<repeat>.png` per run plus `executors-<case>.png` (older single-case
 results: without the case); a migration benchmark's DIR gets `results.md` and
 `timeline-<strategy>.png`; a chaos run's DIR `results.md` and `timeline-<fault>.png`; a placement
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkscale_lab.bench.markdown import markdown_table
+from sparkscale_lab.bench.scaling_controllers import BASELINE_CONTROLLER
 from sparkscale_lab.bench.scaling_results import case_calibration, case_runs, scaling_cases
 from sparkscale_lab.pipelines.profiles import parse_profile
 
@@ -115,7 +118,8 @@ def targets_block(results: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for case in scaling_cases(results):
         profile = parse_profile(case["profile"])
-        checks = evaluate_targets(case_runs(results, case), segments(profile), is_piecewise_constant(profile))
+        checks = evaluate_targets(case_runs(results, case), segments(profile), is_piecewise_constant(profile),
+                                  judges_out_of_memory=bool(case.get("judges_out_of_memory")))
         out.append({"case": case["name"], "workload": case["workload"], "profile": case["profile"],
                     "controller": TARGET_CONTROLLER, "summary": summary(checks),
                     "checks": [c.to_dict() for c in checks]})
@@ -129,25 +133,47 @@ def _m(runs: Sequence[dict[str, Any]], key: str, index: int | None = None) -> li
     return [v[index] if v is not None and len(v) > index else None for v in values]
 
 
+def actions_ratio(runs: Sequence[dict[str, Any]], baseline: Sequence[dict[str, Any]]) -> str:
+    """Median scaling actions of `runs` over the baseline's, as `0.5x`; n/a when either is unknown
+    or the baseline took none."""
+    ours, theirs = _median(_m(runs, "scaling_actions")), _median(_m(baseline, "scaling_actions"))
+    if ours is None or not theirs:
+        return "n/a"
+    return f"{round(ours / theirs, 2):g}x"
+
+
+def oom_cell(runs: Sequence[dict[str, Any]]) -> str:
+    """Executors lost to an out-of-memory, summed over the runs that counted them (n/a: none did)."""
+    known = [r["executors_lost_oom"] for r in runs if r.get("executors_lost_oom") is not None]
+    return str(sum(known)) if known else "n/a"
+
+
 def case_table(results: dict[str, Any], case: dict[str, Any]) -> str:
-    """One row per controller: the median of each figure over its runs (range in brackets)."""
+    """One row per controller: the median of each figure over its runs (range in brackets). Where
+    ds2-baseline ran, its scaling actions are each row's yardstick; where a run counted executors
+    lost to an out-of-memory (a memory case), their sum is a column."""
     from sparkscale_lab.bench.measures import segments
 
     segs = segments(parse_profile(case["profile"]))
+    all_runs = case_runs(results, case)
+    baseline = [r for r in all_runs if r["controller"] == BASELINE_CONTROLLER]
+    counted_oom = any(r.get("executors_lost_oom") is not None for r in all_runs)
     change_cols = [f"converge after {seg.rate:g}/s @{seg.start_s:g}s (s)" for seg in segs[1:]]
-    header = ["controller", "runs", "backlog SLO (s)", "latency SLO (s)", "scaling actions", *change_cols,
+    header = ["controller", "runs", "backlog SLO (s)", "latency SLO (s)", "scaling actions",
+              *([f"scaling actions vs {BASELINE_CONTROLLER}"] if baseline else []), *change_cols,
               "peak backlog (s of input)", "peak latency (s)", "executor-core-s", "over-provisioning (x)",
-              "under-provisioned (s)", "direction changes", "at steady load", "batch over trigger (s)", "lost",
-              "duplicated"]
+              "under-provisioned (s)", "direction changes", "at steady load", "batch over trigger (s)",
+              *(["executors lost to OOM"] if counted_oom else []), "lost", "duplicated"]
     rows = []
     for controller in results["spec"]["controllers"]:
-        runs = [r for r in case_runs(results, case) if r["controller"] == controller]
+        runs = [r for r in all_runs if r["controller"] == controller]
         if not runs:
             continue
         latency_ms = _m(runs, "peak_latency_ms")
         rows.append([
             controller, str(len(runs)), _cell(_m(runs, "slo_backlog_s"), unknown="n/a"),
             _cell(_m(runs, "slo_latency_s"), unknown="n/a"), _cell(_m(runs, "scaling_actions"), 0),
+            *([actions_ratio(runs, baseline)] if baseline else []),
             *[_cell(_m(runs, "convergence_s", i)) for i in range(1, len(segs))],
             _cell(_m(runs, "peak_backlog_s"), unknown="n/a"),
             _cell([None if v is None else v / 1000 for v in latency_ms], unknown="n/a"),
@@ -156,6 +182,7 @@ def case_table(results: dict[str, Any], case: dict[str, Any]) -> str:
             _cell(_m(runs, "steady_reversals"), 0, unknown="n/a"),
             _cell([r["measures"].get("batch_over_trigger_s", r["measures"].get("slo_batch_s")) for r in runs],
                   unknown="n/a"),
+            *([oom_cell(runs)] if counted_oom else []),
             str(sum(r["lost"] for r in runs)), str(sum(r["duplicated"] for r in runs)),
         ])
     return markdown_table(header, rows)
@@ -193,6 +220,17 @@ def case_notes(results: dict[str, Any], case: dict[str, Any]) -> list[str]:
         "load change until the executor count stays put and the backlog within the SLO to the step's end; "
         "at steady load: direction reversals between two actions of the same step.",
     ]
+    runs = case_runs(results, case)
+    if any(r["controller"] == BASELINE_CONTROLLER for r in runs):
+        notes.append("Scaling actions vs ds2-baseline: the row's median scaling actions over those of ds2-baseline, "
+                     "DS2 with every stability setting at its value before issue 33 (no utilisation band, no "
+                     "start-up grace, no draining, direction, ineffective-scale-up or memory guard), run in the "
+                     "same benchmark; ds2 is the product's defaults plus the guards the benchmark chooses "
+                     "(bench.scaling_controllers).")
+    if any(r.get("executors_lost_oom") is not None for r in runs):
+        notes.append("Executors lost to OOM: executors the driver's /allexecutors lists as removed for an "
+                     "out-of-memory (removeReason: exit code 52, Spark's OOM exit, or an OutOfMemoryError), summed "
+                     "over runs; n/a where the driver did not answer.")
     if results.get("remeasured"):
         notes.append("Older results: every run's measures were computed again from its saved samples and actions "
                      "with these definitions (`sparkscale report`), not as that run's results.json had them.")

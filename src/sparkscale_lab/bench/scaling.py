@@ -4,17 +4,22 @@ cases (a workload under a load profile).
 For each case and each controller in turn, on a fresh embedded environment, the same workload
 under the same profile (same seed), after a short warm-up: `static` (the maximum executor count,
 fixed), `spark-dra` (Spark's dynamic allocation with shuffle tracking, same min and max, no
-daemon), and `threshold`, `dhalion`, `ds2` (the daemon with that policy). A Recorder samples the
-app every `sample_s`; after the profile the app drains and the workload's verifier counts lost and
-duplicated records. Before a workload's first case, a calibration finds, for each rate its
-profiles need (a sine's: evenly spaced levels), the smallest executor count that keeps up (for
-over-provisioning). The workloads (bench.scaling_workloads): the shipped dag pipelines on Redis
-streams, and `clicks-file`, an operator's own script on a file source. Results: `results.json`
-(saved after every run, with the DS2 targets per case), `results.md` and the plots (`report`).
+daemon), and `threshold`, `dhalion`, `ds2-baseline`, `ds2` (the daemon with that policy;
+ds2-baseline is DS2 without the stability settings, ds2 with those the benchmark chooses:
+bench.scaling_controllers). A Recorder samples the app every `sample_s`; after the profile the app
+drains and the workload's verifier counts lost and duplicated records; a memory case's runs also
+count the executors the driver lost to an out-of-memory (bench.memory_state). Before a workload's
+first case, a calibration finds, for each rate its profiles need (a sine's: evenly spaced levels),
+the smallest executor count that keeps up (for over-provisioning; a memory case has none). The
+workloads (bench.scaling_workloads): the shipped dag pipelines on Redis streams, `clicks-file`, an
+operator's own script on a file source, and `memory-state`, the memory row (ds2-baseline and ds2
+only). Results: `results.json` (saved after every run, with the DS2 targets per case),
+`results.md` and the plots (`report`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import subprocess
@@ -27,8 +32,10 @@ from typing import Any
 import structlog
 
 from sparkscale.apps.submit import stop, submit
+from sparkscale.config import Config
 from sparkscale.config.identities import OPERATOR
 from sparkscale.daemon.action_log import ActionLog
+from sparkscale.monitors.spark_rest import SparkRestError, driver_rest
 from sparkscale.redisconn import connect_as
 from sparkscale_lab.bench.daemon_process import DaemonProcess
 from sparkscale_lab.bench.environment import BenchEnv, embedded_environment, wait_for
@@ -42,12 +49,16 @@ from sparkscale_lab.bench.measures import (
     observed_actions,
     segments,
 )
+from sparkscale_lab.bench.scaling_controllers import CONTROLLERS, POLICY_OF, daemon_settings
 from sparkscale_lab.bench.scaling_workloads import (
     APP,
+    MEMORY_WORKLOADS,
     WORKLOAD_NAMES,
     AppShape,
     BenchWorkload,
     Case,
+    MemoryStateWorkload,
+    case_controllers,
     case_info,
     make_workload,
 )
@@ -56,8 +67,6 @@ from sparkscale_lab.pipelines.profiles import parse_profile
 
 log = structlog.get_logger(__name__)
 
-CONTROLLERS = ("static", "spark-dra", "threshold", "dhalion", "ds2")
-POLICIES = ("threshold", "dhalion", "ds2")
 WORKLOADS = WORKLOAD_NAMES
 
 # The daemon's settings for every policy alike: a 5 s loop over 15 s windows, 20 s cooldown,
@@ -111,7 +120,10 @@ class BenchSpec:
                          latency_limit_ms=self.slo_latency_s * 1000, backlog_basis=workload.backlog_basis)
 
     def rates_of(self, workload: str) -> list[float]:
-        """Every rate the workload's cases need calibrated."""
+        """Every rate the workload's cases need calibrated; none for a memory case, whose state would
+        run the calibration's single executor out of memory (its over-provisioning is unknown)."""
+        if workload in MEMORY_WORKLOADS:
+            return []
         return sorted({r for c in self.cases if c.workload == workload
                        for r in calibration_rates(parse_profile(c.profile), self.sine_levels)})
 
@@ -129,13 +141,15 @@ class RunResult:
     duplicated: int
     total_records: int
     notes: list[str] = field(default_factory=list)
+    executors_lost_oom: int | None = None  # a memory case's (None: not counted, or the driver did not answer)
 
     def to_dict(self) -> dict[str, Any]:
         return {"case": self.case.name, "workload": self.case.workload, "profile": self.case.profile,
                 "controller": self.controller, "repeat": self.repeat, "started_at": self.started_at,
                 "samples": [s.to_dict() for s in self.samples], "actions": [a.to_dict() for a in self.actions],
                 "measures": self.measures.to_dict(), "lost": self.lost, "duplicated": self.duplicated,
-                "total_records": self.total_records, "notes": self.notes}
+                "total_records": self.total_records, "notes": self.notes,
+                "executors_lost_oom": self.executors_lost_oom}
 
 
 def estimated_duration_s(spec: BenchSpec) -> float:
@@ -150,7 +164,7 @@ def estimated_duration_s(spec: BenchSpec) -> float:
         basis = make_workload(case.workload, Path(".")).backlog_basis
         per_run = (parse_profile(case.profile).duration_s or 0.0) + RUN_OVERHEAD_S[basis] + (
             spec.warmup_s + WARMUP_DRAIN_S if spec.warmup_s > 0 else 0.0)
-        total += per_run * spec.repeat * len(spec.controllers)
+        total += per_run * spec.repeat * len(case_controllers(case, spec.controllers))
     return total
 
 
@@ -242,9 +256,9 @@ def run_controller(spec: BenchSpec, case: Case, controller: str, repeat: int,
             if not _wait_drained(env, wl, DRAIN_TIMEOUT_S):
                 notes.append("the warm-up load did not drain: the run starts behind")
         daemon = None
-        if controller in POLICIES:
+        if controller in POLICY_OF:
             daemon = DaemonProcess(env.config_path, env.overrides, run_dir / "daemon.jsonl", f"bench-{controller}",
-                                   [f"policy.name={controller}", "logging.level=info"])
+                                   [*daemon_settings(controller, spec.slo_backlog_s), "logging.level=info"])
             wait_for(lambda: daemon.events("cycle", app=APP), 120, "the daemon's first cycle")
         t0 = time.time()
         recorder = Recorder(cfg, APP, spec.sample_s, t0=t0, probe=wl.probe(cfg)).start()
@@ -266,6 +280,9 @@ def run_controller(spec: BenchSpec, case: Case, controller: str, repeat: int,
             actions = observed_actions(samples)
         verified = wl.verify(env)
         notes += verified.notes
+        oom = _oom_losses(wl, cfg)
+        if oom:
+            notes.append(f"{oom} executor(s) lost to an out-of-memory (the driver's removeReason)")
         stop(cfg, APP)
     app = cfg.app(APP)
     measures = measure(samples, actions, segments(profile), spec.limits(wl, app.trigger_interval_s),
@@ -278,7 +295,18 @@ def run_controller(spec: BenchSpec, case: Case, controller: str, repeat: int,
         for data in ("in", "out", "chk"):  # a file job's input, output and checkpoints: only kept when wrong
             shutil.rmtree(run_dir / data, ignore_errors=True)
     return RunResult(case, controller, repeat, t0, samples, actions, measures, verified.lost, verified.duplicated,
-                     verified.total_records, notes)
+                     verified.total_records, notes, oom)
+
+
+def _oom_losses(wl: BenchWorkload, cfg: Config) -> int | None:
+    """A memory case's executors lost to an out-of-memory: what its watch saw during the run, and the
+    driver's list once more at its end; None for any other case."""
+    if not isinstance(wl, MemoryStateWorkload):
+        return None
+    watch = wl.probe(cfg)
+    with contextlib.suppress(SparkRestError):  # the driver is gone: what the watch saw while it lived stands
+        watch.read(driver_rest(cfg, cfg.app(APP), timeout_s=5, retries=1))
+    return watch.oom_losses()
 
 
 def logged_actions(action_log: ActionLog, t0: float, app: str = APP) -> list[ScalingAction]:
@@ -332,7 +360,8 @@ def run_bench(spec: BenchSpec, out_dir: Path, command: str, resume: bool = False
         results.update(calibration=old.get("calibration", {}), runs=old.get("runs", []))
     done = {(r["case"], r["controller"], r["repeat"]) for r in results["runs"]}
     log.info("bench.plan", cases=[c.name for c in spec.cases], controllers=list(spec.controllers),
-             repeat=spec.repeat, runs_left=len(spec.cases) * spec.repeat * len(spec.controllers) - len(done),
+             repeat=spec.repeat,
+             runs_left=sum(len(case_controllers(c, spec.controllers)) for c in spec.cases) * spec.repeat - len(done),
              estimated_min=round(estimated_duration_s(spec) / 60))
 
     def save() -> None:
@@ -347,7 +376,7 @@ def run_bench(spec: BenchSpec, out_dir: Path, command: str, resume: bool = False
             save()
         calibration = {float(r): n for r, n in results["calibration"][case.workload].items()}
         for repeat in range(1, spec.repeat + 1):
-            for controller in spec.controllers:
+            for controller in case_controllers(case, spec.controllers):
                 if (case.name, controller, repeat) in done:
                     continue
                 try:

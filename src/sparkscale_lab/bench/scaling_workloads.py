@@ -12,6 +12,10 @@
   the agent states (its file-listing estimate, what the daemon sizes from); the latency comes from
   the files' landing times in the checkpoints' source logs; bench.clickcheck verifies the output,
   whose differences are turned into records lost and duplicated (`click_record_losses`).
+- `memory-state`: the memory row (bench.memory_state), the shipped `memory_state` pipeline on the
+  Redis streams, read and verified as the dag's; its state outgrows one executor's memory once a
+  scale-down gathers it on few executors. It starts on the maximum executors, runs for ds2-baseline
+  and ds2 only (MEMORY_CONTROLLERS), and its runs count the executors lost to an out-of-memory.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from sparkscale_lab.bench.clickcheck import ClickCheck, wait_for_outputs
 from sparkscale_lab.bench.clickexpected import Expected, expected_outputs
 from sparkscale_lab.bench.environment import BenchEnv
 from sparkscale_lab.bench.filefeed import land_files
+from sparkscale_lab.bench.memory_state import MemoryStateSizing, OomWatch
 from sparkscale_lab.bench.probes import FileProbe, StreamLatencyProbe
 from sparkscale_lab.bench.timeline import Probe
 from sparkscale_lab.bench.userjob import DEFAULT_SCRIPT, UserJobSpec
@@ -47,11 +52,15 @@ PIPELINES: dict[str, str] = {
     "wordcount": "",
 }
 FILE_JOBS = ("clicks-file",)
-WORKLOAD_NAMES = (*PIPELINES, *FILE_JOBS)
+MEMORY_WORKLOADS = ("memory-state",)
+WORKLOAD_NAMES = (*PIPELINES, *FILE_JOBS, *MEMORY_WORKLOADS)
+# The controllers a memory case is meant for: the guard against the baseline that lacks it.
+MEMORY_CONTROLLERS = ("ds2-baseline", "ds2")
 
 STEPS = "steps:15@45s,60@90s,15@90s"
 SINE = "sine:37.5,22.5,120s@240s"  # 15 to 60 records/s and back, twice
-DEFAULT_PROFILES: dict[str, tuple[str, ...]] = {"clicks-file": (STEPS, SINE)}  # others: (STEPS,)
+DEFAULT_PROFILES: dict[str, tuple[str, ...]] = {  # others: (STEPS,)
+    "clicks-file": (STEPS, SINE), "memory-state": (MemoryStateSizing().profile,)}
 
 
 @dataclass(frozen=True)
@@ -99,6 +108,8 @@ def make_workload(name: str, work_dir: Path) -> BenchWorkload:
         return PipelineWorkload(name)
     if name in FILE_JOBS:
         return ClicksFileWorkload(name, work_dir)
+    if name in MEMORY_WORKLOADS:
+        return MemoryStateWorkload(name)
     raise ValueError(f"unknown workload {name!r} (expected one of {', '.join(WORKLOAD_NAMES)})")
 
 
@@ -134,16 +145,26 @@ def matrix(workloads: Sequence[str], profiles: Sequence[str]) -> tuple[Case, ...
     return make_cases([(w, p) for w in workloads for p in (profiles or default_profiles(w))])
 
 
+def case_controllers(case: Case, controllers: Sequence[str]) -> tuple[str, ...]:
+    """The controllers of `controllers` that run `case`: a memory case only the guard's and its
+    baseline's."""
+    if case.workload in MEMORY_WORKLOADS:
+        return tuple(c for c in controllers if c in MEMORY_CONTROLLERS)
+    return tuple(controllers)
+
+
 def case_info(case: Case, work_dir: Path) -> dict[str, Any]:
-    """What results.json says about a case: how its backlog and latency were read."""
+    """What results.json says about a case: how its backlog and latency were read, and whether its
+    runs are judged on executors lost to an out-of-memory (a memory case)."""
     w = make_workload(case.workload, work_dir)
     return {"name": case.name, "workload": case.workload, "profile": case.profile, "backlog_basis": w.backlog_basis,
-            "latency_source": w.latency_source, "trigger_s": w.trigger_s}
+            "latency_source": w.latency_source, "trigger_s": w.trigger_s,
+            "judges_out_of_memory": case.workload in MEMORY_WORKLOADS}
 
 
-def _shape_lines(shape: AppShape) -> list[str]:
+def _shape_lines(shape: AppShape, executor_memory_mb: int = 512) -> list[str]:
     lines = [f"    min_executors: {shape.min_executors}", f"    max_executors: {shape.max_executors}",
-             f"    initial_executors: {shape.initial_executors}", "    executor_memory_mb: 512"]
+             f"    initial_executors: {shape.initial_executors}", f"    executor_memory_mb: {executor_memory_mb}"]
     if shape.dynamic_allocation_idle_s is not None:
         idle = shape.dynamic_allocation_idle_s
         lines.append(f"    dynamic_allocation: {{enabled: true, executor_idle_timeout_s: {idle}}}")
@@ -161,11 +182,15 @@ class PipelineWorkload:
 
     def apps_yaml(self, shape: AppShape) -> str:
         pipeline = "wordcount" if self.name == "wordcount" else "dag"
-        lines = [f"\n  - name: {APP}", f"    pipeline: {pipeline}", *_shape_lines(shape),
-                 "    source_partitions: 4", "    shuffle_partitions: 4", "    max_records_per_batch: 2000"]
+        lines = self._pipeline_lines(pipeline, shape)
         if pipeline == "dag":
             lines.append(f"    dag: {PIPELINES[self.name]}")
         return "\n".join(lines) + "\n"
+
+    @staticmethod
+    def _pipeline_lines(pipeline: str, shape: AppShape, executor_memory_mb: int = 512) -> list[str]:
+        return [f"\n  - name: {APP}", f"    pipeline: {pipeline}", *_shape_lines(shape, executor_memory_mb),
+                "    source_partitions: 4", "    shuffle_partitions: 4", "    max_records_per_batch: 2000"]
 
     def load(self, env: BenchEnv, profile: str, seed: int, tag: str) -> None:
         run_loadgen(env.cfg, APP, profile, seed=seed)
@@ -183,6 +208,30 @@ class PipelineWorkload:
     def verify(self, env: BenchEnv) -> Verified:
         result = verify_app(env.cfg, APP)
         return Verified(result.lost, result.duplicated, result.total_expected)
+
+
+class MemoryStateWorkload(PipelineWorkload):
+    """The memory row's app (bench.memory_state): the `memory_state` pipeline on the maximum executors
+    from the start (its state partitions spread over all of them), the state on the JVM heap."""
+
+    def __init__(self, name: str, sizing: MemoryStateSizing | None = None):
+        super().__init__(name)
+        self.sizing = sizing or MemoryStateSizing()
+        self._watch: OomWatch | None = None
+
+    def probe(self, cfg: Config) -> OomWatch:
+        """One watch for the run (a fresh workload per run): the stream probe's samples, and the
+        driver's executors, dead ones too, read while the run goes on."""
+        if self._watch is None:
+            self._watch = OomWatch(super().probe(cfg), APP)
+        return self._watch
+
+    def apps_yaml(self, shape: AppShape) -> str:
+        spread = AppShape(shape.min_executors, shape.max_executors, shape.max_executors,
+                          shape.dynamic_allocation_idle_s)
+        lines = [*self._pipeline_lines("memory_state", spread, self.sizing.executor_memory_mb),
+                 f"    spark_conf: {json.dumps(self.sizing.spark_conf())}"]
+        return "\n".join(lines) + "\n"
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,12 @@ the sum, since a single loss is a miss):
 - after every load change: converged (executor count steady and backlog within the SLO to the
   step's end) with at most 2 actions in that step;
 - no direction reversal at steady load (two actions of one step in opposite directions);
-- nothing lost or duplicated.
+- fewer scaling actions than ds2-baseline's (DS2 without the stability settings, run alongside:
+  bench.scaling_controllers);
+- nothing lost or duplicated;
+- on a memory case (bench.memory_state): no executor lost to an out-of-memory where ds2-baseline
+  lost one (summed over the runs); a case where the baseline lost none did not test the guard and
+  is not judged.
 The step targets apply to piecewise-constant profiles only: a sine has no step to converge after
 and no steady load, and says so. A target that cannot be judged (a controller not run, a figure
 unknown) is `met=None`, never a pass.
@@ -22,6 +27,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from sparkscale_lab.bench.measures import Segment
+from sparkscale_lab.bench.scaling_controllers import BASELINE_CONTROLLER
 
 TARGET_CONTROLLER = "ds2"
 OVER_PROVISIONING_MAX = 1.3
@@ -141,9 +147,45 @@ def _lost(mine: Sequence[Mapping[str, Any]]) -> TargetCheck:
                        "" if met else f"{lost} lost, {dup} duplicated")
 
 
+def _fewer_actions(mine: Sequence[Mapping[str, Any]], runs: Sequence[Mapping[str, Any]]) -> TargetCheck:
+    text = f"fewer scaling actions than {BASELINE_CONTROLLER}"
+    ours = median_of(mine, "scaling_actions")
+    theirs = median_of(_of(runs, BASELINE_CONTROLLER), "scaling_actions")
+    if ours is None or theirs is None:
+        missing = TARGET_CONTROLLER if ours is None else BASELINE_CONTROLLER
+        return TargetCheck("fewer_actions_than_baseline", text, f"not judged: no {missing} run with this figure",
+                           None)
+    met = ours < theirs
+    return TargetCheck("fewer_actions_than_baseline", text,
+                       f"{TARGET_CONTROLLER} {_fmt(ours)}, {BASELINE_CONTROLLER} {_fmt(theirs)}", met,
+                       "" if met else ("as many" if ours == theirs else f"{_fmt(ours - theirs)} more"))
+
+
+def oom_sum(runs: Sequence[Mapping[str, Any]]) -> int | None:
+    """Executors lost to an out-of-memory over `runs`; None when no run counted them."""
+    known = [int(r["executors_lost_oom"]) for r in runs if r.get("executors_lost_oom") is not None]
+    return sum(known) if known else None
+
+
+def _out_of_memory(mine: Sequence[Mapping[str, Any]], runs: Sequence[Mapping[str, Any]]) -> TargetCheck:
+    text = f"no executor lost to an out-of-memory where {BASELINE_CONTROLLER} lost one"
+    ours, theirs = oom_sum(mine), oom_sum(_of(runs, BASELINE_CONTROLLER))
+    if ours is None or theirs is None:
+        missing = TARGET_CONTROLLER if ours is None else BASELINE_CONTROLLER
+        return TargetCheck("no_out_of_memory", text, f"not judged: no {missing} run counted them", None)
+    measured = f"{TARGET_CONTROLLER} {ours}, {BASELINE_CONTROLLER} {theirs} over the runs"
+    if ours > 0:
+        return TargetCheck("no_out_of_memory", text, measured, False, f"{ours} executor(s) lost")
+    if theirs == 0:
+        return TargetCheck("no_out_of_memory", text, f"not judged: {measured} (the baseline hit no "
+                           "out-of-memory, so the case did not test the guard)", None)
+    return TargetCheck("no_out_of_memory", text, measured, True)
+
+
 def evaluate_targets(runs: Sequence[Mapping[str, Any]], segs: Sequence[Segment], piecewise_constant: bool,
-                     controller: str = TARGET_CONTROLLER) -> list[TargetCheck]:
-    """Every target for `controller` over one case's runs (results.json `runs` entries)."""
+                     controller: str = TARGET_CONTROLLER, judges_out_of_memory: bool = False) -> list[TargetCheck]:
+    """Every target for `controller` over one case's runs (results.json `runs` entries); the
+    out-of-memory one on a memory case (`judges_out_of_memory`)."""
     mine = _of(runs, controller)
     if not mine:
         return [TargetCheck("runs", f"{controller} judged on this case", f"not judged: no {controller} run", None)]
@@ -155,7 +197,9 @@ def evaluate_targets(runs: Sequence[Mapping[str, Any]], segs: Sequence[Segment],
         checks += [TargetCheck("converged_each_change", "converged after every load change, with at most "
                                f"{MAX_ACTIONS_PER_CHANGE} actions each", why, None),
                    TargetCheck("no_steady_reversal", "no direction reversal at steady load", why, None)]
-    checks.append(_lost(mine))
+    checks += [_fewer_actions(mine, runs), _lost(mine)]
+    if judges_out_of_memory:
+        checks.append(_out_of_memory(mine, runs))
     return checks
 
 

@@ -44,14 +44,17 @@ def bench() -> None:
 @bench.command("scaling")
 @click.option("--workload", "workloads", multiple=True,
               help="Repeatable: dag-linear | dag-diamond | dag-star | wordcount | clicks-file (the clickstream "
-                   "fixture script on a file source). Default: dag-linear and clicks-file.")
+                   "fixture script on a file source) | memory-state (the memory row: state that outgrows a "
+                   "scaled-down executor's memory; ds2-baseline and ds2 only). Default: dag-linear and clicks-file.")
 @click.option("--profile", "profiles", multiple=True,
               help="Repeatable load profile (sparkscale loadgen's syntax; must end), run with every workload. "
                    "Default: each workload's own (dag-linear: steps:15@45s,60@90s,15@90s; clicks-file: that and "
-                   "sine:37.5,22.5,120s@240s).")
+                   "sine:37.5,22.5,120s@240s; memory-state: steps:60@100s,10@120s).")
 @click.option("--case", "cases", multiple=True, metavar="WORKLOAD=PROFILE",
               help="Repeatable, instead of --workload/--profile: exactly these cases.")
-@click.option("--controllers", default=None, help="Default: static,spark-dra,threshold,dhalion,ds2 (--quick: ds2).")
+@click.option("--controllers", default=None,
+              help="Default: static,spark-dra,threshold,dhalion,ds2-baseline,ds2 (--quick: ds2). ds2-baseline: DS2 "
+                   "without the stability settings, the baseline ds2's scaling actions are compared with.")
 @click.option("--repeat", type=click.IntRange(min=1), default=None, help="Default 3 (--quick: 1).")
 @click.option("--seed", type=int, default=7, show_default=True)
 @click.option("--max-executors", type=click.IntRange(min=1), default=4, show_default=True)
@@ -78,14 +81,8 @@ def bench_scaling(workloads: tuple[str, ...], profiles: tuple[str, ...], cases: 
     """Static provisioning, Spark's dynamic allocation and the daemon's policies, side by side, for
     each case (a workload under a load profile)."""
     from sparkscale_lab.bench.report import render
-    from sparkscale_lab.bench.scaling import (
-        CONTROLLERS,
-        WORKLOADS,
-        BenchSpec,
-        check_resume,
-        estimated_duration_s,
-        run_bench,
-    )
+    from sparkscale_lab.bench.scaling import WORKLOADS, BenchSpec, check_resume, estimated_duration_s, run_bench
+    from sparkscale_lab.bench.scaling_controllers import CONTROLLERS
     from sparkscale_lab.bench.scaling_workloads import make_cases, matrix
     from sparkscale_lab.pipelines.profiles import parse_profile
 

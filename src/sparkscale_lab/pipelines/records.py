@@ -341,7 +341,7 @@ def record_source(app: AppConfig, seed: int = 0) -> RecordSource:
     """The record source for an app's pipeline, seeded."""
     if app.pipeline == "wordcount":
         return WordcountRecords(seed)
-    if app.pipeline == "dag":
+    if app.pipeline in ("dag", "memory_state"):  # memory_state reads the dag's records, keyed by uid
         return DagRecords(seed, app.dag.key_space)
     if app.pipeline == "taxi_top_routes":
         return TaxiRecords(seed, app.taxi.sim_seconds_per_record)
