@@ -23,7 +23,7 @@ import pytest
 from click.testing import CliRunner
 from kazoo.client import KazooClient
 
-from sparkscale.apps.submit import stop, submit
+from sparkscale.apps.submit import running, stop, submit
 from sparkscale.cli import main
 from sparkscale.config import Config, load_config
 from sparkscale.daemon.action_log import ActionLog
@@ -172,7 +172,7 @@ def test_advise_observe_an_excluded_period_and_a_quota_each_hold_the_change_and_
     """The operator's controls on one running app whose policy always wants one executor more: each
     daemon run (3 cycles) must change nothing, and each says so in its own way."""
     cfg, path, overrides, _work = setup
-    if active_executors(cfg, "fo") is None:
+    if not running(cfg, "fo"):
         submit(cfg, "fo", path, overrides)
     wait_until(lambda: active_executors(cfg, "fo") == 1, 60, "fo at one executor")
     wait_until(lambda: backlog_known(cfg, "fo"), 60, "fo's first progress report (its backlog)")
@@ -188,8 +188,10 @@ def test_advise_observe_an_excluded_period_and_a_quota_each_hold_the_change_and_
         logged = [d.decision for d in decisions(cfg, "fo") if d.decision.daemon == f"controls-{name}"]
         explained = [line for d in logged for line in d.plan.explanation]
         if name == "advise":  # decided and logged as it would act, never carried out
-            assert {e["mode"] for e in cycles} == {"dry_run"} and cycles[0]["actions"] == ["scale_executors 1 -> 2"]
-            assert logged and {d.mode for d in logged} == {"dry_run"}
+            modes = {e["mode"] for e in cycles}  # a cycle may be held (settle) while the app's executors move
+            assert "dry_run" in modes and modes <= {"dry_run", "no_change"}, cycles
+            assert next(e["actions"] for e in cycles if e["mode"] == "dry_run") == ["scale_executors 1 -> 2"]
+            assert "dry_run" in {d.mode for d in logged} <= {"dry_run", "no_change"}
         elif name == "observe":  # snapshots only: no plan made, no decision written
             assert {e["mode"] for e in cycles} == {"observe"} and not logged
         elif name == "excluded":
