@@ -111,13 +111,13 @@ def _target(event: Mapping[str, Any], actions: list[str]) -> str:
     return "="
 
 
-def _executors(value: Any) -> str:
+def _executors(value: object) -> str:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return "?"
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def _clock(stamp: Any) -> str:
+def _clock(stamp: object) -> str:
     if isinstance(stamp, str):
         match = _CLOCK.search(stamp)
         return match.group(1) if match else stamp
@@ -126,11 +126,11 @@ def _clock(stamp: Any) -> str:
     return ""
 
 
-def _seq(value: Any) -> list[Any]:
+def _seq(value: object) -> list[object]:
     return list(value) if isinstance(value, (list, tuple)) else []
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     """One line: newlines and runs of blanks become one space."""
     return " ".join(str(value).split()) if value is not None else ""
 
@@ -255,7 +255,7 @@ def short_line(event: Mapping[str, Any], width: int = CYCLE_LINE_WIDTH) -> str:
     return _clip("  ".join(f for f in fields if f), width)
 
 
-def _results(value: Any) -> tuple[str, str]:
+def _results(value: object) -> tuple[str, str]:
     """What an `action.done` event's results say: the label (done, failed, ...) and the results."""
     results = [r for r in _seq(value) if isinstance(r, Mapping)]
     statuses = [_text(r.get("status")) or "?" for r in results]
@@ -269,7 +269,7 @@ def _results(value: Any) -> tuple[str, str]:
     return label, "; ".join(shown)
 
 
-def _effect(expected: Any) -> str:
+def _effect(expected: object) -> str:
     """What an `action.started` event's `expected` (policies/outcomes.py's Expectation) says the
     figure it judges will be after the action, in a few words."""
     if not isinstance(expected, Mapping):
@@ -290,7 +290,7 @@ def _effect(expected: Any) -> str:
     return f"expect {metric} {figure}"
 
 
-def _value(value: Any) -> str:
+def _value(value: object) -> str:
     """A short line's field: lists comma-separated, mappings as compact JSON, None and "" empty."""
     if value is None:
         return ""
@@ -303,6 +303,6 @@ def _value(value: Any) -> str:
     return _text(value)
 
 
-def _is_number(value: Any) -> TypeGuard[float]:
+def _is_number(value: object) -> TypeGuard[float]:
     """An int or a float, not a bool."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)

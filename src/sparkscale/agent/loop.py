@@ -26,6 +26,7 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch
 from py4j.protocol import Py4JError
+from pydantic import JsonValue
 from pyspark.sql import SparkSession
 
 from sparkscale import zkconn
@@ -49,7 +50,7 @@ log = structlog.get_logger(__name__)
 RECONCILE_INTERVAL_S = 1.0
 PRUNE_INTERVAL_S = 30.0  # how often old acks and answered commands are pruned (protocol.commands)
 
-Handler = Callable[[Command], Any]
+Handler = Callable[[Command], JsonValue]  # the ack's detail
 
 
 class ControlAgent:

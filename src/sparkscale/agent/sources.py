@@ -30,7 +30,7 @@ from sparkscale.protocol.queries import SourceReport
 _FILE_SOURCE = re.compile(r"^FileStreamSource\[(?P<path>.+)\]$")
 
 
-def as_json(value: Any) -> Any:
+def as_json(value: object) -> object:
     """Source offsets arrive as JSON text; as JSON values, not strings of JSON."""
     if isinstance(value, str):
         try:
@@ -40,7 +40,7 @@ def as_json(value: Any) -> Any:
     return value
 
 
-def record_positions(offset: Any) -> dict[str, int] | None:
+def record_positions(offset: object) -> dict[str, int] | None:
     """Records per partition up to `offset`, where the offset counts records; None otherwise."""
     offset = as_json(offset)
     if not isinstance(offset, Mapping):
@@ -62,7 +62,7 @@ def record_positions(offset: Any) -> dict[str, int] | None:
     return flat or None
 
 
-def source_kind(description: str, end_offset: Any) -> str:
+def source_kind(description: str, end_offset: object) -> str:
     end = as_json(end_offset)
     if _FILE_SOURCE.match(description):
         return "file"
@@ -75,7 +75,7 @@ def source_kind(description: str, end_offset: Any) -> str:
     return "other"
 
 
-def log_offset(offset: Any) -> int | None:
+def log_offset(offset: object) -> int | None:
     """The file source's offset `{"logOffset": N}`: N, the batch id of its checkpoint log; None otherwise."""
     offset = as_json(offset)
     value = offset.get("logOffset") if isinstance(offset, Mapping) else None
@@ -133,7 +133,7 @@ class FileBacklog:
     def _logged_through(self, log_batch: int | None) -> int:
         return 0 if log_batch is None else sum(n for b, n in self.files_by_batch.items() if b <= log_batch)
 
-    def report(self, start_offset: Any, end_offset: Any, rows_in_batch: int) -> FileReading:
+    def report(self, start_offset: object, end_offset: object, rows_in_batch: int) -> FileReading:
         """Positions and backlog after the batch that read (start_offset, end_offset]."""
         local = urlparse(self.source_dir)
         if local.scheme not in ("", "file"):

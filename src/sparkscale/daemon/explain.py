@@ -232,7 +232,7 @@ def query_figures(snapshot: Snapshot) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _pairs(pairs: list[tuple[str, Any]], indent: int = 2) -> list[str]:
+def _pairs(pairs: list[tuple[str, object]], indent: int = 2) -> list[str]:
     if not pairs:
         return []
     width = max(len(label) for label, _v in pairs)
@@ -250,7 +250,7 @@ def _secs(s: float | None) -> str | None:
     return None if s is None else f"{_num(s)} s"
 
 
-def _num(x: Any) -> str:
+def _num(x: object) -> str:
     if x is None:
         return "-"
     if isinstance(x, bool) or not isinstance(x, (int, float)):

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from pydantic import JsonValue
+
 from sparkscale.actuators.migration import operator_commands
 from sparkscale.daemon.action_log import BlocklistEntry, LoggedDecision
 from sparkscale.daemon.status import AppStatus, age
@@ -43,7 +45,7 @@ class AppLine:
     view: AppStatus | None  # the leader's own report if there is one, else the freshest
     attention: str | None = None  # its migration needs the operator: where, why, the commands that go on
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JsonValue]:
         return {"app": self.app, "leader": self.leader, "view": self.view.to_dict() if self.view else None,
                 "migration_needs_attention": self.attention}
 

@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import JsonValue
+
 from sparkscale.model.fields import (
     FieldError,
     get,
@@ -66,7 +68,7 @@ class WorkerSlots:
         """Could the master launch one more executor of this shape here?"""
         return self.cores_free >= cores and self.memory_free_mb >= memory_mb
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JsonValue]:
         return {"id": self.id, "host": self.host, "cores_free": self.cores_free,
                 "memory_free_mb": self.memory_free_mb, "executors": list(self.executors), "cores": self.cores,
                 "memory_mb": self.memory_mb}
@@ -94,7 +96,7 @@ class Placement:
         return out
 
     @classmethod
-    def from_extension(cls, value: Any, path: str = "extensions.cluster") -> Placement:
+    def from_extension(cls, value: object, path: str = "extensions.cluster") -> Placement:
         """Read one back; FieldError names the field. Keys it does not know (the monitor's request
         count) are ignored."""
         obj = object_at(value, path)

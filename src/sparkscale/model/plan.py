@@ -17,9 +17,9 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, TypedDict, Unpack
 
-from pydantic import Field, GetCoreSchemaHandler, PlainSerializer
+from pydantic import Field, GetCoreSchemaHandler, JsonValue, PlainSerializer
 from pydantic_core import CoreSchema
 
 from sparkscale.config.apps import MAX_EXECUTORS, MAX_PARTITIONS
@@ -153,7 +153,7 @@ class Action:
         """A new executor memory, set by restarting the whole app (`query` is the one it journals)."""
         return cls(ActionType.SET_EXECUTOR_MEMORY, query=query, from_=from_mb, to=to_mb, reason=reason)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JsonValue]:
         """Only the keys that apply, in a stable order: type, query, operator, executor, from, to,
         executors, reason."""
         return ACTION_JSON.dump_object(self)
@@ -227,7 +227,7 @@ class ExpectedOutcome:
     def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
         return reshaped(handler, source, lambda v: known_keys(v, _EXPECTED_KEYS))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JsonValue]:
         return EXPECTED_JSON.dump_object(self)
 
     @classmethod
@@ -238,6 +238,16 @@ class ExpectedOutcome:
 _EXPECTED_KEYS = ("diagnosis", "action_type", "metric", "before", "after")
 Figure = float | int | None
 _OBSERVATION_KEYS = ("query", "figures", "diagnosis", "expected", "recommended_executors")
+
+
+class ObservationChanges(TypedDict, total=False):
+    """The fields of an Observation that `Observation.merged` and `Plan.with_actions` change."""
+
+    query: str | None
+    figures: Mapping[str, float | None]
+    diagnosis: str | None
+    expected: ExpectedOutcome | None
+    recommended_executors: int | None
 
 
 @dataclass(frozen=True)
@@ -272,13 +282,13 @@ class Observation:
     def figure(self, key: str) -> Figure:
         return self.figures.get(key)
 
-    def merged(self, **changes: Any) -> Observation:
+    def merged(self, **changes: Unpack[ObservationChanges]) -> Observation:
         """This observation with `changes`; `figures` given are added to (not replacing) the old ones."""
         if "figures" in changes:
             changes["figures"] = {**self.figures, **changes["figures"]}
         return replace(self, **changes)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JsonValue]:
         return OBSERVATION_JSON.dump_object(self)
 
     @classmethod
@@ -331,7 +341,7 @@ class Plan:
     def warnings(self) -> tuple[Action, ...]:
         return tuple(a for a in self.actions if a.type == ActionType.WARN)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JsonValue]:
         """The plan JSON, exactly these five keys: policy, app, parallelism, actions, explanation."""
         return PLAN_JSON.dump_object(self)
 
@@ -341,7 +351,8 @@ class Plan:
         plan = PLAN_JSON.load(data)
         return plan if observation is None else replace(plan, observation=observation)
 
-    def with_actions(self, actions: Iterable[Action], notes: Iterable[str] = (), **observed: Any) -> Plan:
+    def with_actions(self, actions: Iterable[Action], notes: Iterable[str] = (),
+                     **observed: Unpack[ObservationChanges]) -> Plan:
         """This plan with other actions, `notes` added to its explanation and its observation
         updated by `observed` (Observation fields)."""
         return replace(self, actions=tuple(actions), explanation=(*self.explanation, *notes),

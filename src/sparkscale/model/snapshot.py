@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, GetCoreSchemaHandler
+from pydantic import AfterValidator, GetCoreSchemaHandler, JsonValue
 from pydantic_core import CoreSchema
 
 from sparkscale.config.apps import MAX_EXECUTOR_CORES, app_name_problem
@@ -117,7 +117,7 @@ class ExecutorFigures:
     def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
         return reshaped(handler, source, lambda v: _with_extra(v, _EXECUTOR_KEYS), _flat)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JsonValue]:
         return EXECUTOR_JSON.dump_object(self)
 
 
@@ -142,7 +142,7 @@ class InstanceFigures:
     def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
         return reshaped(handler, source, lambda v: _with_extra(v, _INSTANCE_KEYS), _flat)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JsonValue]:
         return INSTANCE_JSON.dump_object(self)
 
 
@@ -171,7 +171,7 @@ class OperatorFigures:
     def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
         return reshaped(handler, source, _operator_in, _operator_out)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JsonValue]:
         return OPERATOR_JSON.dump_object(self)
 
 
@@ -270,14 +270,14 @@ class Snapshot:
 
     # -- (de)serialisation --------------------------------------------------------------------
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JsonValue]:
         return SNAPSHOT_JSON.dump_object(self)
 
     def to_json(self, indent: int | None = None) -> str:
         return SNAPSHOT_JSON.dumps(self, indent)
 
     @classmethod
-    def from_dict(cls, data: Any) -> Snapshot:
+    def from_dict(cls, data: object) -> Snapshot:
         return SNAPSHOT_JSON.load(data)
 
     @classmethod

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, GetCoreSchemaHandler
+from pydantic import AfterValidator, GetCoreSchemaHandler, JsonValue
 from pydantic_core import CoreSchema
 
 from sparkscale.config.apps import MAX_EXECUTOR_CORES, MAX_EXECUTORS, MAX_PARTITIONS
@@ -67,7 +67,7 @@ class PastDecision:
                          lambda j: cls(j.decided_at, replace(j.plan, observation=j.observation)),
                          lambda d: _DecisionJSON(d.decided_at, d.plan, d.observation))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JsonValue]:
         return DECISION_JSON.dump_object(self)
 
     @classmethod
@@ -118,7 +118,7 @@ class ScalingObservation:
     def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
         return reshaped(handler, source, lambda v: {"query": None, **known_keys(v, _SCALING_KEYS)})
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JsonValue]:
         return SCALING_JSON.dump_object(self)
 
     @classmethod
@@ -248,11 +248,11 @@ class DecisionHistory:
     def __bool__(self) -> bool:
         return bool(self.decisions)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JsonValue]:
         return HISTORY_JSON.dump_object(self)
 
     @classmethod
-    def from_dict(cls, data: Any) -> DecisionHistory:
+    def from_dict(cls, data: object) -> DecisionHistory:
         """Raises HistoryError (a ValueError) naming the field and the problem (a history file is
         user input)."""
         return HISTORY_JSON.load(data)

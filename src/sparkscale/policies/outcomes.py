@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from pydantic import GetCoreSchemaHandler
+from pydantic import GetCoreSchemaHandler, JsonValue
 from pydantic_core import CoreSchema
 
 from sparkscale.config import AppConfig
@@ -135,7 +135,7 @@ class Expectation:
     after: float
     backlog_before: float = 0.0  # absent from decisions logged before it was kept
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JsonValue]:
         return EXPECTATION_JSON.dump_object(self)
 
     @classmethod

@@ -41,7 +41,7 @@ class QueryRun:
     window_batch_id: int | None
 
 
-def _whole(value: Any) -> int | None:
+def _whole(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
