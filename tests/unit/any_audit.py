@@ -4,14 +4,16 @@
 A use is classified by where it stands, the first rule that applies:
 
 - the reason `REASONS` gives for its function or class (`path::Qualified.name`, innermost first);
-- json: the value type of `dict[str, Any]` / `Mapping[str, Any]` (a JSON object: an event, a REST
-  answer before parsing, a snapshot extension, a record's `to_dict`);
+- library: anywhere in a module `REASONS` gives "library" (its `dict[str, Any]` are keyword
+  arguments of the library's calls, not JSON);
+- json: the value type of `dict[str, Any]` / `Mapping[str, Any]` (a JSON object read by key: an
+  event, a REST answer before parsing, a snapshot extension, a journal's marks);
 - structlog: in the signature of a structlog processor (a parameter `event_dict`) or the type of one
   (`Callable[[Any, str, Any], Any]`): structlog's own types are Any there;
 - pydantic: in a pydantic hook (`__get_pydantic_core_schema__`, a `*validator` / `*serializer`);
-- else the reason `REASONS` gives for its module (`path`). The reasons: json, py4j (a py4j proxy of a
-  JVM object, or a PySpark object the agent reads attribute by attribute), pydantic, structlog,
-  library (kazoo, redis, click, PyYAML, SciPy: values their libraries leave untyped);
+- else the reason `REASONS` gives for its module (`path`). The reasons: json, py4j (a py4j proxy of
+  a JVM object), pydantic, structlog, library (kazoo, redis, click, PyYAML, SciPy: values their
+  libraries leave untyped);
 - else other: a use that should get a precise type.
 
 Run `python tests/unit/any_audit.py` for the table (per category, and per file with -v).
@@ -38,12 +40,9 @@ REASONS: dict[str, str] = {
     "actuators/migration/session.py::MigrationSession._command": "json",
     "monitors/spark_master.py::get_json": "json",  # the master's /json/ answer, read by key
     "protocol/streams.py::read_source_status.js": "json",  # a JSON field of the source status hash
-    # the driver side: py4j proxies (the JVM, Scala objects, a Java Trigger) and PySpark listener
-    # events and progress objects read attribute by attribute
+    # the driver side: py4j proxies of JVM objects (the JVM view, Scala objects, a Java Trigger)
     "agent/executors.py": "py4j",
     "agent/hooks.py": "py4j",
-    "agent/progress.py": "py4j",
-    "agent/sources.py": "py4j",
     # pydantic: core schema dicts, a serializer's return type, a sectioned config's extra sections
     # (pydantic types `__pydantic_extra__` values Any; each is its component's own model)
     "model/codec.py": "pydantic",
@@ -116,8 +115,8 @@ def _category(rel: str, node: ast.Name, parents: dict[ast.AST, ast.AST], scope: 
         reason = REASONS.get(f"{rel}::{'.'.join(parts[:n])}")
         if reason is not None:
             return reason
-    if REASONS.get(rel) in ("library", "py4j"):  # a module's kwargs dicts are its library's
-        return REASONS[rel]
+    if REASONS.get(rel) == "library":  # its keyword-argument dicts are its library's
+        return "library"
     if _in_json_object(node, parents):
         return "json"
     if _is_processor_type(node, parents):

@@ -22,10 +22,13 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import unquote, urlparse
 
 from sparkscale.protocol.queries import SourceReport
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming.listener import SourceProgress, StreamingQueryProgress
 
 _FILE_SOURCE = re.compile(r"^FileStreamSource\[(?P<path>.+)\]$")
 
@@ -173,13 +176,13 @@ class SourceReporter:
         self.checkpoint = checkpoint
         self._files: dict[int, FileBacklog] = {}
 
-    def reports(self, progress: Any) -> list[SourceReport]:
+    def reports(self, progress: StreamingQueryProgress) -> list[SourceReport]:
         out = []
         for index, s in enumerate(progress.sources or []):
             out.append(self._report(index, s))
         return out
 
-    def _report(self, index: int, s: Any) -> SourceReport:
+    def _report(self, index: int, s: SourceProgress) -> SourceReport:
         description = str(s.description)
         kind = source_kind(description, s.endOffset)
         base: dict[str, Any] = {
@@ -209,7 +212,10 @@ class SourceReporter:
                             backlog_detail=f"{kind} source reports no backlog")
 
 
-def _finite(value: Any) -> float | None:
+def _finite(value: float | None) -> float | None:
+    """A rate as a finite float; None for none, NaN or infinity (a source's first batch has no rate)."""
+    if value is None:
+        return None
     try:
         number = float(value)
     except (TypeError, ValueError):
