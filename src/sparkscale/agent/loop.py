@@ -18,7 +18,6 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 import redis
 import structlog
@@ -335,7 +334,7 @@ class ControlAgent:
             return
         log.info("agent.command_acked", app=self.app.name, command=name, ok=ack.ok)
 
-    def _report(self, _command: Command) -> dict[str, Any]:
+    def _report(self, _command: Command) -> dict[str, JsonValue]:
         return self.queries.report(self.executors, self.target.total, self.highest_epoch)
 
 

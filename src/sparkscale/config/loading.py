@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, JsonValue, ValidationError
 from pydantic_core import ErrorDetails
 
 from sparkscale.bounded import (
@@ -101,7 +101,7 @@ def _refuse_huge(document: object, source: str, key: str = "") -> None:
         raise ConfigError([ConfigProblem(source, where, marker.problem())])
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
+def _read_yaml(path: Path) -> dict[str, JsonValue]:
     try:
         data = read_user_file(path, CONFIG_MAX_BYTES, "config file")
     except InputFileError as exc:
@@ -130,7 +130,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 
 
 @functools.cache
-def _defaults_json() -> dict[str, Any]:
+def _defaults_json() -> dict[str, JsonValue]:
     """The defaults as JSON, built once: an override's key is checked against them."""
     return Config().model_dump(mode="json")
 

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from pydantic import JsonValue
+
 from sparkscale.daemon.action_log import ActionLog, LoggedDecision
 from sparkscale.daemon.operator_view import follow_up_lines
 from sparkscale.model.plan import table_lines
@@ -64,7 +66,7 @@ def kept_snapshot(log: ActionLogStore, logged: LoggedDecision) -> Snapshot | str
 
 
 def explain_dict(logged: LoggedDecision, snapshot: Snapshot | str | None,
-                 follow_ups: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                 follow_ups: Mapping[str, Any] | None = None) -> dict[str, JsonValue]:
     """The whole record (`sparkscale actions --json`'s shape), the kept snapshot and the follow-up
     figures of its migrations that were pending when logged (`daemon.followup.follow_ups`), for `--json`."""
     out = logged.to_dict()

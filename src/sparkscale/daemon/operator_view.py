@@ -124,7 +124,7 @@ def blocklist_table(entries: Sequence[BlocklistEntry], now: float) -> str:
     return "\n".join(table_lines(["APP", "DIAGNOSIS", "ACTION", "EXPIRES IN", "DECISION", "REASON"], rows))
 
 
-def migration_dict(journal: Journal, follow_up: dict[str, Any] | None = None) -> dict[str, Any]:
+def migration_dict(journal: Journal, follow_up: dict[str, Any] | None = None) -> dict[str, JsonValue]:
     """One journaled migration for `migrate --list --json`: where it is, if open how to go on, and
     its follow-up figures (`migration_followup.shown`) if it has them."""
     resume, abort = operator_commands(journal)

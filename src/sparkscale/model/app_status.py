@@ -89,7 +89,7 @@ class AppStatus:
         return APP_STATUS_JSON.load(data)
 
 
-def _status_in(value: object) -> dict[str, Any]:
+def _status_in(value: object) -> dict[str, JsonValue]:
     """Keys of a newer daemon are ignored; queries that are no object are left out, warnings read
     as text."""
     obj = dict(object_at(value, ""))

@@ -88,7 +88,7 @@ class Placement:
         """Executor id -> the id of the worker it runs on."""
         return {e: w.id for w in self.workers for e in w.executors}
 
-    def to_extension(self) -> dict[str, Any]:
+    def to_extension(self) -> dict[str, JsonValue]:
         out: dict[str, Any] = {"app_id": self.app_id, "workers": [w.to_dict() for w in self.workers],
                                "unreachable": list(self.unreachable), "executor_memory_mb": self.executor_memory_mb}
         if self.error is not None:

@@ -189,7 +189,7 @@ class Action:
 
 
 
-def _action_out(data: dict[str, Any]) -> dict[str, Any]:
+def _action_out(data: dict[str, Any]) -> dict[str, JsonValue]:
     """The keys that apply (not null, not empty), in `_ACTION_KEYS`' order."""
     return {k: data[k] for k in _ACTION_KEYS if k == "type" or data.get(k) not in (None, "", [])}
 
@@ -302,7 +302,7 @@ def _observation_in(value: object) -> object:
     return {} if value is None or value == {} else without_nulls(known_keys(value, _OBSERVATION_KEYS), ("figures",))
 
 
-def _observation_out(data: dict[str, Any]) -> dict[str, Any]:
+def _observation_out(data: dict[str, Any]) -> dict[str, JsonValue]:
     return {k: v for k, v in data.items() if v not in (None, {})}
 
 

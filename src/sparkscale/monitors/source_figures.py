@@ -80,7 +80,7 @@ class SourceEstimate:
     def backlog_known(self) -> bool:
         return self.backlog_records is not None
 
-    def extension(self) -> dict[str, Any]:
+    def extension(self) -> dict[str, JsonValue]:
         """`extensions["source"]`: which estimates the figures rest on."""
         out: dict[str, Any] = {
             "arrival_estimate": self.arrival_estimate, "arrival_detail": self.arrival_detail,

@@ -264,7 +264,7 @@ _HISTORY_KEYS = ("version", "decisions", "blocklist", "last_action_at", "migrati
                  "migration_strategy")
 
 
-def _history_in(value: object) -> dict[str, Any]:
+def _history_in(value: object) -> dict[str, JsonValue]:
     """Every key known, the version this one; a null `partitions`, `scalability` or `change_costs` is absent."""
     obj = without_nulls(known_keys(value, _HISTORY_KEYS), ("partitions", "scalability", "change_costs"))
     version = obj.pop("version", HISTORY_VERSION)

@@ -116,7 +116,7 @@ class _DecisionJSON:
                    expected=r.expected)
 
 
-def _no_null_observation(value: object) -> dict[str, Any]:
+def _no_null_observation(value: object) -> dict[str, JsonValue]:
     return without_nulls(object_at(value, ""), ("observation",))
 
 
