@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeGuard
 
+from pydantic import JsonValue
+
 from sparkscale.bounded import printable
 from sparkscale.policies.ds2_model import num
 from sparkscale.policies.outcomes import CAPACITY, KEEPS_UP
@@ -46,7 +48,7 @@ class CycleLineRenderer:
         return self.fallback(logger, method_name, event_dict)
 
 
-def cycle_line(event: Mapping[str, Any], width: int = CYCLE_LINE_WIDTH) -> str:
+def cycle_line(event: Mapping[str, JsonValue], width: int = CYCLE_LINE_WIDTH) -> str:
     """The daemon's `cycle` event on one line of about `width` characters:
 
     `12:00:05 clicks/windows+updates  ds2  acted  executors 2 -> 4  scale up: 4 cores needed ...  [1795348805123-0]`
@@ -100,7 +102,7 @@ def _reason(actions: list[str], reasons: list[str], explanation: list[str], diag
     return (f"diagnosis: {diagnosis}" if diagnosis else ""), 0
 
 
-def _target(event: Mapping[str, Any], actions: list[str]) -> str:
+def _target(event: Mapping[str, JsonValue], actions: list[str]) -> str:
     target = event.get("target_executors")
     if isinstance(target, int) and not isinstance(target, bool):
         return str(target)
@@ -197,7 +199,7 @@ class BriefRenderer:
         return self.fallback(logger, method_name, event_dict)
 
 
-def action_line(event: Mapping[str, Any], width: int = CYCLE_LINE_WIDTH) -> str:
+def action_line(event: Mapping[str, JsonValue], width: int = CYCLE_LINE_WIDTH) -> str:
     """One of the loop's action events on one line of at most about `width` characters:
 
     `12:00:05 wc  acting  scale_executors 2 -> 4  scale up: 4 cores…  expect capacity 3,600 rec/s  [1795348805123-0]`
@@ -234,7 +236,7 @@ def action_line(event: Mapping[str, Any], width: int = CYCLE_LINE_WIDTH) -> str:
     return line + rest + tail
 
 
-def short_line(event: Mapping[str, Any], width: int = CYCLE_LINE_WIDTH) -> str:
+def short_line(event: Mapping[str, JsonValue], width: int = CYCLE_LINE_WIDTH) -> str:
     """A warning, an error or the daemon's start or stop on one line of at most `width` characters:
 
     `12:00:07 clicks  warning  cycle.unreachable  error=Connection refused  failures=3  retry_in_s=10`

@@ -66,7 +66,7 @@ def kept_snapshot(log: ActionLogStore, logged: LoggedDecision) -> Snapshot | str
 
 
 def explain_dict(logged: LoggedDecision, snapshot: Snapshot | str | None,
-                 follow_ups: Mapping[str, Any] | None = None) -> dict[str, JsonValue]:
+                 follow_ups: Mapping[str, JsonValue] | None = None) -> dict[str, JsonValue]:
     """The whole record (`sparkscale actions --json`'s shape), the kept snapshot and the follow-up
     figures of its migrations that were pending when logged (`daemon.followup.follow_ups`), for `--json`."""
     out = logged.to_dict()
@@ -79,12 +79,12 @@ def explain_dict(logged: LoggedDecision, snapshot: Snapshot | str | None,
 
 
 def explain_json(logged: LoggedDecision, snapshot: Snapshot | str | None,
-                 follow_ups: Mapping[str, Any] | None = None) -> str:
+                 follow_ups: Mapping[str, JsonValue] | None = None) -> str:
     return json.dumps(explain_dict(logged, snapshot, follow_ups), indent=2, default=str)
 
 
 def explain_text(logged: LoggedDecision, snapshot: Snapshot | str | None = None,
-                 follow_ups: Mapping[str, Any] | None = None) -> str:
+                 follow_ups: Mapping[str, JsonValue] | None = None) -> str:
     """Everything behind one decision, for people: sections separated by a blank line. `follow_ups`:
     migration id -> its follow-up figures found since (a dict) or why they are not known."""
     rec = logged.decision
@@ -157,7 +157,7 @@ def _expectation(logged: LoggedDecision) -> list[str]:
     return lines
 
 
-def _results(logged: LoggedDecision, follow_ups: Mapping[str, Any]) -> list[str]:
+def _results(logged: LoggedDecision, follow_ups: Mapping[str, JsonValue]) -> list[str]:
     rec = logged.decision
     if logged.results is None:
         if rec.mode in ("acted", "manual") and rec.plan.changes:

@@ -117,7 +117,7 @@ def describe(value: object) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def get(obj: Mapping[str, Any], key: str, path: str, default: object = MISSING) -> object:
+def get(obj: Mapping[str, JsonValue], key: str, path: str, default: object = MISSING) -> object:
     if key in obj:
         return obj[key]
     if default is MISSING:
@@ -125,7 +125,7 @@ def get(obj: Mapping[str, Any], key: str, path: str, default: object = MISSING) 
     return default
 
 
-def only_known(obj: Mapping[str, Any], known: Sequence[str], path: str) -> None:
+def only_known(obj: Mapping[str, JsonValue], known: Sequence[str], path: str) -> None:
     """Refuse keys outside `known` (a typo must not be silently ignored), naming the first."""
     for key in obj:
         if key not in known:

@@ -158,7 +158,7 @@ def executor_order(executor_id: str) -> tuple[int, str]:
     return (int(executor_id), "") if executor_id.isdigit() else (-1, executor_id)
 
 
-def placement_of(extensions: Mapping[str, Any]) -> Placement | None:
+def placement_of(extensions: Mapping[str, JsonValue]) -> Placement | None:
     """The snapshot extensions' placement, None when the monitor took none (`loop.cluster_view` off)."""
     value = extensions.get("cluster")
     return None if value is None else Placement.from_extension(value)

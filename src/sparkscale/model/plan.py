@@ -159,7 +159,7 @@ class Action:
         return ACTION_JSON.dump_object(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Action:
+    def from_dict(cls, data: Mapping[str, JsonValue]) -> Action:
         return ACTION_JSON.load(data)
 
     @property
@@ -231,7 +231,7 @@ class ExpectedOutcome:
         return EXPECTED_JSON.dump_object(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ExpectedOutcome:
+    def from_dict(cls, data: Mapping[str, JsonValue]) -> ExpectedOutcome:
         return EXPECTED_JSON.load(data)
 
 
@@ -292,7 +292,7 @@ class Observation:
         return OBSERVATION_JSON.dump_object(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> Observation:
+    def from_dict(cls, data: Mapping[str, JsonValue] | None) -> Observation:
         """Read one back (the action log, a history file); raises a FieldError (a ValueError)
         naming the field of a malformed one."""
         return OBSERVATION_JSON.load(data)
@@ -346,7 +346,7 @@ class Plan:
         return PLAN_JSON.dump_object(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], observation: Observation | None = None) -> Plan:
+    def from_dict(cls, data: Mapping[str, JsonValue], observation: Observation | None = None) -> Plan:
         """Read a plan back (from the action log or a history file, with its observation)."""
         plan = PLAN_JSON.load(data)
         return plan if observation is None else replace(plan, observation=observation)

@@ -14,7 +14,7 @@ import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import AfterValidator, GetCoreSchemaHandler, JsonValue
 from pydantic_core import CoreSchema
@@ -71,7 +71,7 @@ class PastDecision:
         return DECISION_JSON.dump_object(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> PastDecision:
+    def from_dict(cls, data: Mapping[str, JsonValue]) -> PastDecision:
         return DECISION_JSON.load(data)
 
 
@@ -122,7 +122,7 @@ class ScalingObservation:
         return SCALING_JSON.dump_object(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ScalingObservation:
+    def from_dict(cls, data: Mapping[str, JsonValue]) -> ScalingObservation:
         return SCALING_JSON.load(data)
 
 

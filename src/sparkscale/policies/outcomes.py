@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import GetCoreSchemaHandler, JsonValue
 from pydantic_core import CoreSchema
@@ -139,7 +139,7 @@ class Expectation:
         return EXPECTATION_JSON.dump_object(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Expectation:
+    def from_dict(cls, data: Mapping[str, JsonValue]) -> Expectation:
         return EXPECTATION_JSON.load(data)
 
 

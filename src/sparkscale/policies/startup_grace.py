@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+
+from pydantic import JsonValue
 
 from sparkscale.model.plan import Action
 from sparkscale.model.snapshot_merge import query_extensions
@@ -45,7 +46,7 @@ def _whole(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
-def _window_batch(extensions: Mapping[str, Any]) -> int | None:
+def _window_batch(extensions: Mapping[str, JsonValue]) -> int | None:
     monitor, progress = extensions.get("monitor"), extensions.get("progress")
     batches = monitor.get("batches") if isinstance(monitor, Mapping) else None
     ids = [whole for b in batches if (whole := _whole(b)) is not None] if isinstance(batches, list) else []
