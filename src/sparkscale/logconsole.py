@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeGuard
 
+from pydantic import JsonValue
+
 from sparkscale.bounded import printable
 from sparkscale.policies.ds2_model import num
 from sparkscale.policies.outcomes import CAPACITY, KEEPS_UP
@@ -46,7 +48,7 @@ class CycleLineRenderer:
         return self.fallback(logger, method_name, event_dict)
 
 
-def cycle_line(event: Mapping[str, Any], width: int = CYCLE_LINE_WIDTH) -> str:
+def cycle_line(event: Mapping[str, JsonValue], width: int = CYCLE_LINE_WIDTH) -> str:
     """The daemon's `cycle` event on one line of about `width` characters:
 
     `12:00:05 clicks/windows+updates  ds2  acted  executors 2 -> 4  scale up: 4 cores needed ...  [1795348805123-0]`
@@ -100,7 +102,7 @@ def _reason(actions: list[str], reasons: list[str], explanation: list[str], diag
     return (f"diagnosis: {diagnosis}" if diagnosis else ""), 0
 
 
-def _target(event: Mapping[str, Any], actions: list[str]) -> str:
+def _target(event: Mapping[str, JsonValue], actions: list[str]) -> str:
     target = event.get("target_executors")
     if isinstance(target, int) and not isinstance(target, bool):
         return str(target)
@@ -111,13 +113,13 @@ def _target(event: Mapping[str, Any], actions: list[str]) -> str:
     return "="
 
 
-def _executors(value: Any) -> str:
+def _executors(value: object) -> str:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return "?"
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def _clock(stamp: Any) -> str:
+def _clock(stamp: object) -> str:
     if isinstance(stamp, str):
         match = _CLOCK.search(stamp)
         return match.group(1) if match else stamp
@@ -126,11 +128,11 @@ def _clock(stamp: Any) -> str:
     return ""
 
 
-def _seq(value: Any) -> list[Any]:
+def _seq(value: object) -> list[object]:
     return list(value) if isinstance(value, (list, tuple)) else []
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     """One line: newlines and runs of blanks become one space."""
     return " ".join(str(value).split()) if value is not None else ""
 
@@ -197,7 +199,7 @@ class BriefRenderer:
         return self.fallback(logger, method_name, event_dict)
 
 
-def action_line(event: Mapping[str, Any], width: int = CYCLE_LINE_WIDTH) -> str:
+def action_line(event: Mapping[str, JsonValue], width: int = CYCLE_LINE_WIDTH) -> str:
     """One of the loop's action events on one line of at most about `width` characters:
 
     `12:00:05 wc  acting  scale_executors 2 -> 4  scale up: 4 cores…  expect capacity 3,600 rec/s  [1795348805123-0]`
@@ -234,7 +236,7 @@ def action_line(event: Mapping[str, Any], width: int = CYCLE_LINE_WIDTH) -> str:
     return line + rest + tail
 
 
-def short_line(event: Mapping[str, Any], width: int = CYCLE_LINE_WIDTH) -> str:
+def short_line(event: Mapping[str, JsonValue], width: int = CYCLE_LINE_WIDTH) -> str:
     """A warning, an error or the daemon's start or stop on one line of at most `width` characters:
 
     `12:00:07 clicks  warning  cycle.unreachable  error=Connection refused  failures=3  retry_in_s=10`
@@ -255,7 +257,7 @@ def short_line(event: Mapping[str, Any], width: int = CYCLE_LINE_WIDTH) -> str:
     return _clip("  ".join(f for f in fields if f), width)
 
 
-def _results(value: Any) -> tuple[str, str]:
+def _results(value: object) -> tuple[str, str]:
     """What an `action.done` event's results say: the label (done, failed, ...) and the results."""
     results = [r for r in _seq(value) if isinstance(r, Mapping)]
     statuses = [_text(r.get("status")) or "?" for r in results]
@@ -269,7 +271,7 @@ def _results(value: Any) -> tuple[str, str]:
     return label, "; ".join(shown)
 
 
-def _effect(expected: Any) -> str:
+def _effect(expected: object) -> str:
     """What an `action.started` event's `expected` (policies/outcomes.py's Expectation) says the
     figure it judges will be after the action, in a few words."""
     if not isinstance(expected, Mapping):
@@ -290,7 +292,7 @@ def _effect(expected: Any) -> str:
     return f"expect {metric} {figure}"
 
 
-def _value(value: Any) -> str:
+def _value(value: object) -> str:
     """A short line's field: lists comma-separated, mappings as compact JSON, None and "" empty."""
     if value is None:
         return ""
@@ -303,6 +305,6 @@ def _value(value: Any) -> str:
     return _text(value)
 
 
-def _is_number(value: Any) -> TypeGuard[float]:
+def _is_number(value: object) -> TypeGuard[float]:
     """An int or a float, not a bool."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -25,7 +25,7 @@ log = structlog.get_logger(__name__)
 T = TypeVar("T")
 
 
-def same_definition(a: Any, b: Any) -> bool:
+def same_definition(a: object, b: object) -> bool:
     """The same object, or the same class defined again by re-importing its module (test reloads)."""
     if a is b or a == b:
         return True
@@ -33,7 +33,7 @@ def same_definition(a: Any, b: Any) -> bool:
             and (a.__module__, a.__qualname__) == (b.__module__, b.__qualname__))
 
 
-def describe(obj: Any) -> str:
+def describe(obj: object) -> str:
     return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', None) or getattr(obj, 'name', obj)}"
 
 
@@ -41,7 +41,7 @@ class Registry(Generic[T]):
     """`kind` names what it holds in messages; `package` holds the built-ins; `group` is the
     entry-point group; `adopt(obj)` registers what an entry point loads when it is not a module."""
 
-    def __init__(self, kind: str, package: str | None, group: str, adopt: Callable[[Any], None] | None = None):
+    def __init__(self, kind: str, package: str | None, group: str, adopt: Callable[[object], None] | None = None):
         self.kind = kind
         self.package = package
         self.group = group
@@ -120,12 +120,12 @@ class Registry(Generic[T]):
                               value=entry.value, error=f"{type(exc).__name__}: {exc}")
 
 
-def _adopt(registry_name: str) -> Callable[[Any], None]:
+def _adopt(registry_name: str) -> Callable[[object], None]:
     """What an entry point loads (a class or object) goes through the component's own register
     function, which checks it (looked up by name: this module imports no component)."""
     module, function = registry_name.rsplit(":", 1)
 
-    def adopt(obj: Any) -> None:
+    def adopt(obj: object) -> None:
         getattr(importlib.import_module(module), function)(obj)
 
     return adopt

@@ -198,7 +198,7 @@ class Secured:
     refused: tuple[str, ...] = ()
 
 
-def secure_tree(zk: Any, root: str, acl: Sequence[ACL]) -> Secured:
+def secure_tree(zk: KazooClient, root: str, acl: Sequence[ACL]) -> Secured:
     """Create `root` with `acl` if absent, then set `acl` on it and on every znode under it, parents
     before children (so a locked parent never hides a child). ZooKeeper's own `/zookeeper` is left
     alone when the root is `/`; a znode that vanishes meanwhile (an ended session's) is skipped."""
@@ -223,7 +223,7 @@ def secure_tree(zk: Any, root: str, acl: Sequence[ACL]) -> Secured:
     return Secured(secured, tuple(refused))
 
 
-def secure_root(zk: Any, cfg: ZooKeeperConfig) -> Secured | None:
+def secure_root(zk: KazooClient, cfg: ZooKeeperConfig) -> Secured | None:
     """Lock `zookeeper.root` to the config's identity (None: no auth configured, nothing done)."""
     identity = zookeeper_auth(cfg)
     if identity is None:
@@ -240,7 +240,7 @@ class RootLocker:
     """A kazoo listener: on the first CONNECTED, secure the root off kazoo's event thread (where no
     ZooKeeper call may block); tried again on the next connection if it failed."""
 
-    def __init__(self, zk: Any, cfg: ZooKeeperConfig):
+    def __init__(self, zk: KazooClient, cfg: ZooKeeperConfig):
         self.zk = zk
         self.cfg = cfg
         self.done = threading.Event()

@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from sparkscale.policies.placement.base import default_settings, get_placement, registered_placements
+from sparkscale.policies.placement.base import default_settings, get_placement, registered_placements, settings_as
+from sparkscale.policies.placement.edrp_model import EdrpSettings
 from sparkscale.policies.placement.model import (
     ClusterModel,
     ExecutorKey,
@@ -259,6 +260,16 @@ def test_registered_with_valid_defaults():
     defaults = default_settings("otd")
     assert (defaults.high_load, defaults.low_load, defaults.threshold_asc) == (0.85, 0.5, 1_000_000.0)
     assert Otd().place(two_nodes(), None).moves == ()  # defaults: 8 B/s is far below 1 MB/s
+
+
+def test_settings_of_another_policy_are_refused():
+    """`place` takes its own config_model's settings (None: the defaults), never another model's."""
+    mine = OtdSettings(threshold_asc=6.0)
+    assert settings_as(mine, OtdSettings) is mine and settings_as(None, OtdSettings) == OtdSettings()
+    with pytest.raises(TypeError, match="expected OtdSettings settings, got EdrpSettings"):
+        Otd().place(two_nodes(), EdrpSettings())
+    with pytest.raises(TypeError, match="expected EdrpSettings settings, got OtdSettings"):
+        get_placement("edrp").place(two_nodes(), mine)
 
 
 @pytest.mark.parametrize("bad", [{"low_load": 0.9, "high_load": 0.8}, {"low_load": 0.5, "high_load": 0.5},

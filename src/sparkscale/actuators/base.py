@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, ClassVar, Protocol, TypeVar, runtime_checkable
 
 import structlog
 
@@ -27,7 +27,9 @@ if TYPE_CHECKING:
 
     from sparkscale.config import AppConfig, Config
     from sparkscale.model.executor_shape import ExecutorShape
+    from sparkscale.model.snapshot import Snapshot
     from sparkscale.monitors.spark_rest import SparkRestClient
+    from sparkscale.store.action_records import DecisionRecord
 
 log = structlog.get_logger(__name__)
 
@@ -79,7 +81,7 @@ class Actuator(Protocol):
 class ActionLogWriter(Protocol):
     """The part of the action log `dispatch` writes to (daemon/action_log.py's ActionLog)."""
 
-    def append_decision(self, record: Any, snapshot: Any = None) -> str:
+    def append_decision(self, record: DecisionRecord, snapshot: Snapshot | None = None) -> str:
         ...
 
     def append_results(self, decision_id: str, app: str, results: Iterable[ActionResult]) -> str:
@@ -124,8 +126,8 @@ def execute(action: Action, ctx: ActuationContext) -> ActionResult:
     return result
 
 
-def dispatch(action_log: ActionLogWriter, record: Any, actions: Sequence[Action], ctx: ActuationContext,
-             snapshot: Any = None, stop_after_failure: bool = False) -> tuple[str, list[ActionResult]]:
+def dispatch(action_log: ActionLogWriter, record: DecisionRecord, actions: Sequence[Action], ctx: ActuationContext,
+             snapshot: Snapshot | None = None, stop_after_failure: bool = False) -> tuple[str, list[ActionResult]]:
     """Log the decision `record` (before acting: no unrecorded action), carry out `actions` in order
     (with `stop_after_failure`, none after one that was not done), log their results. Returns the
     decision's id in the log and the results."""

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 import redis
 import structlog
+from pydantic import JsonValue
 
 from sparkscale.actuators.base import ActuationContext, register_actuator
 from sparkscale.actuators.migration import JournalStore, MigrationError, MigrationRunner, new_shape
@@ -80,7 +81,7 @@ class MigrationActuator:
         return ActionResult(action, "done", detail, figures=figures)
 
 
-def follow_up_once(ctx: ActuationContext, store: JournalStore, journal: Journal) -> dict[str, Any]:
+def follow_up_once(ctx: ActuationContext, store: JournalStore, journal: Journal) -> dict[str, JsonValue]:
     """The follow-up figures one read of the history knows now, and `follow_up`: "pending" (written
     to the journal, for the leading daemon to record) or "measured". Never waits: the caller (a
     manual `migrate`, the daemon's dispatch) holds the app's leader lock until this returns."""

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
 
 import structlog
+from pyspark.sql import SparkSession
 
 from sparkscale.agent.hooks import HOOKS, install
 from sparkscale.agent.loop import ControlAgent
@@ -20,7 +20,7 @@ from sparkscale.config import AppConfig, Config, load_config
 log = structlog.get_logger(__name__)
 
 
-def start_agent(spark: Any, cfg: Config, app: AppConfig,
+def start_agent(spark: SparkSession, cfg: Config, app: AppConfig,
                 on_first_query: Callable[[], None] | None = None) -> ControlAgent:
     hooks = install(HOOKS)
     hooks.on_first_start = on_first_query
@@ -33,7 +33,8 @@ def start_agent(spark: Any, cfg: Config, app: AppConfig,
     return agent
 
 
-def attach(spark: Any, app: str, config: str | None = None, overrides: list[str] | None = None) -> ControlAgent:
+def attach(spark: SparkSession, app: str, config: str | None = None,
+           overrides: list[str] | None = None) -> ControlAgent:
     """Start the control agent of `app` (a name in the config) in this driver and return it.
 
     Call it before starting any query: queries started earlier are monitored but cannot be

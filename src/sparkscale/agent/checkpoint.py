@@ -13,10 +13,13 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from py4j.protocol import Py4JError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 # Spark's error condition when the checkpoint already has the requested state partitions.
 ALREADY_PARTITIONED = "STATE_REPARTITION_INVALID_CHECKPOINT.SHUFFLE_PARTITIONS_ALREADY_MATCH"
@@ -59,7 +62,7 @@ def discard_uncommitted(checkpoint: Path, sink_description: str | None) -> list[
     return pending
 
 
-def repartition_state(spark: Any, checkpoint: Path, partitions: int, enforce_exactly_once_sink: bool,
+def repartition_state(spark: SparkSession, checkpoint: Path, partitions: int, enforce_exactly_once_sink: bool,
                       sink_description: str | None = None) -> dict[str, Any]:
     """Rewrite the checkpoint's state into `partitions` state partitions (Spark's offline state
     repartition: a new batch that reads no input, picked up by the next start).

@@ -37,10 +37,10 @@ class StartedQuery:
     """How a query was started: the writer, the method and its arguments; the handles given out."""
 
     name: str
-    writer: Any
+    writer: DataStreamWriter
     method: str  # "start" or "toTable"
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
+    args: tuple[object, ...]  # the user's arguments to `method`, passed on as they are
+    kwargs: dict[str, object]
     handles: list[weakref.ref[StreamingQuery]] = field(default_factory=list)
     checkpoint: str | None = None  # the checkpoint root Spark resolved at the first start
     trigger: Any = None  # the user's trigger (a Java Trigger), put back after a run of one batch
@@ -89,7 +89,7 @@ class QueryHooks:
 
     # -- what the writer wrapper calls ------------------------------------------------------------
 
-    def record(self, writer: Any, method: str, args: tuple[Any, ...], kwargs: dict[str, Any],
+    def record(self, writer: DataStreamWriter, method: str, args: tuple[object, ...], kwargs: dict[str, object],
                query: StreamingQuery) -> None:
         name = query.name or str(query.id)
         first = not self.started
@@ -211,8 +211,9 @@ def install(hooks: QueryHooks = HOOKS) -> QueryHooks:
     return hooks
 
 
-def _recording(method: str, original: Callable[..., StreamingQuery], hooks: QueryHooks) -> Callable[..., Any]:
-    def wrapper(self: Any, *args: Any, **kwargs: Any) -> StreamingQuery:
+def _recording(method: str, original: Callable[..., StreamingQuery],
+               hooks: QueryHooks) -> Callable[..., StreamingQuery]:
+    def wrapper(self: DataStreamWriter, *args: object, **kwargs: object) -> StreamingQuery:
         query = original(self, *args, **kwargs)
         try:
             hooks.record(self, method, args, kwargs, query)

@@ -18,7 +18,6 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 import redis
 import structlog
@@ -26,6 +25,7 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch
 from py4j.protocol import Py4JError
+from pydantic import JsonValue
 from pyspark.sql import SparkSession
 
 from sparkscale import zkconn
@@ -49,7 +49,7 @@ log = structlog.get_logger(__name__)
 RECONCILE_INTERVAL_S = 1.0
 PRUNE_INTERVAL_S = 30.0  # how often old acks and answered commands are pruned (protocol.commands)
 
-Handler = Callable[[Command], Any]
+Handler = Callable[[Command], JsonValue]  # the ack's detail
 
 
 class ControlAgent:
@@ -334,7 +334,7 @@ class ControlAgent:
             return
         log.info("agent.command_acked", app=self.app.name, command=name, ok=ack.ok)
 
-    def _report(self, _command: Command) -> dict[str, Any]:
+    def _report(self, _command: Command) -> dict[str, JsonValue]:
         return self.queries.report(self.executors, self.target.total, self.highest_epoch)
 
 

@@ -19,7 +19,16 @@ from urllib.parse import urlparse
 
 import redis
 import structlog
-from pyspark.sql.streaming.listener import StreamingQueryListener
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming.listener import (
+    QueryIdleEvent,
+    QueryProgressEvent,
+    QueryStartedEvent,
+    QueryTerminatedEvent,
+    StateOperatorProgress,
+    StreamingQueryListener,
+    StreamingQueryProgress,
+)
 
 from sparkscale.agent.checkpoint import is_temporary, last_committed_batch, state_store_provider
 from sparkscale.agent.hooks import QueryHooks
@@ -39,7 +48,7 @@ class ProgressPublisher(StreamingQueryListener):
     """Publishes each query's progress to `P{app}:progress:{query}` and its `:history` stream, and
     the query's `QueryInfo` to `P{app}:queries`."""
 
-    def __init__(self, client: redis.Redis, key_prefix: str, app: str, spark: Any = None,
+    def __init__(self, client: redis.Redis, key_prefix: str, app: str, spark: SparkSession | None = None,
                  hooks: QueryHooks | None = None):
         super().__init__()
         self._client = client
@@ -124,14 +133,14 @@ class ProgressPublisher(StreamingQueryListener):
 
     # -- listener ---------------------------------------------------------------------------------
 
-    def onQueryStarted(self, event: Any) -> None:
+    def onQueryStarted(self, event: QueryStartedEvent) -> None:
         log.info("agent.query_started", query=event.name, query_id=str(event.id))
         try:
             self.publish_info(self.query_info(str(event.id), event.name, str(event.runId), "active"))
         except Exception as exc:  # a listener that raises is dropped by Spark
             log.warning("agent.query_info_failed", error=str(exc))
 
-    def onQueryProgress(self, event: Any) -> None:
+    def onQueryProgress(self, event: QueryProgressEvent) -> None:
         try:
             progress = event.progress
             label = progress.name or str(progress.id)
@@ -168,10 +177,10 @@ class ProgressPublisher(StreamingQueryListener):
         except Exception as exc:  # a listener that raises is dropped by Spark
             log.warning("agent.progress_publish_failed", error=str(exc))
 
-    def onQueryIdle(self, event: Any) -> None:
+    def onQueryIdle(self, event: QueryIdleEvent) -> None:
         pass
 
-    def onQueryTerminated(self, event: Any) -> None:
+    def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
         log.info("agent.query_terminated", query_id=str(event.id), exception=event.exception)
         try:
             label = next((n for n, i in self._infos.items() if i.id == str(event.id)), str(event.id))
@@ -212,7 +221,8 @@ def _provider(checkpoint: str | None) -> str | None:
     return state_store_provider(Path(path.path)) if path.scheme in ("", "file") else None
 
 
-def progress_fields(progress: Any, sources: list[dict[str, Any]] | None = None) -> dict[str, str | int | float]:
+def progress_fields(progress: StreamingQueryProgress,
+                    sources: list[dict[str, Any]] | None = None) -> dict[str, str | int | float]:
     """Flat Redis fields from a StreamingQueryProgress; missing figures are left out."""
     state_ops = list(progress.stateOperators or [])
     if sources is None:
@@ -259,7 +269,7 @@ def progress_fields(progress: Any, sources: list[dict[str, Any]] | None = None) 
     return {k: v for k, v in fields.items() if v is not None}
 
 
-def state_load_fields(state_ops: list[Any]) -> dict[str, int]:
+def state_load_fields(state_ops: list[StateOperatorProgress]) -> dict[str, int]:
     """The batch's state reload figures (`STATE_LOAD_FIELDS`), each summed over the stateful
     operators that report it: how much a fault's reload from the checkpoint cost. A metric no
     operator reports (another provider, an older Spark, an operator whose figures Spark wipes:

@@ -22,15 +22,18 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import unquote, urlparse
 
 from sparkscale.protocol.queries import SourceReport
 
+if TYPE_CHECKING:
+    from pyspark.sql.streaming.listener import SourceProgress, StreamingQueryProgress
+
 _FILE_SOURCE = re.compile(r"^FileStreamSource\[(?P<path>.+)\]$")
 
 
-def as_json(value: Any) -> Any:
+def as_json(value: object) -> object:
     """Source offsets arrive as JSON text; as JSON values, not strings of JSON."""
     if isinstance(value, str):
         try:
@@ -40,7 +43,7 @@ def as_json(value: Any) -> Any:
     return value
 
 
-def record_positions(offset: Any) -> dict[str, int] | None:
+def record_positions(offset: object) -> dict[str, int] | None:
     """Records per partition up to `offset`, where the offset counts records; None otherwise."""
     offset = as_json(offset)
     if not isinstance(offset, Mapping):
@@ -62,7 +65,7 @@ def record_positions(offset: Any) -> dict[str, int] | None:
     return flat or None
 
 
-def source_kind(description: str, end_offset: Any) -> str:
+def source_kind(description: str, end_offset: object) -> str:
     end = as_json(end_offset)
     if _FILE_SOURCE.match(description):
         return "file"
@@ -75,7 +78,7 @@ def source_kind(description: str, end_offset: Any) -> str:
     return "other"
 
 
-def log_offset(offset: Any) -> int | None:
+def log_offset(offset: object) -> int | None:
     """The file source's offset `{"logOffset": N}`: N, the batch id of its checkpoint log; None otherwise."""
     offset = as_json(offset)
     value = offset.get("logOffset") if isinstance(offset, Mapping) else None
@@ -133,7 +136,7 @@ class FileBacklog:
     def _logged_through(self, log_batch: int | None) -> int:
         return 0 if log_batch is None else sum(n for b, n in self.files_by_batch.items() if b <= log_batch)
 
-    def report(self, start_offset: Any, end_offset: Any, rows_in_batch: int) -> FileReading:
+    def report(self, start_offset: object, end_offset: object, rows_in_batch: int) -> FileReading:
         """Positions and backlog after the batch that read (start_offset, end_offset]."""
         local = urlparse(self.source_dir)
         if local.scheme not in ("", "file"):
@@ -173,13 +176,13 @@ class SourceReporter:
         self.checkpoint = checkpoint
         self._files: dict[int, FileBacklog] = {}
 
-    def reports(self, progress: Any) -> list[SourceReport]:
+    def reports(self, progress: StreamingQueryProgress) -> list[SourceReport]:
         out = []
         for index, s in enumerate(progress.sources or []):
             out.append(self._report(index, s))
         return out
 
-    def _report(self, index: int, s: Any) -> SourceReport:
+    def _report(self, index: int, s: SourceProgress) -> SourceReport:
         description = str(s.description)
         kind = source_kind(description, s.endOffset)
         base: dict[str, Any] = {
@@ -209,7 +212,10 @@ class SourceReporter:
                             backlog_detail=f"{kind} source reports no backlog")
 
 
-def _finite(value: Any) -> float | None:
+def _finite(value: float | None) -> float | None:
+    """A rate as a finite float; None for none, NaN or infinity (a source's first batch has no rate)."""
+    if value is None:
+        return None
     try:
         number = float(value)
     except (TypeError, ValueError):

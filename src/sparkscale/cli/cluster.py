@@ -6,13 +6,16 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from sparkscale.cli.common import EXIT_ENVIRONMENT, config_options
 from sparkscale.cli.waiting import Waiting
 from sparkscale.config import Config
+
+if TYPE_CHECKING:
+    from sparkscale.localenv.environment import ServiceStatus
 
 
 @click.group("cluster")
@@ -69,7 +72,7 @@ def cluster_status(cfg: Config, as_json: bool) -> None:
     sys.exit(0 if all(s.running and s.answers for s in statuses) else 1)
 
 
-def _print_status(statuses: list[Any]) -> None:
+def _print_status(statuses: list[ServiceStatus]) -> None:
     rows = [("SERVICE", "STATE", "PID", "PORTS", "ANSWERS")]
     for s in statuses:
         rows.append(

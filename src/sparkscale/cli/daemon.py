@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import redis
@@ -23,6 +23,9 @@ from sparkscale.cli.common import (
     load_or_exit,
 )
 from sparkscale.config import Config, ConfigError
+
+if TYPE_CHECKING:
+    from sparkscale.store.action_records import LoggedDecision
 
 
 @click.command("check-config")
@@ -197,7 +200,7 @@ def explain(cfg: Config, decision_id: str, as_json: bool) -> None:
     click.echo(explain_json(logged, snapshot, follow) if as_json else explain_text(logged, snapshot, follow))
 
 
-def migration_follow_ups(cfg: Config, client: redis.Redis, logged: Any) -> dict[str, Any]:
+def migration_follow_ups(cfg: Config, client: redis.Redis, logged: LoggedDecision) -> dict[str, Any]:
     """The follow-up figures of the migrations the decision carried out that were pending when its
     results were logged: as the app's journal holds them now, or measured now from the history."""
     from kazoo.exceptions import KazooException

@@ -18,6 +18,8 @@ from sparkscale.config import Config
 from sparkscale.monitors.migration_followup import FIGURES, FOLLOW_UP, PENDING
 
 if TYPE_CHECKING:
+    from pydantic import JsonValue
+
     from sparkscale.client import MigrationOutcome
     from sparkscale.model.journal import Journal
 
@@ -92,7 +94,7 @@ class Progress:
 
     def __init__(self, as_json: bool, first: str = "the migration to start"):
         self.as_json = as_json
-        self.shown: set[Any] = set()
+        self.shown: set[tuple[object, ...]] = set()  # phases (phase, at) and recovery steps shown
         self.waiting = Waiting(first)
 
     def show(self, journal: Journal) -> None:
@@ -127,7 +129,7 @@ class Progress:
     def finish_with(self, outcome: MigrationOutcome) -> NoReturn:
         self.finish(outcome.ok, outcome.detail, outcome.figures)
 
-    def finish(self, ok: bool, detail: Any, figures: Any) -> NoReturn:
+    def finish(self, ok: bool, detail: JsonValue, figures: dict[str, Any] | None) -> NoReturn:
         if self.as_json:
             click.echo(json.dumps({"ok": ok, "detail": detail, "figures": figures}, default=str))
         else:
@@ -168,9 +170,9 @@ def under_way(journal: Journal) -> str:
             "if given, until Spark shows it)")
 
 
-def recovery_steps(journal: Journal) -> list[tuple[Any, dict[str, Any]]]:
+def recovery_steps(journal: Journal) -> list[tuple[tuple[object, int, int], dict[str, Any]]]:
     """The recovery steps the journal records as ended (ok or not), each with a key of its own."""
-    out = []
+    out: list[tuple[tuple[object, int, int], dict[str, Any]]] = []
     for rec in [*journal.marks.get("recoveries", []), journal.marks.get("recovery") or {}]:
         for i, attempt in enumerate(rec.get("attempts", [])):
             for j, step in enumerate(attempt["steps"]):

@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import asdict
-from typing import Any
 
 import click
 import redis
+from pydantic import JsonValue
 
 from sparkscale.bounded import printable
 from sparkscale.cli.common import exit_invalid, load_or_exit
@@ -88,7 +88,7 @@ def cluster_plan_command(snapshot_paths: tuple[str, ...], config_path: str | Non
         click.echo(plan.to_table())
 
 
-def model_dict(model: ClusterModel) -> dict[str, Any]:
+def model_dict(model: ClusterModel) -> dict[str, JsonValue]:
     out = asdict(model)
     out["landing"] = dict(model.landing)
     return out

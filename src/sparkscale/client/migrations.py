@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from sparkscale.client.connection import Connection
     from sparkscale.config import Config
     from sparkscale.model.action_result import ActionResult
+    from sparkscale.model.executor_shape import ExecutorShape
     from sparkscale.model.journal import Journal
     from sparkscale.model.manual_request import ManualResult, RequestOptions
     from sparkscale.store.base import ActionLogStore, JournalStores
@@ -48,7 +49,7 @@ class MigrationRequest:
 @dataclass(frozen=True)
 class OpenMigration:
     journal: Journal
-    follow_up: Any  # the follow-up figures, measured now while still pending
+    follow_up: dict[str, Any] | None  # the follow-up figures, measured now while still pending
 
 
 def start(client: Connection, request: MigrationRequest, timeout_s: float, on_journal: OnJournal,
@@ -204,7 +205,7 @@ def _through_leader(client: Connection, zk: KazooClient, app_name: str, on_journ
         return journal_outcome(answer, request.get("executors"))
     if answer is None:
         raise Unavailable(f"no answer from the leader of {app_name} within {timeout_s:g} s; the request was withdrawn")
-    body = json.loads(answer.detail) if answer.detail.startswith("{") else {"detail": answer.detail}
+    body: dict[str, Any] = json.loads(answer.detail) if answer.detail.startswith("{") else {"detail": answer.detail}
     if body.get("refused"):
         raise BadRequest(str(body.get("detail")))
     return MigrationOutcome(answer.ok, body.get("detail"), body.get("figures"))
@@ -287,7 +288,7 @@ def journal_outcome(journal: Journal, executors: int | None) -> MigrationOutcome
 
 def _under_lock(client: Connection, zk: KazooClient, app_name: str, on_journal: OnJournal,
                 act: Callable[[ActionLogStore, ActuationContext], tuple[str, ActionResult]],
-                **request: Any) -> ActionResult:
+                strategy: str | None = None, shape: ExecutorShape | None = None) -> ActionResult:
     """Take the app's leader lock (no daemon leads it), `act(action_log, ctx)` at its epoch, release."""
     from sparkscale.actuators.base import ActuationContext
     from sparkscale.apps.submit import with_stored_shape
@@ -301,6 +302,7 @@ def _under_lock(client: Connection, zk: KazooClient, app_name: str, on_journal: 
         app = with_stored_shape(cfg.app(app_name), redis_client, cfg.redis.key_prefix)
         ctx = ActuationContext(cfg, app, zk, redis_client, election.epoch or 0, lambda: election.is_leader, client.by,
                                manual.app_restarter(cfg, app_name, client.config_path, client.overrides),
-                               on_phase=lambda journal, _phase, _s: on_journal(journal), **request)
+                               on_phase=lambda journal, _phase, _s: on_journal(journal), strategy=strategy,
+                               shape=shape)
         _decision, result = act(client.store(zk, redis_client).actions, ctx)
         return result

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from pydantic import JsonValue
+
     from sparkscale.apps.submit import PipelineRecord
 
 Note = Callable[[str], None]  # what the client is doing or waiting for, one line at a time
@@ -36,5 +38,5 @@ class ScaleOutcome:
 @dataclass(frozen=True)
 class MigrationOutcome:
     ok: bool
-    detail: Any
-    figures: Any
+    detail: JsonValue  # a sentence, or what the leader answered
+    figures: dict[str, Any] | None

@@ -10,7 +10,6 @@ from __future__ import annotations
 import difflib
 import textwrap
 from dataclasses import dataclass
-from typing import Any
 
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
@@ -118,13 +117,13 @@ def explain(ref: KeyRef, cfg: Config, source: str) -> str:
     return "\n".join(lines)
 
 
-def values(cfg: BaseModel, key: str, item: str | None = None) -> list[tuple[str, Any, bool]]:
+def values(cfg: BaseModel, key: str, item: str | None = None) -> list[tuple[str, object, bool]]:
     """(where, value, whether the file set it) of `key` in `cfg`; a list's items each named by their
     `name` (an app's) or index, as `--set` addresses them; with `item`, that item only."""
     return _values(cfg, key.split("."), "", item)
 
 
-def _values(obj: Any, parts: list[str], label: str, item: str | None) -> list[tuple[str, Any, bool]]:
+def _values(obj: BaseModel, parts: list[str], label: str, item: str | None) -> list[tuple[str, object, bool]]:
     name = parts[0].removesuffix("[]")
     value = getattr(obj, name)
     given = name in obj.model_fields_set or name in (obj.__pydantic_extra__ or {})
@@ -133,7 +132,7 @@ def _values(obj: Any, parts: list[str], label: str, item: str | None) -> list[tu
         return [(here, value, given)]
     if not parts[0].endswith("[]"):
         return _values(value, parts[1:], here, item)
-    found: list[tuple[str, Any, bool]] = []
+    found: list[tuple[str, object, bool]] = []
     for index, element in enumerate(value):
         tag = str(getattr(element, "name", index))
         if item is None or item in (tag, str(index)):
@@ -141,6 +140,6 @@ def _values(obj: Any, parts: list[str], label: str, item: str | None) -> list[tu
     return found
 
 
-def _shown(value: Any, given: bool) -> str:
+def _shown(value: object, given: bool) -> str:
     text = yaml_text(to_jsonable_python(value))
     return text if given else f"{text} (not set: the default)"

@@ -13,12 +13,13 @@ import math
 import types
 import typing
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeGuard
 
 import annotated_types
 import yaml
-from pydantic import BaseModel, TypeAdapter
+from pydantic import BaseModel, JsonValue, TypeAdapter
 from pydantic.fields import FieldInfo
+from typing_extensions import TypeForm
 
 from sparkscale.config.sectioned import SectionedConfig
 from sparkscale.config.sections import Config
@@ -61,7 +62,7 @@ class KeyDoc:
     def has_default(self) -> bool:
         return self.field is None or not self.field.is_required()
 
-    def default(self) -> Any:
+    def default(self) -> JsonValue:
         """The default as JSON would hold it (a section's: its model's defaults)."""
         if self.field is None:
             return _json(self.section_model, self.section_model() if self.section_model else None)
@@ -78,11 +79,12 @@ class KeyDoc:
     def bounds_text(self) -> str:
         return "" if self.field is None else bounds_text(self.field)
 
-    def example(self) -> Any:
+    def example(self) -> JsonValue:
         """The field's first example, else its default if that shows a value (not null or empty);
         None: none (the reference test asks every setting for one)."""
         if self.field is not None and self.field.examples:
-            return self.field.examples[0]
+            first: JsonValue = self.field.examples[0]
+            return first
         default = self.default() if self.has_default else None
         return None if default in _NO_EXAMPLE else default
 
@@ -116,7 +118,7 @@ def config_keys(model: type[BaseModel] = Config, prefix: str = "", builtin_only:
     return settings + nested
 
 
-def section_of(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
+def section_of(annotation: object) -> tuple[type[BaseModel] | None, bool]:
     """The model a field's values are (a model, an optional one, or a list of them) and whether
     it is a list; (None, False) for a setting."""
     if _is_model(annotation):
@@ -132,7 +134,10 @@ def section_of(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
     return None, False
 
 
-def type_text(annotation: Any) -> str:
+_SCALARS: dict[object, str] = {bool: "boolean", int: "integer", float: "number", str: "string"}
+
+
+def type_text(annotation: object) -> str:
     """A type as the YAML file writes it: `number`, `integer or null`, `list of string`..."""
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if annotation is type(None):
@@ -147,10 +152,10 @@ def type_text(annotation: Any) -> str:
         return "string"
     if _is_model(annotation):
         return "section"
-    return {bool: "boolean", int: "integer", float: "number", str: "string"}.get(annotation, str(annotation))
+    return _SCALARS.get(annotation, str(annotation))
 
 
-def choices(annotation: Any) -> tuple[str, ...]:
+def choices(annotation: object) -> tuple[str, ...]:
     """The values a Literal or an enum (or an optional one) admits; () for any other type."""
     if typing.get_origin(annotation) is typing.Literal:
         return tuple(str(a) for a in typing.get_args(annotation))
@@ -185,7 +190,7 @@ def bounds_text(field: FieldInfo) -> str:
     return ""
 
 
-def yaml_text(value: Any) -> str:
+def yaml_text(value: object) -> str:
     """`value` as one line of YAML (flow style): `null`, `120.0`, `[Sat 00:00-06:00]`."""
     text: str = yaml.safe_dump(value, default_flow_style=True, width=math.inf, sort_keys=False)
     return text.strip().removesuffix("...").strip()
@@ -197,13 +202,17 @@ def _builtin(model: type[SectionedConfig], name: str) -> bool:
     return model.registry.package is not None and module.startswith(model.registry.package + ".")
 
 
-def _json(annotation: Any, value: Any) -> Any:
-    return TypeAdapter(annotation).dump_python(value, mode="json") if value is not None else None
+def _json(annotation: TypeForm[object] | None, value: object) -> JsonValue:
+    if value is None:
+        return None
+    adapter = TypeAdapter[object](type(None) if annotation is None else annotation)  # None: NoneType
+    dumped: JsonValue = adapter.dump_python(value, mode="json")
+    return dumped
 
 
-def _number(value: Any) -> str:
+def _number(value: object) -> str:
     return str(value) if isinstance(value, int) else f"{value:g}"
 
 
-def _is_model(obj: Any) -> bool:
+def _is_model(obj: object) -> TypeGuard[type[BaseModel]]:
     return isinstance(obj, type) and issubclass(obj, BaseModel)

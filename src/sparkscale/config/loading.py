@@ -9,10 +9,11 @@ import functools
 import types
 import typing
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, JsonValue, ValidationError
+from pydantic_core import ErrorDetails
 
 from sparkscale.bounded import (
     CONFIG_MAX_BYTES,
@@ -81,7 +82,7 @@ class _Loader(yaml.SafeLoader):
 _Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_bounded_int)
 
 
-def _load_yaml(text: str) -> tuple[Any, bool]:
+def _load_yaml(text: str) -> tuple[object, bool]:
     """The YAML document in `text` (as `yaml.load` with the safe `_Loader` does), and whether it
     holds a too long integer (then `_refuse_huge` names its key)."""
     loader = _Loader(text)
@@ -100,7 +101,7 @@ def _refuse_huge(document: object, source: str, key: str = "") -> None:
         raise ConfigError([ConfigProblem(source, where, marker.problem())])
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
+def _read_yaml(path: Path) -> dict[str, JsonValue]:
     try:
         data = read_user_file(path, CONFIG_MAX_BYTES, "config file")
     except InputFileError as exc:
@@ -129,7 +130,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 
 
 @functools.cache
-def _defaults_json() -> dict[str, Any]:
+def _defaults_json() -> dict[str, JsonValue]:
     """The defaults as JSON, built once: an override's key is checked against them."""
     return Config().model_dump(mode="json")
 
@@ -172,8 +173,8 @@ def _apply_override(raw: dict[str, Any], item: str) -> str:
     _refuse_secret(key, value)
     parts = key.split(".")
     resolved: list[str] = []  # the key as validation errors will name it (list items by index)
-    node: Any = raw
-    default: Any = _defaults_json()
+    node: object = raw
+    default: object = _defaults_json()
     for i, part in enumerate(parts):
         last = i == len(parts) - 1
         if isinstance(node, list):
@@ -200,7 +201,7 @@ def _apply_override(raw: dict[str, Any], item: str) -> str:
     return ".".join(resolved)
 
 
-def _list_index(items: list[Any], part: str) -> int | None:
+def _list_index(items: list[object], part: str) -> int | None:
     if part.isdigit():
         return int(part) if int(part) < len(items) else None
     for i, item in enumerate(items):
@@ -209,7 +210,7 @@ def _list_index(items: list[Any], part: str) -> int | None:
     return None
 
 
-def _problem(err: Any, source: str, set_keys: list[str], raw: Any = None) -> ConfigProblem:
+def _problem(err: ErrorDetails, source: str, set_keys: list[str], raw: object = None) -> ConfigProblem:
     loc = tuple(err["loc"])
     key = ".".join(str(p) for p in loc)
     if any(key == k or key.startswith(k + ".") or k.startswith(key + ".") for k in set_keys):
@@ -237,7 +238,7 @@ def _problem(err: Any, source: str, set_keys: list[str], raw: Any = None) -> Con
     return ConfigProblem(source, key, message, value, shown)
 
 
-def _app_name(raw: Any, loc: tuple[Any, ...]) -> str | None:
+def _app_name(raw: object, loc: tuple[int | str, ...]) -> str | None:
     """The name of the app a problem under `apps.<i>` is about, so the message names it."""
     if len(loc) < 2 or loc[0] != "apps" or not isinstance(loc[1], int) or not isinstance(raw, dict):
         return None
@@ -248,9 +249,9 @@ def _app_name(raw: Any, loc: tuple[Any, ...]) -> str | None:
     return None
 
 
-def _fields_at(loc: tuple[Any, ...]) -> list[str]:
+def _fields_at(loc: tuple[int | str, ...]) -> list[str]:
     """Field names of the section that `loc` points at (for "did you mean")."""
-    model: Any = Config
+    model: object = Config
     for part in loc:
         if isinstance(part, int):
             continue
@@ -268,11 +269,11 @@ def _fields_at(loc: tuple[Any, ...]) -> list[str]:
     return list(model.model_fields) if _is_model(model) else []
 
 
-def _sectioned(model: Any) -> bool:
+def _sectioned(model: object) -> TypeGuard[type[SectionedConfig]]:
     return isinstance(model, type) and issubclass(model, SectionedConfig)
 
 
-def _unwrap(annotation: Any) -> Any:
+def _unwrap(annotation: object) -> object:
     origin = typing.get_origin(annotation)
     if origin in (list, typing.Union, types.UnionType):
         for arg in typing.get_args(annotation):
@@ -281,5 +282,5 @@ def _unwrap(annotation: Any) -> Any:
     return annotation
 
 
-def _is_model(obj: Any) -> bool:
+def _is_model(obj: object) -> TypeGuard[type[BaseModel]]:
     return isinstance(obj, type) and issubclass(obj, BaseModel)

@@ -5,7 +5,6 @@ so that reading a secret on use (secrets.py) can raise them too."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from sparkscale.bounded import printable
 
@@ -19,7 +18,7 @@ class ConfigProblem:
     source: str
     key: str
     message: str
-    value: Any = None
+    value: object = None
     has_value: bool = False
 
     def __str__(self) -> str:
@@ -30,7 +29,7 @@ class ConfigProblem:
         return printable(f"{self.source}: {key}{self.message}{got}")
 
 
-def shown(value: Any) -> str:
+def shown(value: object) -> str:
     """A value as a message shows it: its repr (which escapes control characters), an integer of
     many digits by its length, a long text cut."""
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**40:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic_core import InitErrorDetails
 
 from sparkscale.config.base import ConfigSection
 from sparkscale.registry import Registry
@@ -25,7 +26,7 @@ class SectionedConfig(ConfigSection):
         if not isinstance(data, dict):
             return handler(data)
         out = {name: model() for name in cls.registry.names() if (model := cls.section_model(name)) is not None}
-        errors: list[Any] = []
+        errors: list[InitErrorDetails] = []
         for key, value in data.items():
             model = None if key in cls.model_fields else cls.section_model(str(key))
             if key in cls.model_fields or isinstance(value, model or ()):
@@ -77,12 +78,12 @@ class SectionedConfig(ConfigSection):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}") from None
 
 
-def located(exc: ValidationError, prefix: tuple[Any, ...]) -> list[Any]:
+def located(exc: ValidationError, prefix: tuple[int | str, ...]) -> list[InitErrorDetails]:
     """The errors of `exc`, their locations under `prefix`, ready for `ValidationError.from_exception_data`
     (pydantic otherwise drops a section's name from errors raised inside a validator)."""
-    out: list[Any] = []
+    out: list[InitErrorDetails] = []
     for err in exc.errors():
-        detail = {"type": err["type"], "loc": (*prefix, *err["loc"]), "input": err.get("input")}
+        detail: InitErrorDetails = {"type": err["type"], "loc": (*prefix, *err["loc"]), "input": err.get("input")}
         if "ctx" in err:
             detail["ctx"] = err["ctx"]
         out.append(detail)

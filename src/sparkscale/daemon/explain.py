@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from pydantic import JsonValue
+
 from sparkscale.daemon.action_log import ActionLog, LoggedDecision
 from sparkscale.daemon.operator_view import follow_up_lines
 from sparkscale.model.plan import table_lines
@@ -64,7 +66,7 @@ def kept_snapshot(log: ActionLogStore, logged: LoggedDecision) -> Snapshot | str
 
 
 def explain_dict(logged: LoggedDecision, snapshot: Snapshot | str | None,
-                 follow_ups: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                 follow_ups: Mapping[str, JsonValue] | None = None) -> dict[str, JsonValue]:
     """The whole record (`sparkscale actions --json`'s shape), the kept snapshot and the follow-up
     figures of its migrations that were pending when logged (`daemon.followup.follow_ups`), for `--json`."""
     out = logged.to_dict()
@@ -77,12 +79,12 @@ def explain_dict(logged: LoggedDecision, snapshot: Snapshot | str | None,
 
 
 def explain_json(logged: LoggedDecision, snapshot: Snapshot | str | None,
-                 follow_ups: Mapping[str, Any] | None = None) -> str:
+                 follow_ups: Mapping[str, JsonValue] | None = None) -> str:
     return json.dumps(explain_dict(logged, snapshot, follow_ups), indent=2, default=str)
 
 
 def explain_text(logged: LoggedDecision, snapshot: Snapshot | str | None = None,
-                 follow_ups: Mapping[str, Any] | None = None) -> str:
+                 follow_ups: Mapping[str, JsonValue] | None = None) -> str:
     """Everything behind one decision, for people: sections separated by a blank line. `follow_ups`:
     migration id -> its follow-up figures found since (a dict) or why they are not known."""
     rec = logged.decision
@@ -155,7 +157,7 @@ def _expectation(logged: LoggedDecision) -> list[str]:
     return lines
 
 
-def _results(logged: LoggedDecision, follow_ups: Mapping[str, Any]) -> list[str]:
+def _results(logged: LoggedDecision, follow_ups: Mapping[str, JsonValue]) -> list[str]:
     rec = logged.decision
     if logged.results is None:
         if rec.mode in ("acted", "manual") and rec.plan.changes:
@@ -232,7 +234,7 @@ def query_figures(snapshot: Snapshot) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _pairs(pairs: list[tuple[str, Any]], indent: int = 2) -> list[str]:
+def _pairs(pairs: list[tuple[str, object]], indent: int = 2) -> list[str]:
     if not pairs:
         return []
     width = max(len(label) for label, _v in pairs)
@@ -250,7 +252,7 @@ def _secs(s: float | None) -> str | None:
     return None if s is None else f"{_num(s)} s"
 
 
-def _num(x: Any) -> str:
+def _num(x: object) -> str:
     if x is None:
         return "-"
     if isinstance(x, bool) or not isinstance(x, (int, float)):

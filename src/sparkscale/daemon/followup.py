@@ -20,6 +20,7 @@ from kazoo.exceptions import KazooException
 
 from sparkscale.actuators.migration import JournalStore, MigrationError
 from sparkscale.config import Config
+from sparkscale.model.action_result import ActionResult
 from sparkscale.model.journal import Journal
 from sparkscale.monitors.migration_followup import FOLLOW_UP, PENDING, look, mark, pending, shown
 
@@ -53,7 +54,7 @@ def finish(cfg: Config, zk: KazooClient, client: redis.Redis, epoch: int | None,
     return current
 
 
-def pending_migrations(results: Iterable[Any]) -> set[str]:
+def pending_migrations(results: Iterable[ActionResult]) -> set[str]:
     """The migrations whose logged result (an ActionResult) says their follow-up was pending."""
     return {r.figures["migration"] for r in results
             if r.figures and r.figures.get(FOLLOW_UP) == PENDING and r.figures.get("migration")}

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from pydantic import JsonValue
+
 from sparkscale.actuators.migration import operator_commands
 from sparkscale.daemon.action_log import BlocklistEntry, LoggedDecision
 from sparkscale.daemon.status import AppStatus, age
@@ -43,7 +45,7 @@ class AppLine:
     view: AppStatus | None  # the leader's own report if there is one, else the freshest
     attention: str | None = None  # its migration needs the operator: where, why, the commands that go on
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JsonValue]:
         return {"app": self.app, "leader": self.leader, "view": self.view.to_dict() if self.view else None,
                 "migration_needs_attention": self.attention}
 
@@ -122,7 +124,7 @@ def blocklist_table(entries: Sequence[BlocklistEntry], now: float) -> str:
     return "\n".join(table_lines(["APP", "DIAGNOSIS", "ACTION", "EXPIRES IN", "DECISION", "REASON"], rows))
 
 
-def migration_dict(journal: Journal, follow_up: dict[str, Any] | None = None) -> dict[str, Any]:
+def migration_dict(journal: Journal, follow_up: dict[str, Any] | None = None) -> dict[str, JsonValue]:
     """One journaled migration for `migrate --list --json`: where it is, if open how to go on, and
     its follow-up figures (`migration_followup.shown`) if it has them."""
     resume, abort = operator_commands(journal)

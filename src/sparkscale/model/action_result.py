@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from pydantic import JsonValue
+
 from sparkscale.model.plan import Action
 
 Status = Literal["done", "failed", "skipped"]
@@ -24,7 +26,7 @@ class ActionResult:
     executors_after: int | None = None
     figures: dict[str, Any] | None = None  # e.g. a migration's metrics
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JsonValue]:
         out = asdict(self)
         out["action"] = self.action.to_dict()
         return out

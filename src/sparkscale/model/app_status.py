@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import GetCoreSchemaHandler
+from pydantic import GetCoreSchemaHandler, JsonValue
 from pydantic_core import CoreSchema
 
 from sparkscale.model.codec import Codec, one_of, reshaped
@@ -38,7 +38,7 @@ class QueryView:
         # A figure an older daemon did not write is unknown.
         return reshaped(handler, source, lambda v: {**_UNKNOWN_FIGURES, **object_at(v, "")})
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JsonValue]:
         return QUERY_VIEW_JSON.dump_object(self)
 
     @classmethod
@@ -81,7 +81,7 @@ class AppStatus:
     def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
         return reshaped(handler, source, _status_in)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JsonValue]:
         return APP_STATUS_JSON.dump_object(self)
 
     @classmethod
@@ -89,7 +89,7 @@ class AppStatus:
         return APP_STATUS_JSON.load(data)
 
 
-def _status_in(value: object) -> dict[str, Any]:
+def _status_in(value: object) -> dict[str, JsonValue]:
     """Keys of a newer daemon are ignored; queries that are no object are left out, warnings read
     as text."""
     obj = dict(object_at(value, ""))

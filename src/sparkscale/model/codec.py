@@ -134,12 +134,12 @@ def known_keys(value: object, keys: Collection[str]) -> Mapping[str, Any]:
     return obj
 
 
-def without_nulls(obj: Mapping[str, Any], keys: Collection[str]) -> dict[str, Any]:
+def without_nulls(obj: Mapping[str, Any], keys: Collection[str]) -> dict[str, JsonValue]:
     """`obj` without the `keys` whose value is null: for them null means absent (the default)."""
     return {k: v for k, v in obj.items() if not (k in keys and v is None)}
 
 
-def ordered(data: Mapping[str, Any], keys: Collection[str]) -> dict[str, Any]:
+def ordered(data: Mapping[str, Any], keys: Collection[str]) -> dict[str, JsonValue]:
     """`data` with `keys` first, in that order, then the rest as they come."""
     return {**{k: data[k] for k in keys if k in data}, **{k: v for k, v in data.items() if k not in keys}}
 
@@ -211,7 +211,7 @@ class Codec(Generic[T]):
     def dump(self, value: T) -> object:
         return self.adapter.dump_python(value, mode="json", by_alias=True, fallback=str)
 
-    def dump_object(self, value: T) -> dict[str, Any]:
+    def dump_object(self, value: T) -> dict[str, JsonValue]:
         """`dump` of a model written as a JSON object."""
         data = self.dump(value)
         assert isinstance(data, dict), type(data)

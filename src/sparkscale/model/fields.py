@@ -13,7 +13,9 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
+
+from pydantic import JsonValue
 
 from sparkscale.bounded import DATA_MAX_BYTES, BoundedInts, InputFileError, find_huge, printable, read_user_file
 
@@ -44,7 +46,7 @@ class FieldError(ValueError):
         return type(self)(self.path, self.problem, source)
 
 
-def read_json(path: str | Path) -> Any:
+def read_json(path: str | Path) -> JsonValue:
     """The JSON document in the file `path`; a FieldError (path "") names the file and what is
     wrong with it: unreadable, not a regular file, above the size cap (bounded.py), not UTF-8, not
     JSON, nested too deeply."""
@@ -56,7 +58,7 @@ def read_json(path: str | Path) -> Any:
     return parse_json(data, source)
 
 
-def parse_json(data: str | bytes, source: str | None = None) -> Any:
+def parse_json(data: str | bytes, source: str | None = None) -> JsonValue:
     """A JSON document from text or UTF-8 bytes; a FieldError (path "") says why it is not one."""
     if isinstance(data, bytes):
         try:
@@ -65,13 +67,15 @@ def parse_json(data: str | bytes, source: str | None = None) -> Any:
             raise FieldError("", f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})",
                              source) from None
     ints = BoundedInts()
+    document: JsonValue = None
     try:
         document = json.loads(data, parse_int=ints)
+        too_deep = _depth_exceeds(document, MAX_DEPTH)
     except json.JSONDecodeError as exc:
         raise FieldError("", f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", source) from None
     except RecursionError:
-        document = _TOO_DEEP
-    if document is _TOO_DEEP or _depth_exceeds(document, MAX_DEPTH):
+        too_deep = True
+    if too_deep:
         raise FieldError("", f"invalid JSON: nested deeper than {MAX_DEPTH} levels", source)
     huge = find_huge(document) if ints.met_huge else None
     if huge is not None:
@@ -82,10 +86,7 @@ def parse_json(data: str | bytes, source: str | None = None) -> Any:
     return document
 
 
-_TOO_DEEP = object()
-
-
-def _depth_exceeds(document: Any, limit: int) -> bool:
+def _depth_exceeds(document: object, limit: int) -> bool:
     """Whether lists and objects nest deeper than `limit` (iterative: a deep one must not recurse)."""
     stack = [(document, 1)]
     while stack:
@@ -108,7 +109,7 @@ def join(path: str, key: str | int) -> str:
     return f"{path}.{key}" if path else key
 
 
-def describe(value: Any) -> str:
+def describe(value: object) -> str:
     """A short rendering of a bad value for an error message."""
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**40:
         return f"an integer of {len(str(abs(value)))} digits"
@@ -116,7 +117,7 @@ def describe(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def get(obj: Mapping[str, Any], key: str, path: str, default: Any = MISSING) -> Any:
+def get(obj: Mapping[str, JsonValue], key: str, path: str, default: object = MISSING) -> object:
     if key in obj:
         return obj[key]
     if default is MISSING:
@@ -124,42 +125,42 @@ def get(obj: Mapping[str, Any], key: str, path: str, default: Any = MISSING) -> 
     return default
 
 
-def only_known(obj: Mapping[str, Any], known: Sequence[str], path: str) -> None:
+def only_known(obj: Mapping[str, JsonValue], known: Sequence[str], path: str) -> None:
     """Refuse keys outside `known` (a typo must not be silently ignored), naming the first."""
     for key in obj:
         if key not in known:
             raise FieldError(join(path, str(key)), f"unknown key (known keys here: {', '.join(known)})")
 
 
-def object_at(value: Any, path: str) -> Mapping[str, Any]:
+def object_at(value: object, path: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise FieldError(path, f"expected an object (got {describe(value)})")
     return value
 
 
-def list_at(value: Any, path: str) -> Sequence[Any]:
+def list_at(value: object, path: str) -> Sequence[object]:
     if not isinstance(value, list):
         raise FieldError(path, f"expected a list (got {describe(value)})")
     return value
 
 
-def string(value: Any, path: str) -> str:
+def string(value: object, path: str) -> str:
     if not isinstance(value, str) or not value:
         raise FieldError(path, f"expected a non-empty string (got {describe(value)})")
     return value
 
 
-def optional_string(value: Any, path: str) -> str | None:
+def optional_string(value: object, path: str) -> str | None:
     return None if value is None else string(value, path)
 
 
-def boolean(value: Any, path: str) -> bool:
+def boolean(value: object, path: str) -> bool:
     if not isinstance(value, bool):
         raise FieldError(path, f"expected true or false (got {describe(value)})")
     return value
 
 
-def is_number(value: Any) -> bool:
+def is_number(value: object) -> TypeGuard[float]:
     """A JSON number that is finite as a float (an integer too large for a float is not)."""
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return False
@@ -169,31 +170,29 @@ def is_number(value: Any) -> bool:
         return False
 
 
-def number(value: Any, path: str, low: float | None = None, high: float | None = None, strict: bool = False,
+def number(value: object, path: str, low: float | None = None, high: float | None = None, strict: bool = False,
            smallest: float | None = None) -> float:
     """A finite number in [low, high] (`strict`: above `low`); `smallest`: a value other than 0
     must be at least that (a smaller one is noise, and dividing by it overflows)."""
-    ok = (is_number(value) and (low is None or (value > low if strict else value >= low))
-          and (high is None or value <= high) and (smallest is None or value == 0 or abs(value) >= smallest))
-    if not ok:
+    if not (is_number(value) and (low is None or (value > low if strict else value >= low))
+            and (high is None or value <= high) and (smallest is None or value == 0 or abs(value) >= smallest)):
         raise FieldError(path, f"expected {_range(low, high, strict, smallest)} (got {describe(value)})")
-    checked: float = value  # an int stays one: written back as it was read
-    return checked
+    return value  # an int stays one: written back as it was read
 
 
-def optional_number(value: Any, path: str, low: float | None = None, high: float | None = None,
+def optional_number(value: object, path: str, low: float | None = None, high: float | None = None,
                     strict: bool = False, smallest: float | None = None) -> float | None:
     return None if value is None else number(value, path, low, high, strict, smallest)
 
 
-def integer(value: Any, path: str, low: int, high: int | None = None) -> int:
+def integer(value: object, path: str, low: int, high: int | None = None) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < low or (high is not None and value > high):
         bound = f">= {low}" if high is None else f">= {low} and <= {high}"
         raise FieldError(path, f"expected an integer {bound} (got {describe(value)})")
     return value
 
 
-def optional_integer(value: Any, path: str, low: int, high: int | None = None) -> int | None:
+def optional_integer(value: object, path: str, low: int, high: int | None = None) -> int | None:
     return None if value is None else integer(value, path, low, high)
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, TypedDict
 
-from pydantic import AfterValidator, Field, GetCoreSchemaHandler
+from pydantic import AfterValidator, Field, GetCoreSchemaHandler, JsonValue
 from pydantic_core import CoreSchema
 
 from sparkscale.config.apps import MAX_EXECUTORS
@@ -87,7 +87,7 @@ class ManualRequest:
         return replace(REQUEST_JSON.load(data), name=name)
 
 
-def _request_in(value: object) -> dict[str, Any]:
+def _request_in(value: object) -> dict[str, JsonValue]:
     """A scale request names its target; a journal request its migration; `by` is read as text."""
     obj = {k: v for k, v in object_at(value, "").items() if k != "name"}
     kind = obj.setdefault("type", RequestType.SCALE_EXECUTORS)

@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import JsonValue
+
 from sparkscale.model.fields import (
     FieldError,
     get,
@@ -66,7 +68,7 @@ class WorkerSlots:
         """Could the master launch one more executor of this shape here?"""
         return self.cores_free >= cores and self.memory_free_mb >= memory_mb
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JsonValue]:
         return {"id": self.id, "host": self.host, "cores_free": self.cores_free,
                 "memory_free_mb": self.memory_free_mb, "executors": list(self.executors), "cores": self.cores,
                 "memory_mb": self.memory_mb}
@@ -86,7 +88,7 @@ class Placement:
         """Executor id -> the id of the worker it runs on."""
         return {e: w.id for w in self.workers for e in w.executors}
 
-    def to_extension(self) -> dict[str, Any]:
+    def to_extension(self) -> dict[str, JsonValue]:
         out: dict[str, Any] = {"app_id": self.app_id, "workers": [w.to_dict() for w in self.workers],
                                "unreachable": list(self.unreachable), "executor_memory_mb": self.executor_memory_mb}
         if self.error is not None:
@@ -94,7 +96,7 @@ class Placement:
         return out
 
     @classmethod
-    def from_extension(cls, value: Any, path: str = "extensions.cluster") -> Placement:
+    def from_extension(cls, value: object, path: str = "extensions.cluster") -> Placement:
         """Read one back; FieldError names the field. Keys it does not know (the monitor's request
         count) are ignored."""
         obj = object_at(value, path)
@@ -156,7 +158,7 @@ def executor_order(executor_id: str) -> tuple[int, str]:
     return (int(executor_id), "") if executor_id.isdigit() else (-1, executor_id)
 
 
-def placement_of(extensions: Mapping[str, Any]) -> Placement | None:
+def placement_of(extensions: Mapping[str, JsonValue]) -> Placement | None:
     """The snapshot extensions' placement, None when the monitor took none (`loop.cluster_view` off)."""
     value = extensions.get("cluster")
     return None if value is None else Placement.from_extension(value)

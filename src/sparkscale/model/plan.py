@@ -17,9 +17,9 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, TypedDict, Unpack
 
-from pydantic import Field, GetCoreSchemaHandler, PlainSerializer
+from pydantic import Field, GetCoreSchemaHandler, JsonValue, PlainSerializer
 from pydantic_core import CoreSchema
 
 from sparkscale.config.apps import MAX_EXECUTORS, MAX_PARTITIONS
@@ -153,13 +153,13 @@ class Action:
         """A new executor memory, set by restarting the whole app (`query` is the one it journals)."""
         return cls(ActionType.SET_EXECUTOR_MEMORY, query=query, from_=from_mb, to=to_mb, reason=reason)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JsonValue]:
         """Only the keys that apply, in a stable order: type, query, operator, executor, from, to,
         executors, reason."""
         return ACTION_JSON.dump_object(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Action:
+    def from_dict(cls, data: Mapping[str, JsonValue]) -> Action:
         return ACTION_JSON.load(data)
 
     @property
@@ -189,7 +189,7 @@ class Action:
 
 
 
-def _action_out(data: dict[str, Any]) -> dict[str, Any]:
+def _action_out(data: dict[str, Any]) -> dict[str, JsonValue]:
     """The keys that apply (not null, not empty), in `_ACTION_KEYS`' order."""
     return {k: data[k] for k in _ACTION_KEYS if k == "type" or data.get(k) not in (None, "", [])}
 
@@ -227,17 +227,27 @@ class ExpectedOutcome:
     def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
         return reshaped(handler, source, lambda v: known_keys(v, _EXPECTED_KEYS))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JsonValue]:
         return EXPECTED_JSON.dump_object(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ExpectedOutcome:
+    def from_dict(cls, data: Mapping[str, JsonValue]) -> ExpectedOutcome:
         return EXPECTED_JSON.load(data)
 
 
 _EXPECTED_KEYS = ("diagnosis", "action_type", "metric", "before", "after")
 Figure = float | int | None
 _OBSERVATION_KEYS = ("query", "figures", "diagnosis", "expected", "recommended_executors")
+
+
+class ObservationChanges(TypedDict, total=False):
+    """The fields of an Observation that `Observation.merged` and `Plan.with_actions` change."""
+
+    query: str | None
+    figures: Mapping[str, float | None]
+    diagnosis: str | None
+    expected: ExpectedOutcome | None
+    recommended_executors: int | None
 
 
 @dataclass(frozen=True)
@@ -272,17 +282,17 @@ class Observation:
     def figure(self, key: str) -> Figure:
         return self.figures.get(key)
 
-    def merged(self, **changes: Any) -> Observation:
+    def merged(self, **changes: Unpack[ObservationChanges]) -> Observation:
         """This observation with `changes`; `figures` given are added to (not replacing) the old ones."""
         if "figures" in changes:
             changes["figures"] = {**self.figures, **changes["figures"]}
         return replace(self, **changes)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JsonValue]:
         return OBSERVATION_JSON.dump_object(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> Observation:
+    def from_dict(cls, data: Mapping[str, JsonValue] | None) -> Observation:
         """Read one back (the action log, a history file); raises a FieldError (a ValueError)
         naming the field of a malformed one."""
         return OBSERVATION_JSON.load(data)
@@ -292,7 +302,7 @@ def _observation_in(value: object) -> object:
     return {} if value is None or value == {} else without_nulls(known_keys(value, _OBSERVATION_KEYS), ("figures",))
 
 
-def _observation_out(data: dict[str, Any]) -> dict[str, Any]:
+def _observation_out(data: dict[str, Any]) -> dict[str, JsonValue]:
     return {k: v for k, v in data.items() if v not in (None, {})}
 
 
@@ -331,17 +341,18 @@ class Plan:
     def warnings(self) -> tuple[Action, ...]:
         return tuple(a for a in self.actions if a.type == ActionType.WARN)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JsonValue]:
         """The plan JSON, exactly these five keys: policy, app, parallelism, actions, explanation."""
         return PLAN_JSON.dump_object(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], observation: Observation | None = None) -> Plan:
+    def from_dict(cls, data: Mapping[str, JsonValue], observation: Observation | None = None) -> Plan:
         """Read a plan back (from the action log or a history file, with its observation)."""
         plan = PLAN_JSON.load(data)
         return plan if observation is None else replace(plan, observation=observation)
 
-    def with_actions(self, actions: Iterable[Action], notes: Iterable[str] = (), **observed: Any) -> Plan:
+    def with_actions(self, actions: Iterable[Action], notes: Iterable[str] = (),
+                     **observed: Unpack[ObservationChanges]) -> Plan:
         """This plan with other actions, `notes` added to its explanation and its observation
         updated by `observed` (Observation fields)."""
         return replace(self, actions=tuple(actions), explanation=(*self.explanation, *notes),

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, GetCoreSchemaHandler
+from pydantic import AfterValidator, GetCoreSchemaHandler, JsonValue
 from pydantic_core import CoreSchema
 
 from sparkscale.config.apps import MAX_EXECUTOR_CORES, app_name_problem
@@ -44,7 +44,7 @@ class SnapshotError(FieldError):
     `source` the file it was read from."""
 
 
-def _frozen(mapping: Mapping[str, Any] | None) -> dict[str, Any]:
+def _frozen(mapping: Mapping[str, Any] | None) -> dict[str, JsonValue]:
     """A private deep copy, so that the caller's dict cannot change a frozen snapshot. A plain dict
     (not a MappingProxyType) so that snapshots still pickle and deep-copy; treat it as read-only."""
     return copy.deepcopy(dict(mapping)) if mapping else {}
@@ -89,13 +89,13 @@ Interval = Annotated[float, between(0, MAX_SECONDS, strict=True, smallest=SMALLE
 Extra = Mapping[str, Any]  # keys this version does not know: arbitrary JSON, written back
 
 
-def _with_extra(value: object, known: frozenset[str]) -> dict[str, Any]:
+def _with_extra(value: object, known: frozenset[str]) -> dict[str, JsonValue]:
     """A JSON object's known keys as fields, the others under `extra`."""
     obj = object_at(value, "")
     return {**{k: v for k, v in obj.items() if k in known}, "extra": {k: v for k, v in obj.items() if k not in known}}
 
 
-def _flat(data: dict[str, Any]) -> dict[str, Any]:
+def _flat(data: dict[str, Any]) -> dict[str, JsonValue]:
     """The written fields with `extra`'s keys among them again."""
     extra = data.pop("extra", None) or {}
     return {**data, **extra}
@@ -117,7 +117,7 @@ class ExecutorFigures:
     def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
         return reshaped(handler, source, lambda v: _with_extra(v, _EXECUTOR_KEYS), _flat)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JsonValue]:
         return EXECUTOR_JSON.dump_object(self)
 
 
@@ -142,7 +142,7 @@ class InstanceFigures:
     def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
         return reshaped(handler, source, lambda v: _with_extra(v, _INSTANCE_KEYS), _flat)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JsonValue]:
         return INSTANCE_JSON.dump_object(self)
 
 
@@ -171,11 +171,11 @@ class OperatorFigures:
     def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
         return reshaped(handler, source, _operator_in, _operator_out)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JsonValue]:
         return OPERATOR_JSON.dump_object(self)
 
 
-def _operator_in(value: object) -> dict[str, Any]:
+def _operator_in(value: object) -> dict[str, JsonValue]:
     """A source's arrival rate is required and its backlog 0 unless given, or unknown (None) with
     `"backlog_known": false`; `backlog_known` is no field of its own. `instances` may be empty, not
     left out."""
@@ -193,7 +193,7 @@ def _operator_in(value: object) -> dict[str, Any]:
     return fields
 
 
-def _operator_out(data: dict[str, Any]) -> dict[str, Any]:
+def _operator_out(data: dict[str, Any]) -> dict[str, JsonValue]:
     """Optional figures only when known; a source's unknown backlog as `"backlog_known": false`."""
     out = ordered(data, ("id", "source", "parallelism"))
     for key in ("arrival_rate", "backlog"):
@@ -270,14 +270,14 @@ class Snapshot:
 
     # -- (de)serialisation --------------------------------------------------------------------
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JsonValue]:
         return SNAPSHOT_JSON.dump_object(self)
 
     def to_json(self, indent: int | None = None) -> str:
         return SNAPSHOT_JSON.dumps(self, indent)
 
     @classmethod
-    def from_dict(cls, data: Any) -> Snapshot:
+    def from_dict(cls, data: object) -> Snapshot:
         return SNAPSHOT_JSON.load(data)
 
     @classmethod
@@ -294,7 +294,7 @@ _OPERATOR_KEYS = frozenset({"id", "source", "parallelism", "arrival_rate", "back
 _INSTANCE_KEYS = frozenset({"records_in", "records_out", "useful_time_s", "executor"})
 
 
-def _snapshot_in(value: object) -> dict[str, Any]:
+def _snapshot_in(value: object) -> dict[str, JsonValue]:
     """The version first: a snapshot of another version is not read any further."""
     version = get(object_at(value, ""), "version", "")
     try:
@@ -304,7 +304,7 @@ def _snapshot_in(value: object) -> dict[str, Any]:
     return _with_extra(value, _TOP_KEYS)
 
 
-def _snapshot_out(data: dict[str, Any]) -> dict[str, Any]:
+def _snapshot_out(data: dict[str, Any]) -> dict[str, JsonValue]:
     data.pop("_topological", None)
     extensions = data.pop("extensions")
     out = ordered(data, _TOP_ORDER)

@@ -95,7 +95,7 @@ def _find_cycle(downstream: Mapping[str, list[str]], indegree: Mapping[str, int]
 _FRACTIONS = ("cpu_fraction", "task_time_fraction", "memory_fraction")
 
 
-def check_extensions(value: Any, path: str) -> Mapping[str, Any]:
+def check_extensions(value: object, path: str) -> Mapping[str, Any]:
     """`extensions` is free-form, but what the policies and guards read of it must be what they
     expect: fractions in [0, 1], the executors asked for, a query's migratable flag, the executors'
     workers (`cluster`, read by the spread rule), and per-query extensions (a merged snapshot's

@@ -5,7 +5,6 @@ or a file source's files), so that catch-up can be dated by where the input stoo
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from sparkscale.monitors.progress_reports import ProgressReport
 from sparkscale.protocol.queries import SourceReport
@@ -64,7 +63,7 @@ def _positions(source: SourceReport) -> tuple[int, int, int] | None:
     return None
 
 
-def record_total(offset: Any) -> int | None:
+def record_total(offset: object) -> int | None:
     """Records up to a source offset that counts them: the Redis streams source's `{"ids", "counts"}`,
     Kafka's `{topic: {partition: next offset}}`; None for any other offset."""
     if not isinstance(offset, dict) or not offset:

@@ -31,6 +31,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import JsonValue
+
 from sparkscale.model.snapshot import ExecutorFigures
 from sparkscale.monitors.spark_rest import RestExecutor, RestStage, RestTask
 
@@ -149,7 +151,7 @@ def _memory(e: RestExecutor) -> dict[str, Any] | None:
 
 
 def app_extension(executors: Sequence[RestExecutor], work: Mapping[str, ExecutorWork], taken_at: float,
-                  window_s: float) -> dict[str, Any]:
+                  window_s: float) -> dict[str, JsonValue]:
     """`extensions["app"]`: the app's executors together, on every host. `cpu_fraction` is CPU time
     over cores x window in [0, 1] and `memory_fraction` storage memory used / available, as the
     threshold policy reads them; None when the app holds no executor."""

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import structlog
+from pydantic import JsonValue
 
 from sparkscale.monitors.host import HostFigures, sample_host
 
@@ -32,7 +33,7 @@ class HostReading:
     figures: HostFigures
     read_at_s: float  # time.monotonic() when it was read
 
-    def extension(self, now_s: float) -> dict[str, Any]:
+    def extension(self, now_s: float) -> dict[str, JsonValue]:
         """`extensions["host"]`: the figures and how old they are at `now_s` (monotonic)."""
         return {**self.figures.host_extension(), "age_s": round(max(now_s - self.read_at_s, 0.0), 3)}
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 import structlog
+from pydantic import JsonValue
 
 from sparkscale.config import AppConfig, Config
 from sparkscale.monitors.batch_points import BatchPoint
@@ -177,7 +178,7 @@ class FollowUp:
     not_measured: dict[str, str] = field(default_factory=dict)  # figure -> why it cannot be measured
     complete: bool = False
 
-    def figures(self) -> dict[str, Any]:
+    def figures(self) -> dict[str, JsonValue]:
         out: dict[str, Any] = {"catch_up_s": self.catch_up_s, "recovery_s": self.recovery_s,
                                "stabilization_s": self.stabilization_s,
                                "stabilization_basis": self.stabilization_basis}
@@ -257,7 +258,7 @@ def read_batches(client: redis.Redis, prefix: str, app: str, query: str, since_s
 
 
 def measure_after(cfg: Config, app: AppConfig, redis_client: redis.Redis, journal: Journal,
-                  sample_s: float = 1.0) -> dict[str, Any]:
+                  sample_s: float = 1.0) -> dict[str, JsonValue]:
     """Follow the query once the migration ended until restore, catch-up, recovery and stabilisation
     are known (`follow_up` over the batches since `LOOKBACK_S` before the request), at most
     `migration.measure_timeout_s`; what was not reached by then is None, and said so. Blocks: the
@@ -280,7 +281,7 @@ def history_reader(cfg: Config, app_name: str, redis_client: redis.Redis, journa
                          journal.requested_at - LOOKBACK_S)
 
 
-def followup_figures(result: FollowUp, journal: Journal, timeout_s: float | None) -> dict[str, Any]:
+def followup_figures(result: FollowUp, journal: Journal, timeout_s: float | None) -> dict[str, JsonValue]:
     """`result`'s figures and the journal's replayed records. With `timeout_s` the follow-up has
     ended: a figure not reached is None and said so; without, it may still come."""
     notes = dict(result.not_measured)

@@ -82,7 +82,7 @@ class ProgressReport:
         )
 
 
-def _state_memory(text: Any) -> int | None:
+def _state_memory(text: object) -> int | None:
     """The `memory_used_bytes` of the agent's `state_operators` JSON, summed; None when absent."""
     try:
         ops = json.loads(text) if isinstance(text, (str, bytes)) else None

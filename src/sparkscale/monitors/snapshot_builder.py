@@ -33,6 +33,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import JsonValue
+
 from sparkscale.model.snapshot import InstanceFigures, OperatorFigures, Snapshot
 from sparkscale.monitors.executor_figures import ExecutorWork, app_extension, executor_figures, window_work
 from sparkscale.monitors.progress_reports import ProgressReport
@@ -268,7 +270,7 @@ def run_first_batch(reports: Sequence[ProgressReport]) -> int | None:
     return first if began else None
 
 
-def _progress_summary(reports: Sequence[ProgressReport], first_batch: int | None = None) -> dict[str, Any]:
+def _progress_summary(reports: Sequence[ProgressReport], first_batch: int | None = None) -> dict[str, JsonValue]:
     def mean(values: list[float]) -> float | None:
         return statistics.fmean(values) if values else None
 

@@ -23,6 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import JsonValue
+
 from sparkscale.monitors.progress_reports import ProgressReport
 from sparkscale.protocol.queries import BACKLOG_ESTIMATES, SourceReport
 
@@ -56,7 +58,7 @@ class SourceSummary:
     backlog_estimate: str
     detail: str
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JsonValue]:
         return {"kind": self.kind, "description": self.description, "backlog_records": self.backlog_records,
                 "backlog_estimate": self.backlog_estimate, "detail": self.detail}
 
@@ -78,7 +80,7 @@ class SourceEstimate:
     def backlog_known(self) -> bool:
         return self.backlog_records is not None
 
-    def extension(self) -> dict[str, Any]:
+    def extension(self) -> dict[str, JsonValue]:
         """`extensions["source"]`: which estimates the figures rest on."""
         out: dict[str, Any] = {
             "arrival_estimate": self.arrival_estimate, "arrival_detail": self.arrival_detail,
@@ -118,7 +120,7 @@ def estimate_sources(batches: Sequence[WindowBatch], reports: Sequence[ProgressR
 # -- offsets ------------------------------------------------------------------------------------------
 
 
-def partition_positions(offset: Any) -> dict[str, int] | None:
+def partition_positions(offset: object) -> dict[str, int] | None:
     """Positions per partition in a source offset, or None when the offset shows no partitions.
 
     The Redis streams source: `{"ids": {...}, "counts": {"0": n, ...}}` (records read per stream);
@@ -156,7 +158,7 @@ def partition_rows(source: SourceReport) -> dict[str, int] | None:
     return {p: max(n - start.get(p, 0), 0) for p, n in end.items()}
 
 
-def _partition_order(key: InstanceKey) -> tuple[Any, ...]:
+def _partition_order(key: InstanceKey) -> tuple[int, tuple[tuple[int, int, str], ...]]:
     """Sources in order, then partitions numerically (`t/10` after `t/9`)."""
     parts = re.split(r"(\d+)", key.partition or "")
     return (key.source, tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in parts if p))

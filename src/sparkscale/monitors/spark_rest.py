@@ -21,6 +21,7 @@ from typing import Any
 
 import redis
 import structlog
+from pydantic import JsonValue
 
 from sparkscale.config import AppConfig, Config
 from sparkscale.model.fields import object_at
@@ -181,11 +182,11 @@ def parse_time_s(text: str | None) -> float | None:
         return None
 
 
-def parse_applications(data: Any) -> list[RestApplication]:
+def parse_applications(data: object) -> list[RestApplication]:
     return [RestApplication(str(a["id"]), str(a.get("name", ""))) for a in _items(data)]
 
 
-def parse_executors(data: Any) -> list[RestExecutor]:
+def parse_executors(data: object) -> list[RestExecutor]:
     """Active executors only, the driver left out (it runs no tasks here: client mode)."""
     out: list[RestExecutor] = []
     for e in _items(data):
@@ -225,7 +226,7 @@ def _parse_memory(e: Mapping[str, Any]) -> RestExecutorMemory:
     )
 
 
-def parse_jobs(data: Any) -> list[RestJob]:
+def parse_jobs(data: object) -> list[RestJob]:
     out: list[RestJob] = []
     for j in _items(data):
         description = j.get("description")
@@ -237,7 +238,7 @@ def parse_jobs(data: Any) -> list[RestJob]:
     return out
 
 
-def parse_stage_attempts(data: Any) -> list[RestStage]:
+def parse_stage_attempts(data: object) -> list[RestStage]:
     """`stages/{id}?details=true` answers a list of attempts; a single object is accepted too."""
     return [_parse_stage(s) for s in ([data] if isinstance(data, Mapping) else _items(data))]
 
@@ -274,7 +275,7 @@ def _parse_task(t: Mapping[str, Any]) -> RestTask:
     )
 
 
-def _items(data: Any) -> Sequence[Mapping[str, Any]]:
+def _items(data: object) -> Sequence[Mapping[str, Any]]:
     if not isinstance(data, list):
         raise ValueError(f"expected a JSON list, got {type(data).__name__}")
     return data
@@ -298,7 +299,7 @@ class SparkRestClient:
         self.retries = retries
         self.backoff_s = backoff_s
 
-    def get_json(self, path: str, params: Mapping[str, str] | None = None) -> Any:
+    def get_json(self, path: str, params: Mapping[str, str] | None = None) -> JsonValue:
         url = f"{self.base_url}/{path.lstrip('/')}"
         if params:
             url += "?" + urllib.parse.urlencode(params)
@@ -306,7 +307,8 @@ class SparkRestClient:
         while True:
             try:
                 with OPENER.open(url, timeout=self.timeout_s) as resp:
-                    return json.load(resp)
+                    answer: JsonValue = json.load(resp)
+                    return answer
             except urllib.error.HTTPError as exc:
                 error = SparkRestError(url, f"HTTP {exc.code} {exc.reason}", status=exc.code)
                 if exc.code < 500:
@@ -349,7 +351,8 @@ class SparkRestClient:
         return parse_stage_attempts(data)
 
 
-def driver_rest(cfg: Config, app: AppConfig, client: redis.Redis | None = None, **kwargs: Any) -> SparkRestClient:
+def driver_rest(cfg: Config, app: AppConfig, client: redis.Redis | None = None, timeout_s: float | None = None,
+                retries: int = DEFAULT_RETRIES, backoff_s: float = DEFAULT_BACKOFF_S) -> SparkRestClient:
     """The REST API of `app`'s driver, at the URL its agent published on registration
     (`protocol.keys.driver_key`), with the config's timeout unless given. The one place that says
     where a driver's UI is. No registration yet: an unreachable-driver error, as for a dead one.
@@ -358,7 +361,6 @@ def driver_rest(cfg: Config, app: AppConfig, client: redis.Redis | None = None, 
     from sparkscale.protocol.keys import driver_key
     from sparkscale.redisconn import connect_as
 
-    kwargs.setdefault("timeout_s", cfg.spark.rest_timeout_s)
     # None: a client of this process's identity (the daemon's, the CLI's or the lab's), for this call.
     reader = connect_as(cfg) if client is None else client
     try:
@@ -384,4 +386,5 @@ def driver_rest(cfg: Config, app: AppConfig, client: redis.Redis | None = None, 
         raise SparkRestError(f"(driver of {app.name})", f"its registered REST URL is refused: {refusal}",
                              unreachable=True)
     assert isinstance(url, str)  # url_refusal passes strings only
-    return SparkRestClient(f"{url.rstrip('/')}/api/v1", **kwargs)
+    return SparkRestClient(f"{url.rstrip('/')}/api/v1", cfg.spark.rest_timeout_s if timeout_s is None else timeout_s,
+                           retries, backoff_s)

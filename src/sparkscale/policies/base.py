@@ -15,7 +15,9 @@ calling `get_policy`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, ClassVar, Protocol, TypeVar, runtime_checkable
+
+from pydantic import BaseModel
 
 from sparkscale.model.plan import Plan
 from sparkscale.model.snapshot import Snapshot
@@ -33,7 +35,7 @@ class Policy(Protocol):
 
     name: ClassVar[str]
     # Optional: the pydantic model of the policy's config section `policy.<name>` (None: no settings).
-    config_model: ClassVar[Any] = None
+    config_model: ClassVar[type[BaseModel] | None] = None
 
     def decide(self, snapshot: Snapshot, history: DecisionHistory, cfg: PolicyConfig, app: AppConfig) -> Plan:
         """The plan for `snapshot`. Pure: no I/O; the same inputs give the same plan."""

@@ -14,9 +14,9 @@ import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
-from pydantic import AfterValidator, GetCoreSchemaHandler
+from pydantic import AfterValidator, GetCoreSchemaHandler, JsonValue
 from pydantic_core import CoreSchema
 
 from sparkscale.config.apps import MAX_EXECUTOR_CORES, MAX_EXECUTORS, MAX_PARTITIONS
@@ -67,11 +67,11 @@ class PastDecision:
                          lambda j: cls(j.decided_at, replace(j.plan, observation=j.observation)),
                          lambda d: _DecisionJSON(d.decided_at, d.plan, d.observation))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JsonValue]:
         return DECISION_JSON.dump_object(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> PastDecision:
+    def from_dict(cls, data: Mapping[str, JsonValue]) -> PastDecision:
         return DECISION_JSON.load(data)
 
 
@@ -118,11 +118,11 @@ class ScalingObservation:
     def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
         return reshaped(handler, source, lambda v: {"query": None, **known_keys(v, _SCALING_KEYS)})
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JsonValue]:
         return SCALING_JSON.dump_object(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ScalingObservation:
+    def from_dict(cls, data: Mapping[str, JsonValue]) -> ScalingObservation:
         return SCALING_JSON.load(data)
 
 
@@ -248,11 +248,11 @@ class DecisionHistory:
     def __bool__(self) -> bool:
         return bool(self.decisions)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JsonValue]:
         return HISTORY_JSON.dump_object(self)
 
     @classmethod
-    def from_dict(cls, data: Any) -> DecisionHistory:
+    def from_dict(cls, data: object) -> DecisionHistory:
         """Raises HistoryError (a ValueError) naming the field and the problem (a history file is
         user input)."""
         return HISTORY_JSON.load(data)
@@ -264,7 +264,7 @@ _HISTORY_KEYS = ("version", "decisions", "blocklist", "last_action_at", "migrati
                  "migration_strategy")
 
 
-def _history_in(value: object) -> dict[str, Any]:
+def _history_in(value: object) -> dict[str, JsonValue]:
     """Every key known, the version this one; a null `partitions`, `scalability` or `change_costs` is absent."""
     obj = without_nulls(known_keys(value, _HISTORY_KEYS), ("partitions", "scalability", "change_costs"))
     version = obj.pop("version", HISTORY_VERSION)

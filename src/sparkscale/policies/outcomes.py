@@ -30,9 +30,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated
 
-from pydantic import GetCoreSchemaHandler
+from pydantic import GetCoreSchemaHandler, JsonValue
 from pydantic_core import CoreSchema
 
 from sparkscale.config import AppConfig
@@ -135,11 +135,11 @@ class Expectation:
     after: float
     backlog_before: float = 0.0  # absent from decisions logged before it was kept
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JsonValue]:
         return EXPECTATION_JSON.dump_object(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Expectation:
+    def from_dict(cls, data: Mapping[str, JsonValue]) -> Expectation:
         return EXPECTATION_JSON.load(data)
 
 

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+
+from pydantic import JsonValue
 
 from sparkscale.model.plan import Action
 from sparkscale.model.snapshot_merge import query_extensions
@@ -44,17 +45,17 @@ class QueryRun:
     idle: bool = False  # no batch in the window and no input arriving or waiting: nothing rests on a start
 
 
-def _whole(value: Any) -> int | None:
+def _whole(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
-def _window_batches(extensions: Mapping[str, Any]) -> list[int]:
+def _window_batches(extensions: Mapping[str, JsonValue]) -> list[int]:
     monitor = extensions.get("monitor")
     batches = monitor.get("batches") if isinstance(monitor, Mapping) else None
     return [whole for b in batches if (whole := _whole(b)) is not None] if isinstance(batches, list) else []
 
 
-def _latest_batch(extensions: Mapping[str, Any]) -> int | None:
+def _latest_batch(extensions: Mapping[str, JsonValue]) -> int | None:
     progress = extensions.get("progress")
     return _whole(progress.get("latest_batch_id")) if isinstance(progress, Mapping) else None
 

@@ -32,9 +32,9 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, JsonValue, field_validator
 
 from sparkscale.config import AppConfig, ConfigSection, PolicyConfig
 from sparkscale.model.plan import Action, Observation, Plan
@@ -104,7 +104,7 @@ def metrics_of(snapshot: Snapshot, app: AppConfig) -> dict[str, float | None]:
     }
 
 
-def _extension_fraction(extensions: Mapping[str, Any], key: str) -> float | None:
+def _extension_fraction(extensions: Mapping[str, JsonValue], key: str) -> float | None:
     """The app's figure (from Spark); the host's only for snapshots that have no app figure at all."""
     for scope in ("app", "host"):
         section = extensions.get(scope)

@@ -20,7 +20,7 @@ from typing import Annotated, Any
 import structlog
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoAuthError, NoNodeError
-from pydantic import Field, GetCoreSchemaHandler
+from pydantic import Field, GetCoreSchemaHandler, JsonValue
 from pydantic_core import CoreSchema
 
 from sparkscale.config.identities import Role, identity_for
@@ -126,7 +126,7 @@ class Command:
             raise CommandFormatError(f"command {exc.path}: {exc.problem}" if exc.path else f"command: {exc}") from None
 
 
-def _command_in(value: object) -> dict[str, Any]:
+def _command_in(value: object) -> dict[str, JsonValue]:
     """`epoch` is required (a sender without one is a bug, not epoch 0); null `args` are none."""
     obj = without_nulls(object_at(value, ""), ("args",))
     get(obj, "type", "")
@@ -134,7 +134,7 @@ def _command_in(value: object) -> dict[str, Any]:
     return {k: v for k, v in obj.items() if k != "name"}
 
 
-def _command_out(data: dict[str, Any]) -> dict[str, Any]:
+def _command_out(data: dict[str, Any]) -> dict[str, JsonValue]:
     return {k: v for k, v in data.items() if k != "expires_at" or v is not None}
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from pydantic import GetCoreSchemaHandler
+from pydantic import GetCoreSchemaHandler, JsonValue
 from pydantic_core import CoreSchema
 
 from sparkscale.model.codec import Codec, Json, reshaped, without_nulls
@@ -116,7 +116,7 @@ class SourceReport:
         # Keys of a newer agent are ignored; an older one's report may lack the description and kind.
         return reshaped(handler, source, lambda v: {"description": "", "kind": "other", **object_at(v, "")})
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JsonValue]:
         return SOURCE_REPORT_JSON.dump_object(self)
 
     @classmethod

@@ -10,8 +10,8 @@ key holds) is documented with the sinks.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import redis
 
@@ -70,7 +70,7 @@ class SinkTarget:
                 "app": self.app, "query": self.query, **self.auth.as_options()}
 
     @classmethod
-    def parse(cls, options: Any) -> SinkTarget:
+    def parse(cls, options: Mapping[str, object]) -> SinkTarget:
         def get(name: str, default: str | None = None) -> str | None:
             value = options.get(name.lower(), options.get(name, default))
             return default if value is None else str(value)

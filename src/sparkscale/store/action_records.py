@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import GetCoreSchemaHandler
+from pydantic import GetCoreSchemaHandler, JsonValue
 from pydantic_core import CoreSchema
 
 from sparkscale.model.action_result import ActionResult
@@ -76,7 +76,7 @@ class DecisionRecord:
     def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
         return json_form(handler, _DecisionJSON, _DecisionJSON.record, _DecisionJSON.of)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JsonValue]:
         return DECISION_JSON.dump_object(self)
 
     @classmethod
@@ -116,7 +116,7 @@ class _DecisionJSON:
                    expected=r.expected)
 
 
-def _no_null_observation(value: object) -> dict[str, Any]:
+def _no_null_observation(value: object) -> dict[str, JsonValue]:
     return without_nulls(object_at(value, ""), ("observation",))
 
 
@@ -133,7 +133,7 @@ class OutcomeRecord:
     detail: str
     blocked_until: float | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JsonValue]:
         return OUTCOME_JSON.dump_object(self)
 
     @classmethod
@@ -160,7 +160,7 @@ class LoggedDecision:
     def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
         return json_form(handler, _LoggedJSON, _LoggedJSON.logged, _LoggedJSON.of_logged)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JsonValue]:
         return LOGGED_JSON.dump_object(self)
 
 
@@ -216,7 +216,7 @@ class BlocklistEntry:
     def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
         return json_form(handler, _BlocklistEntryJSON, _BlocklistEntryJSON.entry, _BlocklistEntryJSON.of)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JsonValue]:
         return BLOCKLIST_ENTRY_JSON.dump_object(self)
 
     @classmethod
@@ -257,7 +257,7 @@ class ResultsEntry:
     done_at: float | None
     results: tuple[ActionResult, ...]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JsonValue]:
         return {"decision_id": self.decision_id, "done_at": self.done_at,
                 "results": [r.to_dict() for r in self.results]}
 

@@ -15,7 +15,8 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Collection, Iterable
-from typing import Any
+from http.client import HTTPMessage
+from typing import IO
 
 from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
@@ -157,8 +158,8 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
     """A redirect is answered as the HTTP error it is, never followed: a driver URL is checked
     before it is opened (`driver_url_refusal`), a redirect's target would not be."""
 
-    def redirect_request(self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any,
-                         newurl: str) -> None:
+    def redirect_request(self, req: urllib.request.Request, fp: IO[bytes], code: int, msg: str,
+                         headers: HTTPMessage, newurl: str) -> None:
         return None
 
 

@@ -9,8 +9,6 @@ none (logged once, store/bad_records.py): the next write replaces it.
 
 from __future__ import annotations
 
-from typing import Any
-
 import structlog
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
@@ -128,7 +126,7 @@ def write_refusal(exc: Exception, version: int) -> str:
     return f"journal write refused: {type(exc).__name__}"
 
 
-def transaction_refusal(results: list[Any], version: int, epoch: int) -> str | None:
+def transaction_refusal(results: list[object], version: int, epoch: int) -> str | None:
     """Why a leader's journal transaction [check(own lock), write] failed (None: it committed).
     ZooKeeper answers every operation of a failed transaction: the failing one with its error, the
     others rolled back (or not run)."""

@@ -125,7 +125,7 @@ def phase_metrics(journal: Journal) -> dict[str, Any]:
     }
 
 
-def _stop_wait_s(stop: Any, waits: bool, drained: bool) -> float | None:
+def _stop_wait_s(stop: object, waits: bool, drained: bool) -> float | None:
     """Seconds of the stop step spent waiting for the running batch to end, from the agent's answer."""
     if not waits:
         return 0.0

@@ -34,7 +34,7 @@ class MigrationSession:
 
     def __init__(self, cfg: Config, app: AppConfig, zk: KazooClient, redis_client: redis.Redis, epoch: int,
                  is_leader: Callable[[], bool], on_phase: PhaseCallback | None = None,
-                 restart_app: Callable[[], Any] | None = None) -> None:
+                 restart_app: Callable[[], object] | None = None) -> None:
         """`restart_app` restarts the whole application (stop its driver, submit it again): needed
         for a migration that changes the executor shape."""
         self.cfg = cfg

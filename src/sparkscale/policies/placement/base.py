@@ -13,7 +13,9 @@ of the group `sparkscale.placement_policies`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
+from typing import ClassVar, Protocol, TypeVar, runtime_checkable
+
+from pydantic import BaseModel
 
 from sparkscale.policies.placement.model import ClusterModel, PlacementPlan
 from sparkscale.registry import PLACEMENT_POLICIES
@@ -22,14 +24,25 @@ from sparkscale.registry import PLACEMENT_POLICIES
 @runtime_checkable
 class PlacementPolicy(Protocol):
     name: ClassVar[str]
-    config_model: ClassVar[Any] = None  # pydantic model of `placement.<name>`; None: no settings
+    config_model: ClassVar[type[BaseModel] | None] = None  # pydantic model of `placement.<name>`; None: no settings
 
-    def place(self, model: ClusterModel, settings: Any) -> PlacementPlan:
+    def place(self, model: ClusterModel, settings: BaseModel | None) -> PlacementPlan:
         """The plan for `model` under `settings` (an instance of `config_model`, or None)."""
         ...
 
 
 P = TypeVar("P", bound=type)
+S = TypeVar("S", bound=BaseModel)
+
+
+def settings_as(settings: BaseModel | None, model: type[S]) -> S:
+    """A policy's `settings` as its `config_model` (its defaults when None); a TypeError for another
+    model's (the config validates each section with its policy's model: only a caller's mistake)."""
+    if settings is None:
+        return model()
+    if not isinstance(settings, model):
+        raise TypeError(f"expected {model.__name__} settings, got {type(settings).__name__}")
+    return settings
 
 
 def register_placement(cls: P | None = None, *, replace: bool = False) -> P | Callable[[P], P]:
@@ -57,7 +70,7 @@ def registered_placements() -> tuple[str, ...]:
     return tuple(sorted(PLACEMENT_POLICIES.names()))
 
 
-def default_settings(name: str) -> Any:
+def default_settings(name: str) -> BaseModel | None:
     """The policy's settings with every default (None when it has none)."""
     model = getattr(PLACEMENT_POLICIES.get(name), "config_model", None)
     return None if model is None else model()

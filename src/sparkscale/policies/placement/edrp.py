@@ -37,8 +37,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import numpy as np
+from pydantic import BaseModel
 
-from sparkscale.policies.placement.base import register_placement
+from sparkscale.policies.placement.base import register_placement, settings_as
 from sparkscale.policies.placement.downtime import action_downtime_s, action_kind
 from sparkscale.policies.placement.edrp_model import (
     EdrpSettings,
@@ -321,7 +322,7 @@ def _solve(model: ClusterModel, s: EdrpSettings, soft_r: bool) -> EdrpResult:
 @register_placement
 class Edrp:
     name: ClassVar[str] = "edrp"
-    config_model: ClassVar[Any] = EdrpSettings
+    config_model: ClassVar[type[EdrpSettings]] = EdrpSettings
 
-    def place(self, model: ClusterModel, settings: Any) -> PlacementPlan:
-        return solve(model, settings).plan
+    def place(self, model: ClusterModel, settings: BaseModel | None) -> PlacementPlan:
+        return solve(model, settings_as(settings, EdrpSettings)).plan

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+
+from pydantic import JsonValue
 
 from sparkscale.model.placement import FreeRoom
 
@@ -201,7 +202,7 @@ class PlacementPlan:
         lines += [f"  {k} = {v:.4g}" if isinstance(v, float) else f"  {k} = {v}" for k, v in self.figures.items()]
         return "\n".join(lines)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JsonValue]:
         return {
             "policy": self.policy,
             "moves": [{"executor": str(m.key), "app": m.key.app, "executor_id": m.key.id, "source": m.source,

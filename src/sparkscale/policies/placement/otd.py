@@ -26,12 +26,12 @@ Not from the paper:
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from pydantic import Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from sparkscale.config.base import ConfigSection
-from sparkscale.policies.placement.base import register_placement
+from sparkscale.policies.placement.base import register_placement, settings_as
 from sparkscale.policies.placement.model import (
     ClusterModel,
     ExecutorKey,
@@ -155,7 +155,7 @@ def _best(model: ClusterModel, candidates: Iterable[PlacedExecutor], low: list[W
     """argmax over (e, w) of ASC, w the lowest-load realisable low-load worker of its host for e
     (Algorithms 1 and 2, lines 3-11 / 1-9); ties: lower target load, executor key, worker id."""
     hosts, nbrs, worker_host = executor_hosts(model), _neighbours(model), model.host_of()
-    best: tuple[Any, ...] | None = None
+    best: tuple[tuple[float, float, ExecutorKey, str], PlacedExecutor, Worker, float] | None = None
     for e in sorted(candidates, key=lambda x: x.key):
         if e.key not in hosts:
             continue
@@ -208,10 +208,12 @@ class Otd:
     """One OTD cycle (N-Storm §4.2): classify the workers, then one of the four cases; at most one move."""
 
     name: ClassVar[str] = "otd"
-    config_model: ClassVar[Any] = OtdSettings
+    config_model: ClassVar[type[OtdSettings]] = OtdSettings
 
-    def place(self, model: ClusterModel, settings: Any) -> PlacementPlan:
-        settings = settings if settings is not None else OtdSettings()
+    def place(self, model: ClusterModel, settings: BaseModel | None) -> PlacementPlan:
+        return self._cycle(model, settings_as(settings, OtdSettings))
+
+    def _cycle(self, model: ClusterModel, settings: OtdSettings) -> PlacementPlan:
         high, low = classify(model, settings)
         figures = _figures(model, high, low)
         if high and low:  # Case 1
@@ -243,5 +245,6 @@ class Otd:
         chosen = Move(key=move.key, source=move.source, target=move.target, score=move.score, reason=reason)
         return self._plan({**figures, "asc": move.score}, reason, moves=(chosen,))
 
-    def _plan(self, figures: dict[str, float], reason: str, **parts: Any) -> PlacementPlan:
-        return PlacementPlan(policy=self.name, figures=figures, reason=reason, **parts)
+    def _plan(self, figures: dict[str, float], reason: str, moves: tuple[Move, ...] = (),
+              warnings: tuple[PlacementWarning, ...] = ()) -> PlacementPlan:
+        return PlacementPlan(policy=self.name, figures=figures, reason=reason, moves=moves, warnings=warnings)
