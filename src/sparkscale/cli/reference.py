@@ -13,6 +13,8 @@ from typing import Any
 
 import click
 
+from sparkscale.config.reference import markdown_cell, markdown_text
+
 REGENERATE = "sparkscale docs cli > docs/cli.md"
 
 _INTRO = f"""\
@@ -57,11 +59,11 @@ def _command(ctx: click.Context) -> str:
     lines = [f"{'#' * depth} `{ctx.command_path}`", "", f"Usage: `{usage}`", ""]
     help_text = inspect.cleandoc(command.help or "").replace("\b\n", "")
     if help_text:
-        lines += [_text(help_text), ""]
+        lines += [markdown_text(help_text), ""]
     if isinstance(command, click.Group):
         visible = [(n, c) for n, c in sorted(command.commands.items()) if not c.hidden]
         lines += ["Commands:", ""]
-        lines += [f"- `{n}`: {_text(c.get_short_help_str(limit=200))}" for n, c in visible]
+        lines += [f"- `{n}`: {markdown_text(c.get_short_help_str(limit=200))}" for n, c in visible]
         lines.append("")
     options = [_option(p, ctx) for p in command.get_params(ctx)
                if isinstance(p, click.Option) and not p.hidden and not set(p.opts) & set(ctx.help_option_names)]
@@ -80,7 +82,8 @@ def _option(option: click.Option, ctx: click.Context) -> str:
         help_text += " May be given several times."
     if option.envvar:
         help_text += f" Env: `{option.envvar}`."
-    cells = [f"`{_cell(names)}`", _cell(kind), _default(option, ctx), _cell(_text(help_text))]
+    cells = [f"`{markdown_cell(names)}`", markdown_cell(kind), _default(option, ctx),
+             markdown_cell(markdown_text(help_text))]
     return "| " + " | ".join(cells) + " |"
 
 
@@ -88,9 +91,9 @@ def _default(option: click.Option, ctx: click.Context) -> str:
     """The default an operator sees: none for a flag that is off, a None or an empty multiple option."""
     default = option.get_default(ctx, call=True)
     if isinstance(default, (tuple, list)) and default:
-        return ", ".join(f"`{_cell(str(d))}`" for d in default)
+        return ", ".join(f"`{markdown_cell(str(d))}`" for d in default)
     if default is True or (isinstance(default, (str, int, float)) and not isinstance(default, bool)):
-        return f"`{_cell(str(default))}`"
+        return f"`{markdown_cell(str(default))}`"
     return ""  # none: a flag that is off, None, an empty multiple option, click's "unset"
 
 
@@ -104,14 +107,3 @@ def _type(kind: click.ParamType[Any, Any]) -> str:
         high = None if kind.max is None else f"{'<' if kind.max_open else '<='} {kind.max}"
         return " ".join([base, ", ".join(b for b in (low, high) if b)])
     return {"text": "text", "integer": "integer", "float": "number", "boolean": "boolean"}.get(kind.name, kind.name)
-
-
-def _text(text: str) -> str:
-    """Prose for markdown: a <name> placeholder shown, not taken for an HTML tag (escaped outside
-    code spans only: inside one, `&lt;` would show as it is)."""
-    pieces = text.split("`")
-    return "`".join(p if i % 2 else p.replace("<", "&lt;") for i, p in enumerate(pieces))
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|")

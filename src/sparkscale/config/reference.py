@@ -45,19 +45,19 @@ def configuration_markdown() -> str:
 
 def _section(key: KeyDoc) -> str:
     depth = min(key.key.count(".") + 2, 4)
-    lines = [f"{'#' * depth} `{key.key}`", "", _text(key.description)]
+    lines = [f"{'#' * depth} `{key.key}`", "", markdown_text(key.description)]
     if key.is_list:
-        lines += ["", f"Default: `{_cell(key.default_text)}`."]
+        lines += ["", f"Default: `{markdown_cell(key.default_text)}`."]
         if key.example_text and key.example_text != key.default_text:
-            lines[-1] += f" Example: `{_cell(key.example_text)}`."
+            lines[-1] += f" Example: `{markdown_cell(key.example_text)}`."
     return "\n".join(lines) + "\n"
 
 
 def _row(key: KeyDoc) -> str:
-    bounds = f"`{_cell(key.bounds_text)}`" if key.bounds_text else ""
-    default = f"`{_cell(key.default_text)}`" if key.has_default else "required"
-    cells = [f"`{key.key}`", key.type_text, default, bounds, f"`{_cell(key.example_text)}`",
-             _cell(_text(key.description))]
+    bounds = f"`{markdown_cell(key.bounds_text)}`" if key.bounds_text else ""
+    default = f"`{markdown_cell(key.default_text)}`" if key.has_default else "required"
+    cells = [f"`{key.key}`", key.type_text, default, bounds, f"`{markdown_cell(key.example_text)}`",
+             markdown_cell(markdown_text(key.description))]
     return "| " + " | ".join(cells) + " |"
 
 
@@ -65,14 +65,14 @@ def _table(rows: list[str]) -> list[str]:
     return [_HEADER + "\n" + "\n".join(rows) + "\n"] if rows else []
 
 
-def _text(text: str) -> str:
+def markdown_text(text: str) -> str:
     """Prose for markdown: a <name> placeholder shown, not taken for an HTML tag (escaped outside
     code spans only: inside one, `&lt;` would show as it is)."""
     pieces = text.split("`")
     return "`".join(p if i % 2 else p.replace("<", "&lt;") for i, p in enumerate(pieces))
 
 
-def _cell(text: str) -> str:
+def markdown_cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
