@@ -35,6 +35,7 @@ from sparkscale.model.action_result import ActionResult
 from sparkscale.model.plan import Action, Observation, Plan
 from sparkscale.model.snapshot import Snapshot
 from sparkscale.policies.capacity import SHORT_FIGURE, SHORT_WARNING
+from sparkscale.policies.ineffective import SCALABILITY_FIGURE
 from sparkscale.policies.outcomes import CAPACITY, Expectation
 
 UP = Action.scale_executors(2, 4, "scale up: 4 cores needed")
@@ -181,6 +182,10 @@ def test_the_metrics_count_decisions_actions_and_outcomes():
     assert value(metrics, "sparkscale_actions_total", app="clicks", type="scale_executors", outcome="met") == 1
     assert value(metrics, "sparkscale_actions_total", app="clicks", type="scale_executors", outcome="not_met") == 1
     assert value(metrics, "sparkscale_cluster_short_executors", app="clicks") == 0
+    # No judged scale-up read yet: no observed scalability; then the one a decision carries.
+    assert value(metrics, "sparkscale_observed_scalability", app="clicks") is None
+    feed.emit(decided(Plan("ds2", "clicks", observation=Observation(figures={SCALABILITY_FIGURE: 0.25}))))
+    assert value(metrics, "sparkscale_observed_scalability", app="clicks") == 0.25
     metrics.close()
 
 

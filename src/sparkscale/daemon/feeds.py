@@ -34,6 +34,7 @@ from sparkscale.daemon import status as app_status
 from sparkscale.daemon.action_log import OutcomeRecord, snapshot_id
 from sparkscale.daemon.metrics import DaemonMetrics
 from sparkscale.policies.capacity import short_warnings, shortfall
+from sparkscale.policies.ineffective import SCALABILITY_FIGURE
 
 LOGGER = "sparkscale.daemon.service"  # the name the loop's events have always been logged under
 
@@ -80,6 +81,8 @@ class MetricsFeed:
             case Decided(decision=d):
                 m.count_decision(d.app, d.plan.policy, bool(d.plan.changes))
                 m.set_cluster_short(d.app, shortfall(d.plan))
+                if (ratio := d.plan.observation.figure(SCALABILITY_FIGURE)) is not None:
+                    m.set_observed_scalability(d.app, float(ratio))
                 if d.role == "leader" and d.mode == "dry_run":  # what the daemon would have done
                     for action in d.plan.changes:
                         m.count_action(d.app, action.type, "dry_run")

@@ -51,6 +51,10 @@ class DaemonMetrics:
         self.short = Gauge("sparkscale_cluster_short_executors", "Executors the app's last plan needed beyond "
                            "what the cluster could start (its scale-up was cut by that many), else 0.", ["app"],
                            registry=r)
+        self.scalability = Gauge("sparkscale_observed_scalability", "The share of the expected capacity gain the "
+                                 "app's last judged scale-up brought (1 = as expected; under "
+                                 "guards.ineffective_scale_up_fraction, further scale-ups are held).", ["app"],
+                                 registry=r)
         self.placement_moves = Counter("sparkscale_placement_moves", "Executor moves the placement policy planned.",
                                        ["policy"], registry=r)
         self.placement_short = Gauge("sparkscale_placement_short", "1 while the placement policy's last plan "
@@ -59,7 +63,7 @@ class DaemonMetrics:
         self.placement_objective = Gauge("sparkscale_placement_objective", "The placement policy's objective for "
                                          "its last plan (EDRP's F), NaN when it has none.", ["policy"], registry=r)
         self._by_app = (self.cycles, self.decisions, self.actions, self.cycle_duration, self.executors,
-                        self.parallelism, self.leader, self.blocked, self.attention, self.short)
+                        self.parallelism, self.leader, self.blocked, self.attention, self.short, self.scalability)
         self._operators: dict[str, set[str]] = {}
         self._lock = threading.Lock()
         self._server: WSGIServer | None = None
@@ -108,6 +112,10 @@ class DaemonMetrics:
 
     def set_cluster_short(self, app: str, executors: int) -> None:
         self.short.labels(app=app).set(executors)
+
+    def set_observed_scalability(self, app: str, ratio: float) -> None:
+        """From a decision whose ineffective-scaling guard read a judged scale-up (policies/ineffective.py)."""
+        self.scalability.labels(app=app).set(ratio)
 
     def set_migrations_needing_attention(self, app: str, n: int) -> None:
         """From the app's migration journal, each cycle (leader and standbys alike)."""
