@@ -253,7 +253,7 @@ def test_periods_are_read_with_days_ranges_and_windows_over_midnight():
 
 
 @pytest.mark.parametrize(("text", "problem"), [
-    ("Sat", "expected '<days> HH:MM-HH:MM'"),
+    ("Sat", r"expected '<days> HH:MM-HH:MM \[ZONE\]'"),
     ("Sun 25:00-01:00", "the start 25:00 is not a time of day"),
     ("Sun 01:00-01:60", "the end 01:60 is not a time of day"),
     ("Funday 01:00-02:00", "'Funday' is not a day"),

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pydantic import Field, field_validator, model_validator
 
 from sparkscale.config.memory import MemoryGuardsConfig
-from sparkscale.config.periods import Period, PeriodError, parse_period
+from sparkscale.config.periods import Period, checked_periods, parse_period
 
 
 class GuardsConfig(MemoryGuardsConfig):  # its memory settings: config/memory.py
@@ -53,8 +53,9 @@ class GuardsConfig(MemoryGuardsConfig):  # its memory settings: config/memory.py
     # config/periods.py; policies/excluded_periods.py
     excluded_periods: list[str] = Field(default_factory=list, examples=[["Sat 00:00-06:00", "daily 23:30-00:30"]],
                                         description=(
-        "Windows in which no scaling action is taken (warnings still pass), in UTC: `<days> HH:MM-HH:MM` "
-        "with days daily, a day (Sat), a range (Mon-Fri) or a comma list; [] = none."))
+        "Windows in which no scaling action is taken for any app (warnings still pass): `<days> HH:MM-HH:MM "
+        "[ZONE]` with days daily, a day (Sat), a range (Mon-Fri) or a comma list, and ZONE an IANA time zone "
+        "(UTC when left out); [] = none. An app's own apps[].excluded_periods add to these."))
     # policies/ineffective.py
     ineffective_scale_up_fraction: float | None = Field(None, gt=0, le=1, examples=[0.3], description=(
         "When a query's last judged scale-up brought less than this fraction of the capacity gain expected "
@@ -68,12 +69,7 @@ class GuardsConfig(MemoryGuardsConfig):  # its memory settings: config/memory.py
     @field_validator("excluded_periods")
     @classmethod
     def _periods(cls, value: list[str]) -> list[str]:
-        for i, text in enumerate(value):
-            try:
-                parse_period(text)
-            except PeriodError as exc:
-                raise ValueError(f"excluded_periods[{i}] = {text!r}: {exc}") from None
-        return value
+        return checked_periods(value, "excluded_periods")
 
     @property
     def periods(self) -> tuple[Period, ...]:

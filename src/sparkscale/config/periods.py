@@ -1,7 +1,9 @@
-"""Excluded periods (`guards.excluded_periods`): weekly windows, in UTC, in which the daemon takes no
-scaling action (Flink's autoscaler has the same idea: `excluded.periods`). Pure.
+"""Excluded periods (`guards.excluded_periods` for every app, `apps[].excluded_periods` for one):
+weekly windows in which the daemon takes no scaling action (Flink's autoscaler has the same idea:
+`excluded.periods`). Pure.
 
-Written as `<days> HH:MM-HH:MM`: days are `daily`, a day (`Sat`), a range (`Mon-Fri`, `Fri-Mon`
+Written as `<days> HH:MM-HH:MM [ZONE]`, ZONE an IANA time zone (`Europe/Berlin`; UTC when left
+out): days are `daily`, a day (`Sat`), a range (`Mon-Fri`, `Fri-Mon`
 wraps over the weekend) or a comma list of those (`Mon,Wed-Thu`); the end may be `24:00`. A window
 whose end is not after its start crosses midnight: it begins on the named days and ends the next
 day (`daily 23:30-00:30`, `Sat 22:00-02:00` runs into Sunday). It lives here, beside the config
@@ -12,12 +14,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")  # datetime.weekday()'s order
 MINUTES_PER_DAY = 24 * 60
-EXAMPLES = "'Sat 00:00-06:00', 'daily 23:30-00:30' or 'Mon-Fri 12:00-13:00' (UTC)"
-_SHAPE = re.compile(r"\s*(?P<days>\S+)\s+(?P<start>\d{1,2}:\d{2})\s*-\s*(?P<end>\d{1,2}:\d{2})\s*")
+EXAMPLES = "'Sat 00:00-06:00', 'daily 23:30-00:30' or 'Mon-Fri 12:00-13:00 Europe/Berlin' (UTC unless a zone is named)"
+_SHAPE = re.compile(r"\s*(?P<days>\S+)\s+(?P<start>\d{1,2}:\d{2})\s*-\s*(?P<end>\d{1,2}:\d{2})"
+                    r"(?:\s+(?P<zone>[A-Za-z][A-Za-z0-9_+\-/]{0,63}))?\s*")
 
 
 class PeriodError(ValueError):
@@ -27,12 +31,13 @@ class PeriodError(ValueError):
 @dataclass(frozen=True)
 class Period:
     """One window: on each of `days` (0 = Monday) from `start_min` to `end_min` minutes after
-    midnight UTC, into the next day when `end_min <= start_min`. `text` is how it was written."""
+    midnight in `zone`, into the next day when `end_min <= start_min`. `text` is how it was written."""
 
     text: str
     days: frozenset[int]
     start_min: int
     end_min: int
+    zone: str = "UTC"
 
     @property
     def crosses_midnight(self) -> bool:
@@ -40,7 +45,7 @@ class Period:
 
     def contains(self, epoch_s: float) -> bool:
         """Whether the instant `epoch_s` (seconds since the epoch) falls in the window."""
-        at = datetime.fromtimestamp(epoch_s, UTC)
+        at = datetime.fromtimestamp(epoch_s, ZoneInfo(self.zone))
         day, minute = at.weekday(), at.hour * 60 + at.minute
         if not self.crosses_midnight:
             return day in self.days and self.start_min <= minute < self.end_min
@@ -52,14 +57,30 @@ def parse_period(text: str) -> Period:
     """`text` as a Period; a PeriodError saying what is wrong otherwise."""
     found = _SHAPE.fullmatch(text)
     if found is None:
-        raise PeriodError(f"expected '<days> HH:MM-HH:MM', such as {EXAMPLES}")
+        raise PeriodError(f"expected '<days> HH:MM-HH:MM [ZONE]', such as {EXAMPLES}")
     start, end = _minutes(found["start"], "start"), _minutes(found["end"], "end", allow_24=True)
     if start == MINUTES_PER_DAY:
         raise PeriodError("the start must be before 24:00")
     if start == end:
         raise PeriodError(f"start and end are both {found['start']}: an empty window (use 'daily 00:00-24:00' "
                           "for a whole day)")
-    return Period(text.strip(), _days(found["days"]), start, end)
+    zone = found["zone"] or "UTC"
+    try:
+        ZoneInfo(zone)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise PeriodError(f"{zone!r} is not a time zone: expected an IANA name such as UTC, Europe/Berlin or "
+                          "America/New_York") from None
+    return Period(text.strip(), _days(found["days"]), start, end, zone)
+
+
+def checked_periods(texts: list[str], key: str) -> list[str]:
+    """`texts` when each is a period (the config's validator for `key`), else a ValueError naming it."""
+    for i, text in enumerate(texts):
+        try:
+            parse_period(text)
+        except PeriodError as exc:
+            raise ValueError(f"{key}[{i}] = {text!r}: {exc}") from None
+    return texts
 
 
 def _minutes(clock: str, which: str, allow_24: bool = False) -> int:

@@ -1,6 +1,7 @@
-"""Guard: no scaling action inside an excluded period (`guards.excluded_periods`, UTC; the syntax is
-config/periods.py's), e.g. a nightly batch window or a weekend freeze an operator does not want
-the daemon to resize in. Warnings pass: the operator still hears what the app needs. Pure."""
+"""Guard: no scaling action inside an excluded period (`guards.excluded_periods` and the app's own
+`apps[].excluded_periods`, each in its time zone; the syntax is config/periods.py's), e.g. a nightly
+batch window or a weekend freeze an operator does not want the daemon to resize in. Warnings pass:
+the operator still hears what the app needs. Pure."""
 
 from __future__ import annotations
 
@@ -19,5 +20,5 @@ def excluded_period(actions: list[Action], given: GuardInput, periods: tuple[Per
     if period is None:
         return actions
     notes.append(f"guard excluded period: {', '.join(a.summary() for a in changes)} held: inside the excluded "
-                 f"period {period.text!r} (UTC)")
+                 f"period {period.text!r}" + ("" if period.zone in period.text else f" ({period.zone})"))
     return [a for a in actions if a.type == "warn"]

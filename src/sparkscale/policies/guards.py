@@ -24,8 +24,8 @@ Order, each step explained in the returned plan's explanation (lines starting "g
    the same direction (a scale-up still short of its target) is not held.
 8. migration (`loop.stabilization_s`): no change while a migration runs, nor within
    stabilization_s after one ended.
-9. excluded period (`guards.excluded_periods`, excluded_periods.py): no change inside a
-   configured window (UTC).
+9. excluded period (`guards.excluded_periods` and the app's `apps[].excluded_periods`,
+   excluded_periods.py): no change inside a configured window (in its time zone, UTC by default).
 10. start-up grace (`guards.startup_grace_batches`, startup_grace.py): no change while a query's
    window rests on the first batches of its new or restarted run.
 11. draining (`guards.no_scale_down_while_draining`, draining.py): no scale-down while the backlog
@@ -105,7 +105,7 @@ def apply_guards(plan: Plan, given: GuardInput, guards: GuardsConfig, loop: Loop
     actions = _cooldown(actions, given, loop.cooldown_s, notes)
     actions = _migration(actions, given, loop.stabilization_s, notes)
     figures: dict[str, float] = {}
-    actions = excluded_period(actions, given, guards.periods, notes)
+    actions = excluded_period(actions, given, guards.periods + given.app.periods, notes)
     actions = startup_grace(actions, given, guards.startup_grace_batches, notes, figures)
     if guards.no_scale_down_while_draining:
         actions = draining(actions, given, guards.backlog_slo_s, notes, figures)
@@ -132,7 +132,7 @@ def _memory_holds(proposed: list[Action], given: GuardInput, guards: GuardsConfi
     held = _settle(held, given, notes)
     held = _cooldown(held, given, loop.cooldown_s, notes)
     held = _migration(held, given, loop.stabilization_s, notes)
-    held = excluded_period(held, given, guards.periods, notes)
+    held = excluded_period(held, given, guards.periods + given.app.periods, notes)
     return startup_grace(held, given, guards.startup_grace_batches, notes, figures)
 
 
