@@ -20,7 +20,7 @@ from sparkscale.redisconn import connect
 pytestmark = pytest.mark.integration
 
 SHIPPED = Path(__file__).resolve().parents[2] / "configs" / "sparkscale.yaml"
-MINUTES = 1.75  # low 21 s, high 32 s, low 52 s: room for the drain and the 20 s scale-down delay
+MINUTES = 2.0  # low 24 s, high 36 s, low 60 s: room for the drain and the 20 s scale-down delay
 ACTION = re.compile(r"^\s+t=\s*([\d.]+) s\s+scale_executors (\d+) -> (\d+)\s+done\s+\((.+)\)$")
 
 

@@ -3,8 +3,9 @@ daemon with DS2 in the foreground; at the end a summary (actions, convergence, r
 and a timeline plot.
 
 The demo shortens the daemon's timings so that a few minutes give the daemon several chances to
-act on each load step (`DEMO_TIMINGS`; a `--set` of the same key wins); whether it scales depends
-on what the machine can do (wordcount at the high step fits one executor on two cores).
+act on each load step (`DEMO_TIMINGS`; a `--set` of the same key wins). The high step (20,000 lines/s by
+default) is above what one wordcount executor carries on a 2-core machine (14,387/s: docs/results/
+pipeline_throughput.md); at 8,000 a quiet machine kept up on one executor and DS2 rightly did nothing.
 It leaves the environment running, so that `sparkscale status` / `actions` can be read afterwards;
 `sparkscale cluster down` stops it.
 """

@@ -301,8 +301,9 @@ def bench_userjob(script: str | None, strategies: str | None, repeat: int, cycle
 @click.option("--app", "app_name", default="wordcount", show_default=True, help="The managed app to drive.")
 @click.option("--low", "low_rate", type=click.IntRange(min=1), default=2000, show_default=True,
               help="The low load, records/s.")
-@click.option("--high", "high_rate", type=click.IntRange(min=1), default=8000, show_default=True,
-              help="The high load (the step up), records/s.")
+@click.option("--high", "high_rate", type=click.IntRange(min=1), default=20000, show_default=True,
+              help="The high load (the step up), records/s: above what one executor carries (about 14,400/s "
+                   "for wordcount on a 2-core machine: docs/results/pipeline_throughput.md).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="Where the plot and figures go (default: <cluster.run_dir>/demo).")
 def demo(cfg: Config, minutes: float, app_name: str, low_rate: int, high_rate: int, out_dir: str | None) -> None:
