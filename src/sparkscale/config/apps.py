@@ -12,7 +12,7 @@ from pydantic import Field, field_validator, model_validator
 
 from sparkscale.config.base import ConfigSection as _Section
 from sparkscale.config.base import _one_of
-from sparkscale.config.periods import Period, checked_periods, parse_period
+from sparkscale.config.periods import ExcludedPeriods
 from sparkscale.partitions import many_divisor_count
 from sparkscale.registry import WORKLOADS
 
@@ -121,20 +121,10 @@ class AppConfig(_Section):
     mode: AppMode = Field(AppMode.ACT, description=(
         "act: decide and carry out; advise: decide and log, carry out nothing (loop.dry_run for this app "
         "only); observe: collect and log snapshots, no decision."))
-    excluded_periods: list[str] = Field(default_factory=list, examples=[["Mon-Fri 08:00-09:30 Europe/Berlin"]],
+    excluded_periods: ExcludedPeriods = Field(default_factory=list, examples=[["Mon-Fri 08:00-09:30 Europe/Berlin"]],
                                         description=(
         "This app's own windows without scaling actions, besides guards.excluded_periods (same syntax: "
         "`<days> HH:MM-HH:MM [ZONE]`, UTC when no zone is named); [] = none of its own."))
-
-    @field_validator("excluded_periods")
-    @classmethod
-    def _periods(cls, value: list[str]) -> list[str]:
-        return checked_periods(value, "excluded_periods")
-
-    @property
-    def periods(self) -> tuple[Period, ...]:
-        """`excluded_periods` read (each was checked when the config was validated)."""
-        return tuple(parse_period(text) for text in self.excluded_periods)
 
     @field_validator("pipeline")
     @classmethod

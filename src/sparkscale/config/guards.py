@@ -4,10 +4,10 @@ Apart from config/sections.py so that the guard settings can grow without that m
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from sparkscale.config.memory import MemoryGuardsConfig
-from sparkscale.config.periods import Period, checked_periods, parse_period
+from sparkscale.config.periods import ExcludedPeriods
 
 
 class GuardsConfig(MemoryGuardsConfig):  # its memory settings: config/memory.py
@@ -51,7 +51,7 @@ class GuardsConfig(MemoryGuardsConfig):  # its memory settings: config/memory.py
         "At most this many reversals of the executor count's direction within the last hour; at the cap, a "
         "change that would reverse it again is held. null = no cap."))
     # config/periods.py; policies/excluded_periods.py
-    excluded_periods: list[str] = Field(default_factory=list, examples=[["Sat 00:00-06:00", "daily 23:30-00:30"]],
+    excluded_periods: ExcludedPeriods = Field(default_factory=list, examples=[["Sat 00:00-06:00", "daily 23:30-00:30"]],
                                         description=(
         "Windows in which no scaling action is taken for any app (warnings still pass): `<days> HH:MM-HH:MM "
         "[ZONE]` with days daily, a day (Sat), a range (Mon-Fri) or a comma list, and ZONE an IANA time zone "
@@ -65,16 +65,6 @@ class GuardsConfig(MemoryGuardsConfig):  # its memory settings: config/memory.py
         "How long, in seconds after the scale-up was judged, ineffective scaling holds further scale-ups."))
     ineffective_load_change: float = Field(0.2, gt=0, description=(
         "A change of the arrival rate by more than this share (0.2 = 20 %) ends the hold of ineffective scaling."))
-
-    @field_validator("excluded_periods")
-    @classmethod
-    def _periods(cls, value: list[str]) -> list[str]:
-        return checked_periods(value, "excluded_periods")
-
-    @property
-    def periods(self) -> tuple[Period, ...]:
-        """`excluded_periods` read (each was checked when the config was validated)."""
-        return tuple(parse_period(text) for text in self.excluded_periods)
 
     @model_validator(mode="after")
     def _band(self) -> GuardsConfig:

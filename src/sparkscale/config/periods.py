@@ -13,9 +13,13 @@ that validates it, because the config may not import the policies that read it.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Annotated
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import AfterValidator
 
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")  # datetime.weekday()'s order
 MINUTES_PER_DAY = 24 * 60
@@ -73,14 +77,24 @@ def parse_period(text: str) -> Period:
     return Period(text.strip(), _days(found["days"]), start, end, zone)
 
 
-def checked_periods(texts: list[str], key: str) -> list[str]:
-    """`texts` when each is a period (the config's validator for `key`), else a ValueError naming it."""
+def _checked(texts: list[str]) -> list[str]:
+    """`texts` when each is a period, else a ValueError naming the item (the validator of
+    `ExcludedPeriods`)."""
     for i, text in enumerate(texts):
         try:
             parse_period(text)
         except PeriodError as exc:
-            raise ValueError(f"{key}[{i}] = {text!r}: {exc}") from None
+            raise ValueError(f"excluded_periods[{i}] = {text!r}: {exc}") from None
     return texts
+
+
+# The type of `guards.excluded_periods` and `apps[].excluded_periods`: each item checked at load.
+ExcludedPeriods = Annotated[list[str], AfterValidator(_checked)]
+
+
+def parse_periods(texts: Iterable[str]) -> tuple[Period, ...]:
+    """`texts` read (each was checked when the config was validated)."""
+    return tuple(parse_period(text) for text in texts)
 
 
 def _minutes(clock: str, which: str, allow_24: bool = False) -> int:

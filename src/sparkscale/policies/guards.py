@@ -59,6 +59,7 @@ import math
 
 from sparkscale.config import AppConfig, GuardsConfig, LoopConfig
 from sparkscale.config.memory import MemoryPolicyConfig
+from sparkscale.config.periods import Period, parse_periods
 from sparkscale.model.plan import Action, Plan
 from sparkscale.policies.direction_cap import direction_cap
 from sparkscale.policies.draining import draining
@@ -105,7 +106,8 @@ def apply_guards(plan: Plan, given: GuardInput, guards: GuardsConfig, loop: Loop
     actions = _cooldown(actions, given, loop.cooldown_s, notes)
     actions = _migration(actions, given, loop.stabilization_s, notes)
     figures: dict[str, float] = {}
-    actions = excluded_period(actions, given, guards.periods + given.app.periods, notes)
+    periods = parse_periods([*guards.excluded_periods, *given.app.excluded_periods])
+    actions = excluded_period(actions, given, periods, notes)
     actions = startup_grace(actions, given, guards.startup_grace_batches, notes, figures)
     if guards.no_scale_down_while_draining:
         actions = draining(actions, given, guards.backlog_slo_s, notes, figures)
@@ -115,8 +117,8 @@ def apply_guards(plan: Plan, given: GuardInput, guards: GuardsConfig, loop: Loop
     wishes: list[MemoryWish] = []
     actions = gc_guard(actions, given, guards.gc_time_fraction_max, notes, figures, wishes)
     recommend_memory(given, memory, notes, figures, wishes)
-    actions = [*actions, *_memory_holds(propose_memory(actions, given, memory, wishes, notes), given, guards, loop,
-                                        notes, figures)]
+    proposed = propose_memory(actions, given, memory, wishes, notes)
+    actions = [*actions, *_memory_holds(proposed, given, guards, loop, periods, notes, figures)]
 
     if figures:
         return plan.with_actions(actions, notes, recommended_executors=recommended, figures=figures)
@@ -124,7 +126,7 @@ def apply_guards(plan: Plan, given: GuardInput, guards: GuardsConfig, loop: Loop
 
 
 def _memory_holds(proposed: list[Action], given: GuardInput, guards: GuardsConfig, loop: LoopConfig,
-                  notes: list[str], figures: dict[str, float]) -> list[Action]:
+                  periods: tuple[Period, ...], notes: list[str], figures: dict[str, float]) -> list[Action]:
     """Step 16's action after the holds of steps 4 and 6 to 10, in their order."""
     if not proposed:
         return proposed
@@ -132,7 +134,7 @@ def _memory_holds(proposed: list[Action], given: GuardInput, guards: GuardsConfi
     held = _settle(held, given, notes)
     held = _cooldown(held, given, loop.cooldown_s, notes)
     held = _migration(held, given, loop.stabilization_s, notes)
-    held = excluded_period(held, given, guards.periods + given.app.periods, notes)
+    held = excluded_period(held, given, periods, notes)
     return startup_grace(held, given, guards.startup_grace_batches, notes, figures)
 
 
