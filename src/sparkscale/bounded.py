@@ -165,3 +165,8 @@ def printable(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def clip(text: str, width: int) -> str:
+    """`text` cut to at most `width` characters, an ellipsis marking the cut (a terminal line, a table cell)."""
+    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"

@@ -19,7 +19,7 @@ from typing import Any, TypeGuard
 
 from pydantic import JsonValue
 
-from sparkscale.bounded import printable
+from sparkscale.bounded import clip, printable
 from sparkscale.policies.ds2_model import num
 from sparkscale.policies.outcomes import CAPACITY, KEEPS_UP
 
@@ -63,7 +63,7 @@ def cycle_line(event: Mapping[str, JsonValue], width: int = CYCLE_LINE_WIDTH) ->
     names = [_text(q.get("query")) if isinstance(q, Mapping) else _text(q) for q in _seq(event.get("queries"))]
     names = [n for n in names if n]
     if len(names) > 1:
-        app += "/" + _clip("+".join(names), 40)
+        app += "/" + clip("+".join(names), 40)
     head.append(app)
     fields = [" ".join(x for x in head if x)]
     if event.get("policy"):
@@ -137,12 +137,8 @@ def _text(value: object) -> str:
     return " ".join(str(value).split()) if value is not None else ""
 
 
-def _clip(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
-
-
 def _clip_words(text: str, width: int) -> str:
-    """`_clip`, cutting at a word boundary when one is near the end."""
+    """`clip`, cutting at a word boundary when one is near the end."""
     if len(text) <= width:
         return text
     cut = text[: max(width - 1, 0)]
@@ -228,7 +224,7 @@ def action_line(event: Mapping[str, JsonValue], width: int = CYCLE_LINE_WIDTH) -
         what = _text(event.get("detail"))
     else:
         label, what = "action error", _text(event.get("error"))
-    line = "  ".join(x for x in (head, label, _clip(what, width // 2)) if x)
+    line = "  ".join(x for x in (head, label, clip(what, width // 2)) if x)
     rest = f"  {after}" if after else ""
     room = width - len(line) - len(rest) - len(tail) - 2
     if why:
@@ -250,11 +246,11 @@ def short_line(event: Mapping[str, JsonValue], width: int = CYCLE_LINE_WIDTH) ->
     for key, value in event.items():
         shown = "" if key in _NOT_SHOWN else _value(value)
         if shown:
-            fields.append(f"{key}={_clip(shown, _VALUE_WIDTH)}")
+            fields.append(f"{key}={clip(shown, _VALUE_WIDTH)}")
     trace = str(event.get("exception") or "").strip().splitlines()
     if trace and "error" not in event:
-        fields.append(f"exception={_clip(_text(trace[-1]), _VALUE_WIDTH)}")
-    return _clip("  ".join(f for f in fields if f), width)
+        fields.append(f"exception={clip(_text(trace[-1]), _VALUE_WIDTH)}")
+    return clip("  ".join(f for f in fields if f), width)
 
 
 def _results(value: object) -> tuple[str, str]:

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import JsonValue
 
 from sparkscale.actuators.migration import operator_commands
+from sparkscale.bounded import clip
 from sparkscale.daemon.action_log import BlocklistEntry, LoggedDecision
 from sparkscale.daemon.status import AppStatus, age
 from sparkscale.model.journal import Journal
@@ -106,7 +107,7 @@ def decision_row(d: LoggedDecision) -> list[str]:
         actual = ("met" if o.met else "NOT met, blocked") + observed
     elif rec.expected is not None and d.results and any(r.status == "done" for r in d.results):
         actual = "pending"
-    return [when, rec.app, rec.policy, rec.diagnosis or "-", actions, done, _clip(why, 60), expected, actual]
+    return [when, rec.app, rec.policy, rec.diagnosis or "-", actions, done, clip(why, 60), expected, actual]
 
 
 def actions_table(decisions: Sequence[LoggedDecision]) -> str:
@@ -120,7 +121,7 @@ def blocklist_table(entries: Sequence[BlocklistEntry], now: float) -> str:
     if not entries:
         return "the blocklist is empty"
     rows = [[e.blocked.app, e.blocked.diagnosis, e.blocked.action_type,
-             f"{max(e.blocked.until - now, 0):.0f} s", e.decision_id, _clip(e.reason, 70)] for e in entries]
+             f"{max(e.blocked.until - now, 0):.0f} s", e.decision_id, clip(e.reason, 70)] for e in entries]
     return "\n".join(table_lines(["APP", "DIAGNOSIS", "ACTION", "EXPIRES IN", "DECISION", "REASON"], rows))
 
 
@@ -143,7 +144,7 @@ def migrations_table(journals: Sequence[Journal], now: float,
     if not journals:
         return "no journaled migration that is not done"
     rows = [[j.app, j.id, j.query, f"{j.from_partitions} -> {j.to_partitions}", j.strategy, j.status,
-             j.phase_reached or "-", j.next, age(j.requested_at, now), _clip(j.detail or "-", 60)] for j in journals]
+             j.phase_reached or "-", j.next, age(j.requested_at, now), clip(j.detail or "-", 60)] for j in journals]
     table = table_lines(["APP", "MIGRATION", "QUERY", "PARTITIONS", "STRATEGY", "STATUS", "REACHED", "AT",
                          "REQUESTED", "DETAIL"], rows)
     hints = [f"  {j.id}: {' | '.join(operator_commands(j))}" for j in journals if j.open]
@@ -173,5 +174,3 @@ def follow_up_lines(migration: str, follow_up: dict[str, Any],
     return lines
 
 
-def _clip(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"

@@ -11,6 +11,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from sparkscale.bounded import clip
 from sparkscale_lab.bench.chaos_variants import DEFAULT, VARIANTS, run_label
 from sparkscale_lab.bench.markdown import markdown_table
 from sparkscale_lab.bench.timeline import RatePoint, Sample
@@ -84,8 +85,7 @@ def event_time(event: Mapping[str, Any]) -> float | None:
 
 
 def _clip(value: Any, width: int = 70) -> str:
-    text = str(value or "")
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return clip(str(value or ""), width)
 
 
 def _cycle(e: Mapping[str, Any]) -> str:

@@ -23,6 +23,7 @@ import redis
 import structlog
 
 from sparkscale.apps.submit import running, stop, submit
+from sparkscale.bounded import clip
 from sparkscale.config import Config
 from sparkscale.config.identities import OPERATOR
 from sparkscale.daemon.action_log import ActionLog
@@ -133,7 +134,7 @@ def run_demo(cfg: Config, spec: DemoSpec, config_path: str | None, overrides: li
     echo(f"actions taken by the daemon: {len(actions)}")
     for a in actions:
         echo(f"  t={a.t_s:6.1f} s  {a.kind} {a.from_} -> {a.to}  {'done' if a.done else 'FAILED'}"
-             + (f"  ({_clip(a.why, SUMMARY_WHY_CHARS)})" if a.why else ""))
+             + (f"  ({clip(a.why, SUMMARY_WHY_CHARS)})" if a.why else ""))
     for seg, conv in zip(segs, measures.convergence_s, strict=True):
         echo(f"  load {seg.rate:g}/s from t={seg.start_s:g} s: "
              + (f"converged (stable, keeping up) after {conv:g} s" if conv is not None else "did not converge"))
@@ -148,10 +149,6 @@ def run_demo(cfg: Config, spec: DemoSpec, config_path: str | None, overrides: li
     echo(f"the daemon's log: {daemon_log}; the action log: sparkscale actions --since 1h")
     echo("the environment is still up: `sparkscale cluster down` (or ./dev down) stops it")
     return 0 if result is not None and result.lost == 0 and result.duplicated == 0 else 1
-
-
-def _clip(text: str, chars: int) -> str:
-    return text if len(text) <= chars else text[: chars - 1] + "…"
 
 
 def forget_app(cfg: Config, app_name: str) -> None:
