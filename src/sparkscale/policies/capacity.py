@@ -14,6 +14,13 @@ executors asked for and not started, and the cores other managed apps asked for 
 are not simultaneous, so two apps that ask in the same instant can still overbook by one request;
 the next cycle sees it. No cluster view (`loop.cluster_view` off, the master not answering):
 unknown, nothing is cut.
+
+A memory increase (`set_executor_memory`, memory_apply.py) restarts the whole app with the same
+executor count at the new memory: the restart releases this app's own executors, so their cores and
+memory count as free on their workers, and every executor is placed again. It fits when, over the
+alive workers, min(free cores // the app's cores, free memory // the new memory) sums to that count
+and the cores the other managed apps asked for; otherwise it is cut to the largest memory that fits,
+or held (memory_limits.py: the step, the rounding, the warning, here starting SHORT_WARNING).
 """
 
 from __future__ import annotations
@@ -21,12 +28,14 @@ from __future__ import annotations
 import math
 
 from sparkscale.config import QuotasConfig
+from sparkscale.config.memory import MemoryPolicyConfig
 from sparkscale.model.placement import placement_of
 from sparkscale.model.plan import Action, Plan
 from sparkscale.policies.guard_input import GuardInput, cut_scale_up
 from sparkscale.policies.guard_input import scale as _scale
 from sparkscale.policies.guard_input import target as _target
-from sparkscale.policies.quotas import apply_quotas
+from sparkscale.policies.memory_limits import MemoryLimit, cut_memory, memory_increase, memory_quota, restart_executors
+from sparkscale.policies.quotas import apply_quotas, executor_memory_mb
 
 SHORT_FIGURE = "cluster_short_executors"  # the observation figure: executors cut from the scale-up
 SHORT_WARNING = "cluster short of resources:"  # how the plan's warning starts
@@ -80,15 +89,64 @@ def cluster_capacity(actions: list[Action], given: GuardInput, notes: list[str])
     return cut_scale_up(actions, action, given, to, short, "cut to what the cluster can start")
 
 
-def apply_capacity(plan: Plan, given: GuardInput, quotas: QuotasConfig | None = None) -> Plan:
+def memory_room_mb(given: GuardInput, executors: int) -> tuple[int, int] | None:
+    """(the largest executor memory, in MB, at which `executors` of the app's cores fit on the alive
+    workers once the restart released the app's own, free cores counted); None: no view. 0: none fits."""
+    placement = placement_of(given.snapshot.extensions)
+    if placement is None or placement.error is not None or not placement.workers:
+        return None
+    cores, own_mb = max(given.app.executor_cores, 1), executor_memory_mb(given)
+    room = [(w.cores_free + len(w.executors) * cores, w.memory_free_mb + len(w.executors) * own_mb)
+            for w in placement.workers]
+    need = executors + math.ceil(given.history.cores_claimed_elsewhere / cores)
+
+    def fits(memory_mb: int) -> bool:
+        return sum(min(free_cores // cores, free_mb // memory_mb) for free_cores, free_mb in room) >= need
+
+    low, high = 0, max(free_mb for _cores, free_mb in room)  # fits(low) holds, or low stays 0
+    while low < high:  # the largest memory that fits: fewer executors fit as the memory grows
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle - 1)
+    return low, sum(free_cores for free_cores, _mb in room)
+
+
+def memory_capacity(actions: list[Action], given: GuardInput, settings: MemoryPolicyConfig,
+                    notes: list[str]) -> list[Action]:
+    """A memory increase cut to what the alive workers can start (module docstring)."""
+    action = memory_increase(actions)
+    executors = restart_executors(given)
+    room = None if action is None or executors <= 0 else memory_room_mb(given, executors)
+    if action is None or room is None:
+        return actions
+    fits_mb, free_cores = room
+    claimed = given.history.cores_claimed_elsewhere
+    why = (f"{executors} executor(s) of {given.app.executor_cores} core(s) must fit on the workers ({free_cores} "
+           f"core(s) free once the restart released this app's own" + (f", {claimed} asked for by other apps"
+                                                                       if claimed else "") + ")")
+    return cut_memory(actions, action, given, settings,
+                      MemoryLimit(fits_mb, "cluster capacity", SHORT_WARNING, "the cluster", why), notes)
+
+
+def apply_capacity(plan: Plan, given: GuardInput, quotas: QuotasConfig | None = None,
+                   memory: MemoryPolicyConfig | None = None) -> Plan:
     """`plan` with its scale-up cut to the managed apps' quotas (quotas.py), then to the cluster's
-    room (after the other guards). The shortfall figure counts only what the cluster's room cut."""
+    room (after the other guards); its memory increase likewise (memory_limits.py, memory_capacity),
+    by `memory`'s step (`policy.memory`; None: its defaults). The shortfall figure counts only the
+    executors the cluster's room cut."""
+    settings = memory if memory is not None else MemoryPolicyConfig()
     quota_notes: list[str] = []
-    allowed = list(plan.actions) if quotas is None else apply_quotas(list(plan.actions), given, quotas, quota_notes)
+    allowed = list(plan.actions)
+    if quotas is not None:
+        allowed = memory_quota(apply_quotas(allowed, given, quotas, quota_notes), given, quotas, settings,
+                               quota_notes)
     notes: list[str] = []
     actions = cluster_capacity(allowed, given, notes)
+    short = bool(notes)
+    actions = memory_capacity(actions, given, settings, notes)
     if not notes:
         return plan.with_actions(allowed, quota_notes) if quota_notes else plan
+    if not short:
+        return plan.with_actions(actions, [*quota_notes, *notes])
     wanted, got = _target(allowed, given.executors), _target(actions, given.executors)
     return plan.with_actions(actions, [*quota_notes, *notes],
                              figures={SHORT_FIGURE: max(wanted - max(got, given.executors), 0)})

@@ -44,8 +44,9 @@ Then, with `policy.memory.recommend`, the recommended executor memory (memory.py
    period, start-up grace.
 
 After these, the planner applies the quotas over all managed apps (`quotas.*`, quotas.py) and the
-cluster's capacity (capacity.py). Settings 9 and 11 to 16 are off by default; 10, the start-up grace, holds
-the first 3 batches of a run.
+cluster's capacity (capacity.py), to 16's memory increase too (memory_limits.py:
+`quotas.max_memory_mb` and the workers' room, each cut to what fits or held under 16's step).
+Settings 9 and 11 to 16 are off by default; 10, the start-up grace, holds the first 3 batches of a run.
 
 Warnings always pass. Each guarded plan records its recommendation in its observation
 (`plan.observation.recommended_executors`), so that the next decision's scale-down delay can see

@@ -9,7 +9,9 @@ again: a change is proposed only when it is at least `min_change_fraction` of th
 and `min_change_mb`, never above `max_executor_memory_mb`, never beside another change of the same
 plan, and not again within `retry_after_s` of a proposal whose memory the executors still do not
 have (the restart was refused or failed, or the app only advises). The guards' holds (in progress,
-settle, cooldown, migration, excluded period, start-up grace) apply to it after this (guards.py).
+settle, cooldown, migration, excluded period, start-up grace) apply to it after this (guards.py),
+then the planner's cut to `quotas.max_memory_mb` (memory_limits.py) and to the workers' room
+(capacity.py), each by the same step.
 """
 
 from __future__ import annotations
@@ -45,6 +47,13 @@ def last_proposal(history: DecisionHistory, since: float) -> tuple[PastDecision,
     return None
 
 
+def change_step_mb(settings: MemoryPolicyConfig, current_mb: int) -> int:
+    """The least change of executor memory worth a restart of the whole app: `min_change_mb`, and
+    `min_change_fraction` of the current memory (the quotas and the workers' room cut by it too:
+    memory_limits.py, capacity.py)."""
+    return max(settings.min_change_mb, math.ceil(settings.min_change_fraction * current_mb))
+
+
 def propose_memory(actions: list[Action], given: GuardInput, settings: MemoryPolicyConfig | None,
                    wishes: list[MemoryWish], notes: list[str]) -> list[Action]:
     """With `settings.apply`: the `set_executor_memory` action for the largest of `wishes`, or none
@@ -66,7 +75,7 @@ def propose_memory(actions: list[Action], given: GuardInput, settings: MemoryPol
         return []
     capped = ", capped at policy.memory.max_executor_memory_mb" if to < wish.memory_mb else ""
     change = f"executor memory {current} -> {to} MB ({wish.why}{capped})"
-    step = max(settings.min_change_mb, math.ceil(settings.min_change_fraction * current))
+    step = change_step_mb(settings, current)
     if abs(to - current) < step:
         notes.append(f"memory apply: {change} not proposed: under the step of {step} MB "
                      f"(policy.memory.min_change_fraction {settings.min_change_fraction:g} of {current} MB, "

@@ -55,7 +55,7 @@ def decide(snapshot: Snapshot, history: DecisionHistory, config: Config, app: Ap
     else:
         raw = placement_actions(raw, given, cluster)
     guarded = apply_capacity(apply_guards(raw, given, config.guards, config.loop, config.policy.memory), given,
-                             config.quotas)
+                             config.quotas, config.policy.memory)
     allowed = drop_blocked(guarded, history.blocklist, now)
     return map_to_spark(allowed, snapshot.query, current if len(names) > 1 else current[snapshot.query],
                         not_migratable(snapshot))

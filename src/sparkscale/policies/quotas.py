@@ -7,6 +7,8 @@ The total is what the other managed apps hold or asked for (`history.cores_held_
 `cores_claimed_elsewhere` for the capacity guard, capacity.py) plus this app's executors after the
 change, of its shape (cores, and `spark.executor.memory` as the cluster view or the config has it).
 A scale-down, or an app already over a quota, is never made to grow by it: only the growth is cut.
+An increase of the executor memory (`set_executor_memory`) is held to `quotas.max_memory_mb` the
+same way, in memory_limits.py (which imports this module, as memory_apply.py does).
 """
 
 from __future__ import annotations
