@@ -5,10 +5,11 @@ side by side on the same apps in the same run.
 
 Method: an embedded environment runs N wordcount apps (one query each, one executor, a light
 constant load so that every window has batches). `sparkscale run` manages them in a child process
-with the DS2 policy in dry-run, once per variant (the whole cycle: snapshot from Spark REST, Redis and psutil, policy,
-guards, action log; nothing is changed, so every cycle does the same work), at an interval short
-enough that cycles run back to back, until each app had its `--cycles` cycles (360, one hour at the
-default 10 s interval, for 1 query; 60 each for 10 queries, 600 cycles in all). Cycle durations
+with the DS2 policy in dry-run, once per variant (the whole cycle: snapshot from Spark REST, Redis
+and psutil, policy, guards, action log; nothing is changed, so every cycle does the same work), at
+`--interval-s` (0.2 s: cycles run back to back, a stress; 10 s: the shipped interval, the apps'
+cycles spread over it), until each app had its `--cycles` cycles (360, one hour at the default
+10 s interval, for 1 query; 60 each for 10 queries, 600 cycles in all). Cycle durations
 come from the daemon's own `cycle` log events (`duration_s`); the daemon's resident memory (RSS)
 is sampled with psutil after the first cycles and at the end. Each cycle event also says how long
 the reading of Spark, Redis and ZooKeeper took (`collect_s`) and the daemon's own CPU time (`cpu_s`, the
@@ -63,7 +64,7 @@ VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
 }
 
 
-def measure(queries: int, cycles: int) -> list[dict]:
+def measure(queries: int, cycles: int, interval_s: float, variants: list[str]) -> list[dict]:
     with embedded_environment(f"sparkscale-cycle-{queries}-", apps_yaml(queries)) as env:
         names = [f"wc{i}" for i in range(queries)]
         for name in names:
@@ -75,19 +76,19 @@ def measure(queries: int, cycles: int) -> list[dict]:
         for t in loaders:
             t.start()
         try:
-            return [run_daemon(env, queries, cycles, variant) for variant in VARIANTS]
+            return [run_daemon(env, queries, cycles, variant, interval_s) for variant in variants]
         finally:
             stop_load.set()
             for name in names:
                 stop(env.cfg, name)
 
 
-def run_daemon(env, queries: int, cycles: int, variant: str) -> dict:
+def run_daemon(env, queries: int, cycles: int, variant: str, interval_s: float) -> dict:
     """One `sparkscale run` over the apps until each had `cycles` cycles; its cycle durations and RSS."""
     sets, environ = VARIANTS[variant]
     log_path = Path(env.config_path).with_name(f"daemon-{queries}-{variant}.jsonl")
     argv = [sys.executable, "-m", "sparkscale", "run", "--config", env.config_path, "--max-cycles", str(cycles)]
-    for s in [*env.overrides, "loop.dry_run=true", "loop.interval_s=0.2", "loop.window_s=30",
+    for s in [*env.overrides, "loop.dry_run=true", f"loop.interval_s={interval_s:g}", "loop.window_s=30",
               "metrics.enabled=false", f"logging.file={log_path}", "logging.stderr=false", "logging.level=info", *sets]:
         argv += ["--set", s]
     started = time.monotonic()
@@ -114,16 +115,29 @@ def run_daemon(env, queries: int, cycles: int, variant: str) -> dict:
     # Of each cycle: reading Spark, Redis and ZooKeeper (`collect_s`), and the daemon's own CPU time (`cpu_s`); the
     # rest of `duration_s` is waiting (on the drivers' answers, on the CPU, on other cycles' threads).
     parts = {name: [e[name] for e in timed if name in e] for name in ("collect_s", "cpu_s")}
+    # The collect's own split (`collect_parts_s`: driver, redis, stages, cluster, ...), each part's p99.
+    split: dict[str, list[float]] = {}
+    for e in timed:
+        for part, seconds in (e.get("collect_parts_s") or {}).items():
+            split.setdefault(part, []).append(seconds)
     return {
-        "variant": variant, "queries": queries, "cycles_per_query": cycles, "cycles_measured": len(durations),
+        "variant": variant, "interval_s": interval_s, "queries": queries, "cycles_per_query": cycles,
+        "cycles_measured": len(durations),
         "cycle_p50_s": round(statistics.median(durations), 4), "cycle_p99_s": round(percentile(durations, 0.99), 4),
         "cycle_max_s": round(max(durations), 4), "wall_s": round(wall_s, 1),
         **{f"{name[:-2]}_{q}_s": round(percentile(values, p), 4) if values else None
            for name, values in parts.items() for q, p in (("p50", 0.5), ("p99", 0.99))},
         "rss_after_10_cycles_mb": round((rss_early or rss_samples[0]) / 2**20, 1),
         "rss_end_mb": round(rss_samples[-1] / 2**20, 1), "rss_peak_mb": round(max(rss_samples) / 2**20, 1),
+        "collect_parts_p99_s": {part: round(percentile(v, 0.99), 4) for part, v in sorted(split.items())},
         "exit_code": proc.returncode,
     }
+
+
+def _ratio(row: dict, before: dict) -> str:
+    """The row's p50 over the "before" variant's, with the same number of queries ("-": not run)."""
+    base = before.get(row["queries"])
+    return f"{row['cycle_p50_s'] / base['cycle_p50_s']:.3f}" if base else "-"
 
 
 def _count_cycles(path: Path) -> int:
@@ -138,20 +152,27 @@ def main() -> None:
     parser.add_argument("--queries", default="1,10", help="Comma-separated numbers of managed queries.")
     parser.add_argument("--cycles", default="360,60",
                         help="Cycles per query for each entry of --queries (360 = one hour at the 10 s default).")
+    parser.add_argument("--interval-s", type=float, default=0.2,
+                        help="loop.interval_s: 0.2 runs the cycles back to back (a stress: each driver asked about "
+                             "5 times a second); 10 is the shipped config's interval, where the apps take turns.")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help="Comma-separated: before, after.")
     parser.add_argument("--out", default="docs/results/daemon_cycle")
     args = parser.parse_args()
     counts = [int(c) for c in args.cycles.split(",")]
     queries = [int(q) for q in args.queries.split(",")]
     counts += counts[-1:] * (len(queries) - len(counts))
-    rows = [row for q, c in zip(queries, counts, strict=False) for row in measure(q, c)]
+    variants = [v for v in args.variants.split(",") if v]
+    rows = [row for q, c in zip(queries, counts, strict=False) for row in measure(q, c, args.interval_s, variants)]
     before = {r["queries"]: r for r in rows if r["variant"] == "before"}
     table = "\n".join([
-        "| managed queries | variant | cycles | cycle p50 (s) | cycle p99 (s) | max (s) | p50 after/before | "
+        "| managed queries | variant | interval (s) | cycles | cycle p50 (s) | cycle p99 (s) | max (s) | "
+        "p50 after/before | "
         "collect p50 / p99 (s) | own CPU p50 / p99 (s) | "
         "RSS after 10 cycles (MB) | RSS at the end (MB) | peak RSS (MB) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
-        *[f"| {r['queries']} | {r['variant']} | {r['cycles_measured']} | {r['cycle_p50_s']} | {r['cycle_p99_s']} | "
-          f"{r['cycle_max_s']} | {r['cycle_p50_s'] / before[r['queries']]['cycle_p50_s']:.3f} | "
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        *[f"| {r['queries']} | {r['variant']} | {r['interval_s']:g} | {r['cycles_measured']} | "
+          f"{r['cycle_p50_s']} | {r['cycle_p99_s']} | "
+          f"{r['cycle_max_s']} | {_ratio(r, before)} | "
           f"{r['collect_p50_s']} / {r['collect_p99_s']} | {r['cpu_p50_s']} / {r['cpu_p99_s']} | "
           f"{r['rss_after_10_cycles_mb']} | {r['rss_end_mb']} | {r['rss_peak_mb']} |" for r in rows],
     ])

@@ -57,3 +57,23 @@ def test_a_cycle_that_wakes_an_app_while_the_daemon_stops_does_not_hang_the_stop
     assert not shutdown.is_alive(), "the scheduler's shutdown is stuck behind a cycle waking an app"
     assert woke.is_set()
     assert daemon._apps_to_wake == {"x"}  # left for the main loop, which is ending: nothing runs
+
+
+def test_the_apps_first_cycles_are_spread_over_one_interval():
+    from sparkscale.daemon.service import staggered_offsets_s
+
+    assert staggered_offsets_s(0, 10.0) == []
+    assert staggered_offsets_s(1, 10.0) == [0.0]
+    assert staggered_offsets_s(4, 10.0) == [0.0, 2.5, 5.0, 7.5]
+
+
+def test_an_app_added_with_an_offset_has_its_first_cycle_that_much_later():
+    daemon = Daemon(Config())
+    daemon.scheduler.start(paused=True)
+    try:
+        before = datetime.now(UTC)
+        daemon._add_app(Config.model_validate({"apps": [{"name": "a"}]}).apps[0], 7.5)
+        first = daemon.scheduler.get_job("cycle:a").next_run_time
+        assert before + timedelta(seconds=7.5) <= first <= datetime.now(UTC) + timedelta(seconds=7.5)
+    finally:
+        daemon.scheduler.shutdown(wait=False)

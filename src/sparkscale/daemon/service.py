@@ -16,7 +16,7 @@ import functools
 import signal
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import redis
 import structlog
@@ -114,8 +114,9 @@ class Daemon:
                  interval_s=self.cfg.loop.interval_s, policy=self.cfg.policy.name, dry_run=self.cfg.loop.dry_run,
                  master=self.cfg.spark.master_web_url, zookeeper=self.cfg.zookeeper.hosts,
                  metrics=f"http://{self.cfg.metrics.host}:{metrics_port}/metrics" if metrics_port else None)
-        for app in self.cfg.apps:
-            self._add_app(app)
+        for app, offset_s in zip(self.cfg.apps, staggered_offsets_s(len(self.cfg.apps), self.cfg.loop.interval_s),
+                                 strict=True):
+            self._add_app(app, offset_s)
         if self.notifier.watchdog_interval_s:
             self.scheduler.add_job(self._watchdog, "interval", seconds=self.notifier.watchdog_interval_s,
                                    id="watchdog", next_run_time=_now())
@@ -201,11 +202,12 @@ class Daemon:
                  removed=sorted(old_apps - new_apps), policy=new.policy.name, dry_run=new.loop.dry_run,
                  interval_s=new.loop.interval_s)
 
-    def _add_app(self, app: AppConfig) -> None:
+    def _add_app(self, app: AppConfig, offset_s: float = 0.0) -> None:
+        """Manage `app`: its first cycle `offset_s` from now (staggered_offsets_s), then every interval."""
         self.autoscaler.add_app(app.name)
         self.elections[app.name] = LeaderElection(self.zk, self.cfg.zookeeper.root, app.name, self.identity)
         self.scheduler.add_job(self.cycle, "interval", args=[app.name], seconds=self.cfg.loop.interval_s,
-                               id=f"cycle:{app.name}", next_run_time=_now())
+                               id=f"cycle:{app.name}", next_run_time=_now() + timedelta(seconds=offset_s))
 
     def _remove_app(self, name: str) -> None:
         self.scheduler.remove_job(f"cycle:{name}")
@@ -257,3 +259,11 @@ class Daemon:
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+def staggered_offsets_s(apps: int, interval_s: float) -> list[float]:
+    """Each app's first cycle, seconds from the start: spread evenly over one interval, so that the
+    apps' cycles (and their reads of the drivers) take turns instead of all starting at once. With 10
+    apps on 2 cores, cycles started together wait on each other's drivers and threads (issue 33,
+    docs/results/daemon_cycle.md)."""
+    return [i * interval_s / apps for i in range(apps)] if apps > 0 else []
