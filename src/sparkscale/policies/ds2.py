@@ -50,6 +50,11 @@ class Ds2Config(ConfigSection):
         "The stall an executor removal costs until one was measured, in seconds (restart_aware)."))
     restart_cost_default_s: float = Field(20.0, ge=0, description=(
         "The stall a migration (query restart) costs until one was measured, whatever its strategy, in seconds."))
+    # policies/task_overhead.py (issue 33)
+    task_overhead: bool = Field(True, description=(
+        "Separate each stage's per-task fixed cost from its per-record cost (fitted over the window's tasks): "
+        "only the per-record part grows with the rate, since batches get bigger, not more numerous; "
+        "false = DS2's linear model."))
     payback_horizon_s: float | None = Field(None, gt=0, examples=[600.0], description=(
         "Keep a repartition only when the records/s it gains over this many seconds exceed the records "
         "arriving during its stall (else executor scaling alone); null = no check."))
@@ -73,7 +78,8 @@ class Ds2Policy:
         observed scalability and, restart-aware, the measured change costs."""
         u = cfg.target_utilization
         ds2 = cfg.section(self.name)
-        est = estimate(snapshot, u, ds2.catch_up_s, ds2.min_parallelism, ds2.max_parallelism)
+        est = estimate(snapshot, u, ds2.catch_up_s, ds2.min_parallelism, ds2.max_parallelism,
+                       task_overhead=ds2.task_overhead)
         current = len(snapshot.executors)
         current_cores = current * app.executor_cores
 
@@ -151,7 +157,7 @@ class Ds2Policy:
             actions.append(Action.set_parallelism(
                 op.id, op.parallelism, to,
                 f"partition-bound: {op.parallelism} partitions < π = {op.optimal_parallelism} for "
-                f"{num(op.target_input_rate)} rec/s at {num(op.instance_rate)} rec/s per instance; its query "
+                f"{num(op.target_input_rate)} rec/s at {num(op.sizing_rate)} rec/s per instance; its query "
                 f"needs {needed} cores in all: {to} partitions"))
 
         if ds2.payback_horizon_s is not None:
@@ -187,7 +193,8 @@ def _restart_aware(est: Ds2Estimate, snapshot: Snapshot, history: DecisionHistor
         return est, 0.0
     explanation.append(f"restart-aware catch-up: {cost.explain()}; the records arriving meanwhile "
                        f"(arrival x {cost.seconds:g} s) are drained within {num(ds2.catch_up_s)} s too")
-    return estimate(snapshot, u, ds2.catch_up_s, ds2.min_parallelism, ds2.max_parallelism, cost.seconds), cost.seconds
+    return estimate(snapshot, u, ds2.catch_up_s, ds2.min_parallelism, ds2.max_parallelism, cost.seconds,
+                    task_overhead=ds2.task_overhead), cost.seconds
 
 
 def _cost_defaults(ds2: Ds2Config) -> dict[str, float]:
@@ -264,9 +271,16 @@ def _explain(n: int, op: OperatorEstimate, u: float, catch_up_s: float, snapshot
                 f"{op.parallelism} (sources are not scaled)")
     if op.required is None:
         pi = f"π not computed ({op.note}) = {op.optimal_parallelism}"
+    elif op.overhead_s > 0:
+        pi = (f"per-task overhead {num(op.overhead_s)} s fitted over {op.measured_instances} tasks "
+              f"(time = f + records / rate): variable rate {num(op.variable_rate)} rec/s per instance, "
+              f"fixed {num(op.fixed_cores)} cores; π = ceil({num(op.target_input_rate)} / ({num(u)} x "
+              f"{num(op.variable_rate)}) + {num(op.fixed_cores)} / {num(u)}) = {ceiling(op.required)}"
+              + (f", {op.note}" if op.note else ""))
     else:
         pi = (f"π = ceil({num(op.target_input_rate)} / ({num(u)} x {num(op.instance_rate)})) = "
-              f"{ceiling(op.required)}" + (f", {op.note}" if op.note else ""))
+              f"{ceiling(op.required)}" + (f", {op.note}" if op.note else "")
+              + (f" (overhead not fitted: {op.overhead_why_not})" if op.overhead_why_not else ""))
     return (f"[{n}] {op.id}: {rates}; target input rate {num(op.target_input_rate)} rec/s; {pi}; "
             f"current parallelism {op.parallelism}; optimal output {num(op.optimal_output_rate)} rec/s")
 

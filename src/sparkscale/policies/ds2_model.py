@@ -22,6 +22,10 @@ explanation too):
   explanation says "backlog unknown". Restart-aware (`stall_s` > 0): the records that arrive while
   the coming change stalls the query count as backlog too (Flink's autoscaler: rate x restart time
   / catch-up time).
+- Per-task overhead (`task_overhead`, issue 33; policies/task_overhead.py): a micro-batch task's
+  useful time is f + v x records, and a higher rate makes batches bigger, not more numerous. Where f
+  is fitted, W_u is taken net of it for the instance's rate, and the window's tasks x f / window_s
+  cores are added as a fixed need that does not grow with the rate.
 - Sources are not scaled (their parallelism is that of the input), and an operator without any
   measured instance keeps its parallelism (with a `warn` action).
 
@@ -38,6 +42,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from sparkscale.model.snapshot import OperatorFigures, Snapshot
+from sparkscale.policies.task_overhead import TaskOverhead, fit_task_overhead
 
 # Relative slack before rounding up, so that 4.000000000001 (float noise) needs 4 instances, not 5.
 _CEIL_SLACK = 1e-9
@@ -90,11 +95,20 @@ class OperatorEstimate:
     required: float | None  # the exact ratio before rounding and clamping (None: not computed)
     optimal_parallelism: int  # π_i, clamped; sources and unmeasured operators keep `parallelism`
     note: str = ""  # why π was not computed or was clamped
+    overhead_s: float = 0.0  # fitted per-task overhead f, s (0: none, plain DS2)
+    fixed_cores: float = 0.0  # tasks x f / window_s: cores the overhead takes at any rate
+    variable_rate: float = 0.0  # records/s of one instance with W_u net of f (0: no overhead)
+    overhead_why_not: str = ""  # why no overhead was fitted (empty: fitted, or not asked for)
 
     @property
     def instance_rate(self) -> float:
         """Mean true processing rate of one instance, o_i[λp] / p_i."""
         return self.true_processing_rate / self.measured_instances if self.measured_instances else 0.0
+
+    @property
+    def sizing_rate(self) -> float:
+        """The per-instance rate π is sized by: net of the overhead when one is fitted."""
+        return self.variable_rate if self.overhead_s > 0 else self.instance_rate
 
 
 @dataclass(frozen=True)
@@ -122,7 +136,26 @@ class Ds2Estimate:
                 op.required is None for op in self.operators if not op.source):
             return None
         busy = self._busy_fraction(needs, max(1, cores)) * self.target_utilization
-        return self.source_target_rate / busy if busy > 0 else None
+        fixed = self._fixed_busy(partitions or {}, max(1, cores))
+        if fixed <= 0:
+            return self.source_target_rate / busy if busy > 0 else None
+        # busy(rate) = Σ (a_op x rate + b_op) / min(cores, P_op), b_op the fixed cores, which a higher
+        # rate does not raise (bigger batches, not more of them): solve busy(rate) = 1 for the rate.
+        variable = busy - fixed
+        if fixed >= 1 or variable <= 0:
+            return None
+        return self.source_target_rate * (1 - fixed) / variable
+
+    def _fixed_busy(self, partitions: Mapping[str, int], cores: int) -> float:
+        """The share of a window the stages' fixed (per-task overhead) cores take on `cores` cores."""
+        u = self.target_utilization
+        share = 0.0
+        for op in self.operators:
+            if op.source or op.required is None or op.fixed_cores <= 0:
+                continue
+            need = min(op.required, op.optimal_parallelism)
+            share += min(op.fixed_cores / u, need) * u / min(cores, max(1, partitions.get(op.id, op.parallelism)))
+        return share
 
     def _stage_needs(self, partitions: Mapping[str, int] | None = None) -> list[tuple[float, int]]:
         """(exact requirement, partitions) of every non-source operator; operators without an
@@ -198,10 +231,14 @@ def estimate(
     min_parallelism: int = 1,
     max_parallelism: int = 64,
     stall_s: float = 0.0,
+    *,
+    task_overhead: bool = False,
 ) -> Ds2Estimate:
     """Run the DS2 model on a snapshot. Pure arithmetic; `Ds2Policy` turns it into a plan.
     `stall_s`: seconds the coming change stalls processing (restart-aware catch-up, Flink's
-    autoscaler): the records arriving meanwhile are drained within `catch_up_s` too."""
+    autoscaler): the records arriving meanwhile are drained within `catch_up_s` too.
+    `task_overhead`: separate each operator's per-task fixed cost from its per-record cost where
+    its tasks allow a fit (module docstring); False is plain DS2."""
     if not 0 < target_utilization <= 1:
         raise ValueError(f"target_utilization must be in (0, 1], got {target_utilization}")
     if catch_up_s <= 0:
@@ -260,9 +297,16 @@ def estimate(
                 target, optimal, None, op.parallelism, f"{why}; keeps its parallelism"))
             continue
 
-        instance_rate = processing / measured  # lecture, π_i formula: o_i[λp] / p_i
-        # Lecture, π_i = ceil(Σ_j A_ji · o_j[λo]* · (o_i[λp] / p_i)^-1), each instance loaded to u.
-        required = target / (target_utilization * instance_rate)
+        overhead = fit_task_overhead(op.instances) if task_overhead else None
+        overhead_s = fixed_cores = variable_rate = 0.0
+        if overhead is not None and overhead.f_s > 0:
+            overhead_s, variable_rate = overhead.f_s, overhead.variable_rate
+            fixed_cores = overhead.tasks * overhead.f_s / snapshot.window_s
+            required = _required_with_overhead(overhead, target, target_utilization, fixed_cores)
+        else:
+            instance_rate = processing / measured  # lecture, π_i formula: o_i[λp] / p_i
+            # Lecture, π_i = ceil(Σ_j A_ji · o_j[λo]* · (o_i[λp] / p_i)^-1), each instance loaded to u.
+            required = target / (target_utilization * instance_rate)
         pi = ceiling(required)
         clamped = min(max(pi, min_parallelism), max_parallelism)
         note = ""
@@ -274,9 +318,18 @@ def estimate(
                                         f"{max_parallelism}: it will not keep up"))
         results.append(OperatorEstimate(
             op.id, False, op.parallelism, len(op.instances), measured, processing, output, selectivity,
-            target, optimal, required, clamped, note))
+            target, optimal, required, clamped, note,
+            overhead_s=overhead_s, fixed_cores=fixed_cores, variable_rate=variable_rate,
+            overhead_why_not=overhead.why_not if overhead is not None else ""))
 
     return Ds2Estimate(adjacency, tuple(results), tuple(warnings), target_utilization)
+
+
+def _required_with_overhead(overhead: TaskOverhead, target: float, u: float, fixed_cores: float) -> float:
+    """The exact requirement with a fitted per-task overhead f: lecture, π_i formula, with W_u taken
+    net of f, o_i[λp] / p_i = Σ records / Σ (W_u - f) over the measured tasks, each loaded to u; plus
+    the cores the window's tasks spend on f (`fixed_cores`), which a higher rate does not raise."""
+    return target / (u * overhead.variable_rate) + fixed_cores / u
 
 
 def _true_rates(op: OperatorFigures) -> tuple[float, float, int]:

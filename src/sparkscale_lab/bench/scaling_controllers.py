@@ -19,7 +19,7 @@ BASELINE_CONTROLLER = "ds2-baseline"
 
 # Every stability setting at its value before issue 33: no utilisation band, no start-up grace, no
 # draining, direction, ineffective-scale-up or memory guard, no restart-aware catch-up, no
-# repartition payback check, no memory recommendation.
+# repartition payback check, no memory recommendation, no per-task overhead (DS2's linear model).
 BASELINE_SETTINGS: tuple[str, ...] = (
     "policy.utilization_band=false",
     "guards.startup_grace_batches=0",
@@ -32,6 +32,7 @@ BASELINE_SETTINGS: tuple[str, ...] = (
     "policy.ds2.payback_horizon_s=null",
     "policy.memory.recommend=false",
     "policy.memory.apply=false",
+    "policy.ds2.task_overhead=false",
 )
 
 # ds2's direction cap. A run lasts at most 4 minutes, so the hour's cap is a cap per run. The loads
