@@ -198,9 +198,11 @@ def measured(metric: str, snapshot: Snapshot, app: AppConfig, cores: int | None 
                                                                                               float | None]:
     """The figure `metric` in `snapshot`, and for `capacity_rps` the share of it the window's target
     rate took (else None). Capacity is on `cores` cores (default: the snapshot's), from the window's
-    true rates, so that a later change of the count does not blur the judgement."""
+    true rates, so that a later change of the count does not blur the judgement; with the per-task
+    overhead fitted where the tasks allow it (ds2_model's `task_overhead`, DS2's default), as the
+    expectation was computed."""
     if metric == CAPACITY:
-        est = estimate(snapshot)
+        est = estimate(snapshot, task_overhead=True)
         capacity = est.capacity_rps(cores if cores is not None else snapshot.cores)
         return capacity, (est.source_target_rate / capacity if capacity else None)
     fig = load_figures(snapshot, app)

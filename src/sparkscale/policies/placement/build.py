@@ -64,7 +64,7 @@ def _demand(app: AppConfig, snaps: Sequence[Snapshot]) -> AppDemand:
         arrival += figures.arrival_rate
         # DS2's capacity model on one executor's cores: its stages' true rates, each stage capped
         # at its partitions; a source's time (waiting on its input) is not work an executor adds.
-        capacity = estimate(snap).capacity_rps(app.executor_cores)
+        capacity = estimate(snap, task_overhead=True).capacity_rps(app.executor_cores)
         if capacity:
             rates.append(capacity)
         progress = snap.extensions.get("progress") or {}
