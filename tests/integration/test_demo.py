@@ -3,7 +3,7 @@ drives wordcount through low -> high -> low load. Its summary must show a step u
 rose and a step down after it fell, each with its reason, and every record verified exactly once;
 the action log holds each executed decision with its reason and, in time, its outcome.
 
-The suite's longest test (about 2.5 minutes); its first form (1.75 minutes at 8,000 lines/s) failed
+One of the suite's longest tests (156 s and 208 s in two runs); its first form (1.75 minutes at 8,000 lines/s) failed
 in CI because one executor kept up on the quiet machine: the high step is now 20,000 lines/s."""
 
 from __future__ import annotations
