@@ -26,6 +26,7 @@ or held (memory_limits.py: the step, the rounding, the warning, here starting SH
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 from sparkscale.config import QuotasConfig
 from sparkscale.config.memory import MemoryPolicyConfig
@@ -51,14 +52,19 @@ def shortfall(plan: Plan) -> int:
     return int(plan.observation.figure(SHORT_FIGURE) or 0)
 
 
+def fitting(room: Iterable[tuple[int, int]], cores: int, memory_mb: int) -> int:
+    """Executors of `cores` cores and `memory_mb` MB that fit on workers with (free cores, free MB)
+    `room`: the master places whole executors on a worker (`Master.scheduleExecutorsOnWorkers`)."""
+    return sum(min(free_cores // cores, free_mb // max(memory_mb, 1)) for free_cores, free_mb in room)
+
+
 def room_for(given: GuardInput) -> tuple[int, int] | None:
     """(executors of the app's shape the cluster can still start, free cores seen); None: no view."""
     placement = placement_of(given.snapshot.extensions)
     if placement is None or placement.error is not None or not placement.workers:
         return None
     cores = max(given.app.executor_cores, 1)
-    memory = placement.executor_memory_mb or given.app.executor_memory_mb
-    fits = sum(min(w.cores_free // cores, w.memory_free_mb // max(memory, 1)) for w in placement.workers)
+    fits = fitting(((w.cores_free, w.memory_free_mb) for w in placement.workers), cores, executor_memory_mb(given))
     own_starting = max((given.requested or 0) - given.executors, 0)
     elsewhere = math.ceil(given.history.cores_claimed_elsewhere / cores)
     return max(fits - own_starting - elsewhere, 0), sum(w.cores_free for w in placement.workers)
@@ -100,13 +106,10 @@ def memory_room_mb(given: GuardInput, executors: int) -> tuple[int, int] | None:
             for w in placement.workers]
     need = executors + math.ceil(given.history.cores_claimed_elsewhere / cores)
 
-    def fits(memory_mb: int) -> bool:
-        return sum(min(free_cores // cores, free_mb // memory_mb) for free_cores, free_mb in room) >= need
-
-    low, high = 0, max(free_mb for _cores, free_mb in room)  # fits(low) holds, or low stays 0
+    low, high = 0, max(free_mb for _cores, free_mb in room)  # fits at low, or low stays 0
     while low < high:  # the largest memory that fits: fewer executors fit as the memory grows
         middle = (low + high + 1) // 2
-        low, high = (middle, high) if fits(middle) else (low, middle - 1)
+        low, high = (middle, high) if fitting(room, cores, middle) >= need else (low, middle - 1)
     return low, sum(free_cores for free_cores, _mb in room)
 
 

@@ -33,8 +33,12 @@ class TaskOverhead:
     f_s: float  # per-task overhead, seconds
     v_s_per_record: float  # seconds per record net of f_s: Σ (useful - f) / Σ records (0: not fitted)
     tasks: int  # tasks with useful time > 0
-    fitted: bool
-    why_not: str = ""
+    why_not: str = ""  # empty: fitted
+
+    @property
+    def fitted(self) -> bool:
+        """Whether f and v were fitted (else `why_not` says why)."""
+        return not self.why_not
 
     @property
     def variable_rate(self) -> float:
@@ -50,13 +54,13 @@ def fit_task_overhead(instances: Sequence[InstanceFigures]) -> TaskOverhead:
     tasks = [(i.records_in, i.useful_time_s) for i in instances if i.useful_time_s > 0]
     n = len(tasks)
     if n < MIN_TASKS:
-        return TaskOverhead(0.0, 0.0, n, False, f"tasks measured: {n}, fewer than {MIN_TASKS}")
+        return TaskOverhead(0.0, 0.0, n, f"tasks measured: {n}, fewer than {MIN_TASKS}")
     records = [r for r, _t in tasks]
     times = [t for _r, t in tasks]
     mean_r = sum(records) / n
     distinct = len(set(records))
     if distinct < MIN_DISTINCT_COUNTS or max(records) - min(records) < MIN_SPREAD * mean_r or mean_r <= 0:
-        return TaskOverhead(0.0, 0.0, n, False,
+        return TaskOverhead(0.0, 0.0, n,
                             f"record counts do not spread ({num_range(records)}, {distinct} distinct)")
     mean_t = sum(times) / n
     sxx = sum((r - mean_r) ** 2 for r in records)
@@ -66,8 +70,8 @@ def fit_task_overhead(instances: Sequence[InstanceFigures]) -> TaskOverhead:
     f_s = shortest if slope <= 0 else min(max(mean_t - slope * mean_r, 0.0), shortest)
     remainder = sum(times) - n * f_s
     if remainder <= 0:
-        return TaskOverhead(0.0, 0.0, n, False, "the tasks' times do not grow with their records")
-    return TaskOverhead(f_s, remainder / sum(records), n, True)
+        return TaskOverhead(0.0, 0.0, n, "the tasks' times do not grow with their records")
+    return TaskOverhead(f_s, remainder / sum(records), n)
 
 
 def num_range(values: Sequence[float]) -> str:
