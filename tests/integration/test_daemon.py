@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -133,9 +134,16 @@ def test_a_partition_bound_stage_makes_the_daemon_migrate_its_query(setup):
         with ThreadPoolExecutor(1) as pool:
             # Each stage's task takes 5 ms per record: 1 partition carries at most 200 records/s, and
             # batches of at most 200 records (3 s over the 3 stages) finish within the 15 s window.
-            loading = pool.submit(run_loadgen, cfg, "dpart", "constant:150@60s", seed=9)
-            wait_until(migrated, 240, "a migration of dpart's query")
-            loading.result()
+            # The load ends once the migration starts: the backlog it left keeps the query busy through
+            # the migration, and each record more is 0.025 s of drain (batches carry 40 records/s).
+            stop_load = threading.Event()
+            loading = pool.submit(run_loadgen, cfg, "dpart", "constant:150@120s", seed=9, stop=stop_load)
+            try:
+                wait_until(lambda: daemon.events("migration.start", app="dpart"), 240, "dpart's query to migrate")
+            finally:
+                stop_load.set()
+                loading.result()
+            wait_until(migrated, 120, "the migration of dpart's query to end")
         result = migrated()[0]
         assert result.action.operator != "dag" and result.figures["strategy"] == "ccr"  # a stage asked
         assert "dag:" in result.detail

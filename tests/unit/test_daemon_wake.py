@@ -77,3 +77,52 @@ def test_an_app_added_with_an_offset_has_its_first_cycle_that_much_later():
         assert before + timedelta(seconds=7.5) <= first <= datetime.now(UTC) + timedelta(seconds=7.5)
     finally:
         daemon.scheduler.shutdown(wait=False)
+
+
+def test_a_sigterm_taken_by_another_thread_still_stops_the_daemon():
+    """The kernel may deliver SIGTERM to any thread; Python runs the handler on the main thread only
+    when it next runs, so a main loop asleep without a timeout slept through its stop (the daemon
+    was SIGKILLed after taking over a migration). Here the signal lands on a helper thread."""
+    import signal
+
+    daemon = Daemon(Config.model_validate({"metrics": {"enabled": False}}))
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    sent, rescued = threading.Event(), threading.Event()
+
+    def signal_from_another_thread() -> None:
+        wait_until(lambda: daemon.scheduler.running, 30, "the daemon to run")
+        signal.pthread_kill(threading.get_ident(), signal.SIGTERM)  # handled on this thread, not main
+        sent.set()
+        if not daemon._stop.wait(10):  # the main loop never noticed: wake it so the test can end
+            rescued.set()
+            daemon.stop("test rescue")
+
+    helper = threading.Thread(target=signal_from_another_thread, daemon=True)
+    helper.start()
+    try:
+        assert daemon.run() == 0
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+    helper.join(30)
+    assert sent.is_set() and not rescued.is_set(), "the daemon slept through a SIGTERM handled off its main thread"
+
+
+def test_a_taken_metrics_port_ends_the_start_with_a_message_and_exit_3():
+    """Another process on the metrics port: `sparkscale run` says which address and what to change,
+    exits 3 (the environment), with no traceback and nothing started."""
+    import socket
+
+    from click.testing import CliRunner
+
+    from sparkscale.cli import main
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = CliRunner().invoke(main, ["run", "--set", f"metrics.port={port}", "--set", "metrics.host=127.0.0.1",
+                                        "--max-cycles", "1"])
+    assert out.exit_code == 3, out.output
+    assert f"cannot serve metrics on 127.0.0.1:{port}" in out.output and "metrics.port" in out.output, out.output
+    assert "Traceback" not in out.output

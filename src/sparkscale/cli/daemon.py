@@ -15,6 +15,7 @@ from sparkscale.apps.spark_properties import masked
 from sparkscale.bounded import printable
 from sparkscale.cli.common import (
     EXIT_CONFIG,
+    EXIT_ENVIRONMENT,
     cli_store,
     client,
     client_errors,
@@ -76,7 +77,7 @@ def run(cfg: Config, max_cycles: int | None) -> None:
     """Run the daemon in the foreground (what systemd runs)."""
     from sparkscale.config.identities import DAEMON, set_process_identity
     from sparkscale.config.secrets import role_credentials
-    from sparkscale.daemon.service import Daemon
+    from sparkscale.daemon.service import Daemon, DaemonStartError
 
     set_process_identity(DAEMON)  # the monitors' and actuators' clients too (security.identity_dir)
     try:
@@ -84,7 +85,12 @@ def run(cfg: Config, max_cycles: int | None) -> None:
     except ConfigError as exc:
         exit_invalid("config", *exc.problems)
     meta = click.get_current_context().meta
-    sys.exit(Daemon(cfg, max_cycles=max_cycles, config_path=meta["config_path"], overrides=meta["overrides"]).run())
+    try:
+        code = Daemon(cfg, max_cycles=max_cycles, config_path=meta["config_path"], overrides=meta["overrides"]).run()
+    except DaemonStartError as exc:
+        click.echo(f"sparkscale run: {exc}", err=True)
+        sys.exit(EXIT_ENVIRONMENT)
+    sys.exit(code)
 
 
 @click.command("status")

@@ -12,6 +12,7 @@ identity (`RESTART_SECTIONS`) need a restart.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import functools
 import signal
 import threading
@@ -46,8 +47,15 @@ from sparkscale.store.live import live_store
 
 log = structlog.get_logger(__name__)
 
+MAIN_LOOP_TICK_S = 1.0  # the main thread wakes at least this often (signals are handled there)
+STOP_STACKS_AFTER_S = 30.0  # a stop still running this long writes every thread's stack to stderr
+NO_STDERR_FD = (AttributeError, ValueError, OSError, RuntimeError)  # faulthandler without a stderr descriptor
 # Sections whose change needs a restart (connections and identity); a reload keeps the old ones.
 RESTART_SECTIONS = ("spark", "cluster", "redis", "zookeeper", "metrics", "daemon", "logging")
+
+
+class DaemonStartError(Exception):
+    """The daemon cannot start in this environment (e.g. its metrics port is taken): exit, say why."""
 
 
 class Daemon:
@@ -101,15 +109,25 @@ class Daemon:
 
     def run(self) -> int:
         """Run until SIGTERM/SIGINT (or `max_cycles` cycles per app); SIGHUP reloads the config."""
+        metrics_port = None
+        if self.cfg.metrics.enabled:  # first: a port taken by another process ends the start, nothing begun
+            try:
+                metrics_port = self.metrics.serve(self.cfg.metrics.host, self.cfg.metrics.port)
+            except OSError as exc:
+                log.error("daemon.metrics_unavailable", host=self.cfg.metrics.host, port=self.cfg.metrics.port,
+                          error=str(exc), remedy="set metrics.port (or metrics.enabled: false), or stop the "
+                          "process listening there")
+                raise DaemonStartError(f"cannot serve metrics on {self.cfg.metrics.host}:{self.cfg.metrics.port}: "
+                                       f"{exc.strerror or exc}; set metrics.port or stop the process listening "
+                                       "there") from None
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda signum, _frame: self.stop(f"signal {signal.Signals(signum).name}"))
         signal.signal(signal.SIGHUP, lambda _signum, _frame: self.request_reload())
+        with contextlib.suppress(*NO_STDERR_FD):  # `kill -USR1` writes every thread's stack to stderr
+            faulthandler.register(signal.SIGUSR1, all_threads=True)
         self.zk.add_listener(self._on_zk_state)
         self.zk.start_async()  # connects (and reconnects) in the background; until then: standby
         HOST.start()  # the host's figures are read off the cycles (monitors/host_sampler.py)
-        metrics_port = None
-        if self.cfg.metrics.enabled:
-            metrics_port = self.metrics.serve(self.cfg.metrics.host, self.cfg.metrics.port)
         log.info("daemon.start", identity=self.identity, apps=[a.name for a in self.cfg.apps],
                  interval_s=self.cfg.loop.interval_s, policy=self.cfg.policy.name, dry_run=self.cfg.loop.dry_run,
                  master=self.cfg.spark.master_web_url, zookeeper=self.cfg.zookeeper.hosts,
@@ -123,13 +141,17 @@ class Daemon:
         self.scheduler.start()
         self.notifier.ready(f"managing {len(self.cfg.apps)} apps")
         while not self._stop.is_set():
-            self._wake.wait()
+            # Never an unbounded wait: the kernel may hand SIGTERM to another thread, and Python runs
+            # the handler only when the main thread next runs (a daemon once slept through its stop).
+            if not self._wake.wait(MAIN_LOOP_TICK_S):
+                continue
             self._wake.clear()
             if self._reload_requested.is_set():
                 self._reload_requested.clear()
                 self.reload()
             self._run_woken_apps()
         self.notifier.stopping()
+        stacks = _stacks_to_stderr(STOP_STACKS_AFTER_S)
         self.scheduler.shutdown(wait=True)
         self.actuation.shutdown(wait=True)  # an action under way is finished, not abandoned half-done
         for election in self.elections.values():
@@ -138,6 +160,8 @@ class Daemon:
         self.zk.close()
         HOST.stop()
         self.metrics.close()
+        if stacks:
+            faulthandler.cancel_dump_traceback_later()
         log.info("daemon.stop", identity=self.identity)
         return 0
 
@@ -255,6 +279,16 @@ class Daemon:
         for app_name in sorted(woken):
             with contextlib.suppress(JobLookupError):  # the app was removed meanwhile: nothing to wake
                 self.scheduler.modify_job(f"cycle:{app_name}", next_run_time=_now())
+
+
+def _stacks_to_stderr(after_s: float) -> bool:
+    """Write every thread's stack to stderr if the stop still runs `after_s` from now: a stop that
+    waits on a cycle or an action names what it waits on. False when stderr has no descriptor."""
+    try:
+        faulthandler.dump_traceback_later(after_s)
+    except NO_STDERR_FD:
+        return False
+    return True
 
 
 def _now() -> datetime:

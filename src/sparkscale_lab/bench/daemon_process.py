@@ -36,6 +36,11 @@ class DaemonProcess:
         if stderr is not None:
             stderr.close()  # the child has its own descriptor
 
+    def stderr_tail(self, chars: int = 6000) -> str:
+        """The end of the daemon's stderr: where a slow stop writes every thread's stack."""
+        path = self.log_path.with_suffix(".stderr")
+        return path.read_text(errors="replace")[-chars:] if path.exists() else ""
+
     def events(self, event: str | None = None, **match: Any) -> list[dict]:
         """Logged events (of one name, with fields equal to `match`), oldest first."""
         if not self.log_path.exists():
