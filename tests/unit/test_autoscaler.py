@@ -147,10 +147,12 @@ class FakeCluster:
 @dataclass
 class FakeJudge:
     calls: int = 0
+    task_overhead: list[bool] = field(default_factory=list)  # each call's
 
     def judge_due(self, app: AppConfig, pending: list[Any], snapshot: Snapshot, cfg: Any,
-                  now: float | None = None) -> list[Any]:
+                  now: float | None = None, task_overhead: bool = True) -> list[Any]:
         self.calls += 1
+        self.task_overhead.append(task_overhead)
         return []
 
 
@@ -266,8 +268,9 @@ class Loop:
 
 
 def loop(*plans: Plan, leader: bool = True, dry_run: bool = False, executor: Any = None,
-         sink: RecordingSink | None = None, elected: bool = True) -> Loop:
-    cfg = Config.model_validate({"apps": [{"name": APP, "pipeline": "wordcount"}], "loop": {"dry_run": dry_run}})
+         sink: RecordingSink | None = None, elected: bool = True, policy: dict[str, Any] | None = None) -> Loop:
+    cfg = Config.model_validate({"apps": [{"name": APP, "pipeline": "wordcount"}], "loop": {"dry_run": dry_run},
+                                 "policy": policy or {}})
     collector, planner, desk, judge = FakeCollector(), FakePlanner(list(plans) or [NO_CHANGE]), FakeDesk(), FakeJudge()
     decisions, sink, lock, clock = FakeDecisions(), sink or RecordingSink(), FakeLock(leader), FakeClock()
     executor = executor if executor is not None else FakeExecutor()
@@ -311,6 +314,17 @@ def test_a_decision_with_an_action_is_written_once_then_dispatched_once():
     assert run.planner.seen[-1].migration_strategy == "ccr"
     assert len(run.executor.started) == 1 and run.desk.served == 1
     assert [d.mode for d in run.decisions.records] == ["acted", "no_change"]
+
+
+@pytest.mark.parametrize(("policy", "task_overhead"), [
+    ({}, True),  # DS2 with its default
+    ({"ds2": {"task_overhead": False}}, False),  # DS2's linear model: its expectations are measured by it
+    ({"name": "dhalion", "ds2": {"task_overhead": False}}, True),  # another policy: the overhead model
+])
+def test_outcomes_are_judged_with_the_capacity_model_ds2_expected_by(policy: dict[str, Any], task_overhead: bool):
+    run = loop(NO_CHANGE, policy=policy)
+    run.autoscaler.cycle(APP)
+    assert run.judge.task_overhead == [task_overhead]
 
 
 def test_the_decision_is_written_before_acting_and_a_refused_write_does_nothing():

@@ -28,6 +28,8 @@ from sparkscale.policies.outcomes import (
 )
 from sparkscale.policies.scalability import coefficient, scaled_cores
 from tests.unit.test_ds2 import inst, op, snapshot
+from tests.unit.test_task_overhead import CLICKS_RECORDS, tasks
+from tests.unit.test_task_overhead import snapshot as overhead_snapshot
 
 APP = AppConfig(name="app", min_executors=1, max_executors=16)
 
@@ -150,6 +152,22 @@ def test_a_ramp_does_not_blocklist_ds2_but_an_ineffective_scale_up_blocks_scale_
     # An ineffective scale-up blocks further scale-ups for every policy.
     _p, _l, store, _ = evaluate("ds2", 300.0)
     assert [e.blocked.diagnosis for e in store.entries] == [INEFFECTIVE_SCALE_UP]
+
+
+@pytest.mark.parametrize(("task_overhead", "blocked"), [(False, [INEFFECTIVE_SCALE_UP]), (True, [])])
+def test_the_evaluator_measures_capacity_with_the_model_it_is_given(task_overhead: bool, blocked: list[str]):
+    # Plain DS2 expected 1 -> 2 cores to double 32.8 rec/s; after it the tasks pay twice their fixed
+    # cost: plain DS2 measures 35 rec/s (ineffective), the overhead model 376 (tests/unit/test_task_overhead.py).
+    before = estimate(overhead_snapshot(56, tasks(CLICKS_RECORDS)))
+    expected = Expectation("under_provisioning", "scale_executors", CAPACITY, before.capacity_rps(1) or 0.0,
+                           before.capacity_rps(2) or 0.0, 0.0)
+    pending = [PendingOutcome("d1", expected, Action.scale_executors(1, 2, "up"), due_at=0.0, policy="ds2")]
+    log, store = _Log(), _Store()
+    OutcomeEvaluator(store, FanOut((OutcomeFeed(log),))).judge_due(
+        APP, pending, overhead_snapshot(56, tasks(CLICKS_RECORDS, f_s=0.8), backlog=1000), OutcomesConfig(),
+        task_overhead=task_overhead)
+    assert [e.blocked.diagnosis for e in store.entries] == blocked
+    assert log.outcomes[0].met is task_overhead  # the overhead model reads 376 rec/s: "met"
 
 
 def test_a_lightly_loaded_window_teaches_nothing_about_scalability():

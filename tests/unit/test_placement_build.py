@@ -4,15 +4,19 @@ cycle's snapshots (workers, executors, load, gravity-model traffic, demand)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from sparkscale.config import AppConfig
 from sparkscale.model.snapshot import Snapshot
+from sparkscale.policies.ds2_model import estimate
 from sparkscale.policies.placement.build import cluster_model
 from sparkscale.policies.placement.landing import landing_worker
 from sparkscale.policies.placement.model import ExecutorKey, Worker
+from tests.unit.test_task_overhead import CLICKS_RECORDS, tasks
+from tests.unit.test_task_overhead import snapshot as overhead_snapshot
 
 
 def worker(wid: str, free: int, memory_free: int = 8192) -> Worker:
@@ -151,3 +155,19 @@ def test_cluster_plan_refuses_a_bad_snapshot_or_an_app_not_in_the_config(two_app
     (tmp / "c2.yaml").write_text("apps:\n  - {name: a}\n")
     other = runner.invoke(main, ["cluster-plan", str(tmp / "b.json"), "--config", str(tmp / "c2.yaml")])
     assert other.exit_code == 2 and "b are not in the config" in other.output
+
+
+def test_an_executors_rate_is_measured_with_the_capacity_model_ds2_sized_by():
+    # Tasks paying 0.4 s each whatever their records (tests/unit/test_task_overhead.py): plain DS2's
+    # capacity on one core is ~32.8 rec/s, the overhead model's 300 x (1 - 0.37) = 188 rec/s.
+    plain_snap = overhead_snapshot(56, tasks(CLICKS_RECORDS))
+    wa, _ = slots(["1"], [], [], [])
+    view = {"cluster": {"app_id": "app-x", "workers": wa, "unreachable": [], "executor_memory_mb": 1024}}
+    snap_with_view = replace(plain_snap, extensions=view)
+    app = {"app": AppConfig(name="app", max_executors=8)}
+    plain = cluster_model([snap_with_view], app, task_overhead=False).app("app").rate_per_executor
+    assert plain == pytest.approx(estimate(plain_snap).capacity_rps(1))
+    assert plain == pytest.approx(32.756, abs=0.01)
+    overhead = cluster_model([snap_with_view], app).app("app").rate_per_executor  # the default, as before
+    assert overhead == pytest.approx(300 * (1 - 14 * 0.4 / 15))
+    assert cluster_model([snap_with_view], app, task_overhead=True).app("app").rate_per_executor == overhead

@@ -15,9 +15,10 @@ import pytest
 
 from sparkscale.config import AppConfig, PolicyConfig
 from sparkscale.model.snapshot import InstanceFigures, Snapshot
-from sparkscale.policies.ds2 import Ds2Config, Ds2Policy
+from sparkscale.policies.ds2 import Ds2Config, Ds2Policy, capacity_task_overhead
 from sparkscale.policies.ds2_model import estimate
 from sparkscale.policies.history import DecisionHistory
+from sparkscale.policies.outcomes import CAPACITY, Expectation, judge, measured
 from sparkscale.policies.task_overhead import fit_task_overhead
 
 F_S = 0.4
@@ -32,14 +33,14 @@ def tasks(records: list[float], f_s: float = F_S, v_s: float = V_S, noise_s: flo
 
 
 def snapshot(arrival: float, instances: list[InstanceFigures], window_s: float = 15.0,
-             partitions: int = 4) -> Snapshot:
+             partitions: int = 4, backlog: float = 0) -> Snapshot:
     rows: list[dict[str, Any]] = [{"records_in": i.records_in, "records_out": i.records_out,
                                    "useful_time_s": i.useful_time_s, "executor": "1"} for i in instances]
     return Snapshot.from_dict({
         "version": 1, "app": "app", "query": "q", "taken_at": 0.0, "window_s": window_s,
         "executors": [{"id": "1", "host": "127.0.0.1", "cores": 1}],
         "operators": [
-            {"id": "src", "parallelism": 1, "source": True, "arrival_rate": arrival, "backlog": 0,
+            {"id": "src", "parallelism": 1, "source": True, "arrival_rate": arrival, "backlog": backlog,
              "instances": [{"records_in": arrival * window_s, "records_out": arrival * window_s,
                             "useful_time_s": window_s, "executor": "1"}]},
             {"id": "stage0", "parallelism": partitions, "instances": rows},
@@ -217,3 +218,44 @@ def test_policy_says_why_no_overhead_was_fitted():
 
 def test_ds2_config_turns_it_on_by_default():
     assert Ds2Config().task_overhead is True
+
+
+# --- the outcome judge measures as DS2 expected (policies/outcomes.py) ----------------------------
+
+
+def test_the_judge_measures_capacity_with_the_model_ds2_sized_by():
+    snap, app = snapshot(56, tasks(CLICKS_RECORDS)), AppConfig(name="app", max_executors=8)
+    plain = estimate(snap).capacity_rps(2)
+    assert plain == pytest.approx(2 * 32.756, abs=0.01)  # both cores at the linear true rate
+    assert measured(CAPACITY, snap, app, 2, task_overhead=False) == (pytest.approx(plain), pytest.approx(56 / plain))
+    # The overhead model reads 600 x (1 - 0.37 / 2) rec/s from the same window, as before by default.
+    overhead = estimate(snap, task_overhead=True).capacity_rps(2)
+    assert overhead == pytest.approx(600 * (1 - 14 * 0.4 / 15 / 2))
+    assert measured(CAPACITY, snap, app, 2, task_overhead=True)[0] == pytest.approx(overhead)
+    assert measured(CAPACITY, snap, app, 2) == measured(CAPACITY, snap, app, 2, task_overhead=True)
+
+
+def test_an_ineffective_scale_up_by_plain_ds2_is_not_judged_met_by_the_overhead_model():
+    # Plain DS2 expected 1 -> 2 cores to double the capacity of the window; after it the tasks pay
+    # twice the fixed cost, so plain DS2's capacity on 2 cores barely moved (35 of the 65.5 expected)
+    # and the backlog grows. The overhead model reads 376 rec/s from that window: "met".
+    before = estimate(snapshot(56, tasks(CLICKS_RECORDS)))
+    expected = Expectation("under_provisioning", "scale_executors", CAPACITY, before.capacity_rps(1) or 0.0,
+                           before.capacity_rps(2) or 0.0, 0.0)
+    after = snapshot(56, tasks(CLICKS_RECORDS, f_s=0.8), backlog=1000)  # over 3 batches of arrivals
+    app = AppConfig(name="app", max_executors=8)
+    plain = judge(expected, after, app, 0.5, cores=2, task_overhead=False)
+    assert plain.observed == pytest.approx(34.95, abs=0.01)
+    assert not plain.met and plain.ineffective
+    assert judge(expected, after, app, 0.5, cores=2, task_overhead=True).met
+    assert judge(expected, after, app, 0.5, cores=2).met  # the default: the overhead model, as before
+
+
+@pytest.mark.parametrize(("policy", "task_overhead"), [
+    (PolicyConfig(), True),
+    (PolicyConfig(ds2=Ds2Config(task_overhead=False)), False),
+    (PolicyConfig(name="threshold", ds2=Ds2Config(task_overhead=False)), True),  # not DS2: the default
+])
+def test_capacity_is_measured_with_the_overhead_only_where_ds2_sizes_by_it(policy: PolicyConfig,
+                                                                          task_overhead: bool):
+    assert capacity_task_overhead(policy) is task_overhead

@@ -19,6 +19,7 @@ from sparkscale.logsetup import configure_logging
 from sparkscale.model.snapshot import Snapshot, SnapshotError, load_snapshots
 from sparkscale.monitors.collector import AppNotRunningError, CollectOptions, NoQueriesYet, collect_snapshots
 from sparkscale.monitors.spark_rest import SparkRestError
+from sparkscale.policies.ds2 import capacity_task_overhead
 from sparkscale.policies.placement.base import get_placement, registered_placements
 from sparkscale.policies.placement.build import cluster_model
 from sparkscale.policies.placement.model import ClusterModel
@@ -69,7 +70,8 @@ def cluster_plan_command(snapshot_paths: tuple[str, ...], config_path: str | Non
     unknown = sorted({s.app for s in snapshots} - set(apps))
     if unknown:
         exit_invalid("snapshot", f"app(s) {', '.join(unknown)} are not in the config's apps")
-    model = cluster_model(snapshots, apps, cfg.placement.worker_selection_policy, cfg.placement.host_cpus)
+    model = cluster_model(snapshots, apps, cfg.placement.worker_selection_policy, cfg.placement.host_cpus,
+                          capacity_task_overhead(cfg.policy))
     if not model.workers:
         click.echo("no cluster view in the snapshots (loop.cluster_view off, or the master did not answer)",
                    err=True)

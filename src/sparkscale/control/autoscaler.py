@@ -58,6 +58,7 @@ from sparkscale.model.snapshot_merge import merge_snapshots
 from sparkscale.monitors.collector import AppNotRunningError, NoQueriesYet
 from sparkscale.monitors.spark_rest import SparkRestError
 from sparkscale.policies.capacity import short_warnings
+from sparkscale.policies.ds2 import capacity_task_overhead
 from sparkscale.policies.history import DecisionHistory
 from sparkscale.policies.outcomes import expectation_for
 from sparkscale.store.bad_records import escaped
@@ -341,7 +342,8 @@ class Autoscaler:
         st.took_in(taken, self._evaluate_after_s())
 
     def _judge_due(self, app: AppConfig, st: AppState, snapshot: Snapshot) -> None:
-        for learned in self.judge.judge_due(app, st.pending, snapshot, self.cfg.outcomes, self.clock.now()):
+        for learned in self.judge.judge_due(app, st.pending, snapshot, self.cfg.outcomes, self.clock.now(),
+                                            task_overhead=capacity_task_overhead(self.cfg.policy)):
             st.history = st.history.with_scaling(learned)
 
     def _history(self, app: AppConfig, st: AppState, leadership: Leadership, snapshots: list[Snapshot],

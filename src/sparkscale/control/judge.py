@@ -27,6 +27,8 @@ class PendingOutcome:
 
 class OutcomeJudge(Protocol):
     def judge_due(self, app: AppConfig, pending: list[PendingOutcome], snapshot: Snapshot, cfg: OutcomesConfig,
-                  now: float | None = None) -> list[ScalingObservation]:
-        """Judge, and remove from `pending`, what is due at `now`; what it taught about scalability."""
+                  now: float | None = None, task_overhead: bool = True) -> list[ScalingObservation]:
+        """Judge, and remove from `pending`, what is due at `now` (capacities measured with the model
+        DS2 expected them by: `task_overhead`, policies/ds2.py `capacity_task_overhead`); what it
+        taught about scalability."""
         ...

@@ -25,6 +25,7 @@ from sparkscale.config import AppConfig, Config
 from sparkscale.daemon.downtime_tracker import DowntimeTracker
 from sparkscale.model.plan import Action
 from sparkscale.model.snapshot import Snapshot
+from sparkscale.policies.ds2 import capacity_task_overhead
 from sparkscale.policies.placement.base import get_placement
 from sparkscale.policies.placement.build import cluster_model
 from sparkscale.policies.placement.downtime import DowntimeModel
@@ -113,7 +114,7 @@ class ClusterPlanner:
                      if now - s.taken_at <= 2 * self.cfg.loop.window_s]
             started = time.monotonic()
             model = cluster_model(fresh, {a.name: a for a in self.cfg.apps}, placement.worker_selection_policy,
-                                  placement.host_cpus)
+                                  placement.host_cpus, capacity_task_overhead(self.cfg.policy))
             settings = placement.section(placement.name) if placement.section_model(placement.name) else None
             # EDRP: what this cluster measured
             if settings is not None and isinstance(getattr(settings, "downtime", None), DowntimeModel):

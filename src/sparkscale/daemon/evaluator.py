@@ -84,16 +84,18 @@ class OutcomeEvaluator:
     sink: EventSink
 
     def judge_due(self, app: AppConfig, pending: list[PendingOutcome], snapshot: Snapshot,
-                  cfg: OutcomesConfig, now: float | None = None) -> list[ScalingObservation]:
+                  cfg: OutcomesConfig, now: float | None = None,
+                  task_overhead: bool = True) -> list[ScalingObservation]:
         """Judge (and remove from `pending`) the decisions whose time has come at `now` (epoch s;
-        None: the wall clock's); returns what they taught about the app's scalability."""
+        None: the wall clock's), capacities measured with the per-task overhead when `task_overhead`
+        (outcomes.py `measured`); returns what they taught about the app's scalability."""
         now = time.time() if now is None else now
         learned: list[ScalingObservation] = []
         for item in list(pending):
             if now < item.due_at:
                 continue
             cores = item.action.to * app.executor_cores if item.action.to is not None else None
-            verdict = judge(item.expected, snapshot, app, cfg.fraction, cores, cfg.effectiveness)
+            verdict = judge(item.expected, snapshot, app, cfg.fraction, cores, cfg.effectiveness, task_overhead)
             blocked_until: float | None = None
             if not verdict.met and blocks_unmet(item.policy):
                 # Dhalion: an action that did not bring the expected outcome is blocked for its diagnosis.

@@ -184,6 +184,18 @@ class Ds2Policy:
         )
 
 
+def capacity_task_overhead(policy: PolicyConfig) -> bool:
+    """Whether a capacity is measured with the per-task overhead fitted (ds2_model's `task_overhead`)
+    by the outcome judge (outcomes.py `measured`) and placement (placement/build.py): as DS2 sized
+    and computed its expectation, since the two models read different capacities from one window
+    (the overhead model a higher one on overhead-heavy stages). Another policy deciding: true, the
+    model's default."""
+    if policy.name != Ds2Policy.name:
+        return True
+    ds2: Ds2Config = policy.section(Ds2Policy.name)
+    return ds2.task_overhead
+
+
 def _restart_aware(est: Ds2Estimate, snapshot: Snapshot, history: DecisionHistory, ds2: Ds2Config, u: float,
                    current_cores: int, explanation: list[str]) -> tuple[Ds2Estimate, float]:
     """The estimate again with the stall of the change `est` foresees (its measured cost), and that stall."""

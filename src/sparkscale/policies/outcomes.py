@@ -194,15 +194,17 @@ def keeps_up(snapshot: Snapshot, app: AppConfig, backlog_before: float) -> bool:
     return fig.backlog <= max(backlog_before, usual_backlog)
 
 
-def measured(metric: str, snapshot: Snapshot, app: AppConfig, cores: int | None = None) -> tuple[float | None,
-                                                                                              float | None]:
+def measured(metric: str, snapshot: Snapshot, app: AppConfig, cores: int | None = None,
+             task_overhead: bool = True) -> tuple[float | None, float | None]:
     """The figure `metric` in `snapshot`, and for `capacity_rps` the share of it the window's target
     rate took (else None). Capacity is on `cores` cores (default: the snapshot's), from the window's
     true rates, so that a later change of the count does not blur the judgement; with the per-task
-    overhead fitted where the tasks allow it (ds2_model's `task_overhead`, DS2's default), as the
-    expectation was computed."""
+    overhead fitted where the tasks allow it when `task_overhead` (ds2_model's), else DS2's linear
+    model: the model the expectation was computed with (`policy.ds2.task_overhead`,
+    ds2.py `capacity_task_overhead`), or the overhead model would read a higher capacity on
+    overhead-heavy stages than plain DS2 expected and judge an ineffective scale-up met."""
     if metric == CAPACITY:
-        est = estimate(snapshot, task_overhead=True)
+        est = estimate(snapshot, task_overhead=task_overhead)
         capacity = est.capacity_rps(cores if cores is not None else snapshot.cores)
         return capacity, (est.source_target_rate / capacity if capacity else None)
     fig = load_figures(snapshot, app)
@@ -210,9 +212,9 @@ def measured(metric: str, snapshot: Snapshot, app: AppConfig, cores: int | None 
 
 
 def judge(expected: Expectation, snapshot: Snapshot, app: AppConfig, fraction: float, cores: int | None = None,
-          effectiveness: float = 0.1) -> Verdict:
+          effectiveness: float = 0.1, task_overhead: bool = True) -> Verdict:
     """Did the action do what was expected, judged on a snapshot taken well after it (`cores`: the
-    count the action set, for `capacity_rps`)?"""
+    count the action set, and `task_overhead` the model, for `capacity_rps`: see `measured`)?"""
     fig = load_figures(snapshot, app)
     ok_now = keeps_up(snapshot, app, expected.backlog_before)
     if expected.metric == KEEPS_UP:
@@ -221,7 +223,7 @@ def judge(expected: Expectation, snapshot: Snapshot, app: AppConfig, fraction: f
         detail = "the app keeps up" if ok_now else (
             f"the app does not keep up: {backlog}, batch ratio {_show(fig.batch_ratio)}")
         return Verdict(ok_now, fig.batch_ratio, ok_now, detail)
-    observed, load_share = measured(expected.metric, snapshot, app, cores)
+    observed, load_share = measured(expected.metric, snapshot, app, cores, task_overhead)
     if observed is None:
         return Verdict(ok_now, None, ok_now, f"{expected.metric} unknown in the window; app keeps up: {ok_now}")
     # Dhalion: an action met its outcome when the figure moved by at least `fraction` of the expected change.

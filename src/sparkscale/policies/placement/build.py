@@ -15,8 +15,9 @@ executors run on each) and the executors' figures over the window. Put together 
   CC_{e->e'} = W_e x R_e' / sum_x R_x (docs/internals.md, "Placement"). The measured remote share
   (`shuffle_remote_read_bytes`) is what it is checked against.
 - Demand: arrival rate and the rate one executor sustains (DS2's capacity on one executor's cores,
-  `Ds2Estimate.capacity_rps`, the figure a scale-up's outcome is judged by), state size from
-  the progress reports' `memoryUsedBytes`.
+  `Ds2Estimate.capacity_rps`, the figure a scale-up's outcome is judged by, with the per-task
+  overhead model DS2 sizes by: `policy.ds2.task_overhead`, ds2.py `capacity_task_overhead`), state
+  size from the progress reports' `memoryUsedBytes`.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def _workers(placements: Sequence[Placement]) -> dict[str, Worker]:
     return out
 
 
-def _demand(app: AppConfig, snaps: Sequence[Snapshot]) -> AppDemand:
+def _demand(app: AppConfig, snaps: Sequence[Snapshot], task_overhead: bool) -> AppDemand:
     arrival = 0.0
     rates: list[float] = []
     state = partitions = 0
@@ -64,7 +65,7 @@ def _demand(app: AppConfig, snaps: Sequence[Snapshot]) -> AppDemand:
         arrival += figures.arrival_rate
         # DS2's capacity model on one executor's cores: its stages' true rates, each stage capped
         # at its partitions; a source's time (waiting on its input) is not work an executor adds.
-        capacity = estimate(snap, task_overhead=True).capacity_rps(app.executor_cores)
+        capacity = estimate(snap, task_overhead=task_overhead).capacity_rps(app.executor_cores)
         if capacity:
             rates.append(capacity)
         progress = snap.extensions.get("progress") or {}
@@ -88,9 +89,10 @@ def _gravity(keys: Sequence[ExecutorKey], written: Mapping[ExecutorKey, float],
 
 def cluster_model(snapshots: Sequence[Snapshot], apps: Mapping[str, AppConfig],
                   selection_policy: str = "CORES_FREE_DESC",
-                  host_cpus: Mapping[str, int] | None = None) -> ClusterModel:
+                  host_cpus: Mapping[str, int] | None = None, task_overhead: bool = True) -> ClusterModel:
     """The model of the managed apps in `snapshots` (those without a cluster view are left out);
-    `host_cpus`: a worker host's CPUs where fewer than its worker's cores (`placement.host_cpus`)."""
+    `host_cpus`: a worker host's CPUs where fewer than its worker's cores (`placement.host_cpus`);
+    `task_overhead`: an executor's rate measured with the per-task overhead fitted (ds2_model's)."""
     by_app: dict[str, list[Snapshot]] = {}
     for snap in snapshots:
         if snap.app in apps:
@@ -139,7 +141,7 @@ def cluster_model(snapshots: Sequence[Snapshot], apps: Mapping[str, AppConfig],
                           min(busy_cores.get(wid, 0.0) / min(w.cores, cpus.get(w.host, w.cores)), 1.0)
                           if w.cores else None)
               for wid, w in workers.items()}
-    demands = tuple(_demand(apps[name], by_app[name]) for name in sorted(placements))
+    demands = tuple(_demand(apps[name], by_app[name], task_overhead) for name in sorted(placements))
     landing = {d.app: landing_worker(loaded.values(), d.executor_cores, d.executor_memory_mb, selection_policy)
                for d in demands}
     return ClusterModel(tuple(loaded[w] for w in sorted(loaded)), tuple(executors), demands, tuple(traffic), landing)
