@@ -39,6 +39,7 @@ from sparkscale.daemon.notify import Notifier
 from sparkscale.daemon.wiring import ActuationContexts, RequestDesk, loop_stores
 from sparkscale.monitors.collector import collect_snapshots
 from sparkscale.monitors.host_sampler import HOST
+from sparkscale.monitors.stage_prefetch import PREFETCH
 from sparkscale.policies.planner import decide_app
 from sparkscale.redisconn import connect_as
 from sparkscale.store.bad_records import escaped
@@ -107,6 +108,7 @@ class Daemon:
         self.zk.add_listener(self._on_zk_state)
         self.zk.start_async()  # connects (and reconnects) in the background; until then: standby
         HOST.start()  # the host's figures are read off the cycles (monitors/host_sampler.py)
+        PREFETCH.start()  # finished stages fetched off the cycles (monitors/stage_prefetch.py)
         metrics_port = None
         if self.cfg.metrics.enabled:
             metrics_port = self.metrics.serve(self.cfg.metrics.host, self.cfg.metrics.port)
@@ -137,6 +139,7 @@ class Daemon:
         self.zk.stop()
         self.zk.close()
         HOST.stop()
+        PREFETCH.stop()
         self.metrics.close()
         log.info("daemon.stop", identity=self.identity)
         return 0
