@@ -40,6 +40,7 @@ from sparkscale.daemon.notify import Notifier
 from sparkscale.daemon.wiring import ActuationContexts, RequestDesk, loop_stores
 from sparkscale.monitors.collector import collect_snapshots
 from sparkscale.monitors.host_sampler import HOST
+from sparkscale.monitors.stage_prefetch import PREFETCH
 from sparkscale.policies.planner import decide_app
 from sparkscale.redisconn import connect_as
 from sparkscale.store.bad_records import escaped
@@ -128,6 +129,7 @@ class Daemon:
         self.zk.add_listener(self._on_zk_state)
         self.zk.start_async()  # connects (and reconnects) in the background; until then: standby
         HOST.start()  # the host's figures are read off the cycles (monitors/host_sampler.py)
+        PREFETCH.start()  # finished stages fetched off the cycles (monitors/stage_prefetch.py)
         log.info("daemon.start", identity=self.identity, apps=[a.name for a in self.cfg.apps],
                  interval_s=self.cfg.loop.interval_s, policy=self.cfg.policy.name, dry_run=self.cfg.loop.dry_run,
                  master=self.cfg.spark.master_web_url, zookeeper=self.cfg.zookeeper.hosts,
@@ -159,6 +161,7 @@ class Daemon:
         self.zk.stop()
         self.zk.close()
         HOST.stop()
+        PREFETCH.stop()
         self.metrics.close()
         if stacks:
             faulthandler.cancel_dump_traceback_later()

@@ -45,6 +45,7 @@ from sparkscale.monitors.snapshot_builder import (
     window_batches,
 )
 from sparkscale.monitors.spark_rest import RestStage, SparkRestError, driver_rest
+from sparkscale.monitors.stage_prefetch import PREFETCH
 from sparkscale.protocol.keys import executor_target_key, progress_history_key
 from sparkscale.protocol.queries import QueryInfo
 from sparkscale.redisconn import RawEntries, connect_as, stream_entries
@@ -196,6 +197,8 @@ def _collect(cfg: Config, app_name: str, query: str | None, opts: CollectOptions
                  backlog_estimate=snapshot.extensions["source"]["backlog_estimate"],
                  executor_hosts=app_figures["hosts"], cpu_fraction=app_figures["cpu_fraction"])
         snapshots.append(snapshot)
+    # The next window's finished stages fetched before the next cycle asks (`stage_prefetch.py`).
+    PREFETCH.register(rest, spark_app.id, app.name, cfg.loop.interval_s, since_s=taken_at - window_s)
     return snapshots
 
 

@@ -1,0 +1,174 @@
+"""Finished stages fetched off the cycle, shortly before it asks for them (issue 33: at 10 apps the
+cycle's p99 was its fetch of the window's new stages, docs/results/daemon_cycle_interval10.md).
+
+A stage of a finished job never changes and `stage_cache.STAGES` keeps it, so fetching it earlier
+changes no figure: the cycle still reads exactly its window's stages, most of them now kept. After
+a successful collect the collector registers the app (`monitors/collector.py`); at `LEAD` of the
+app's interval after that, one daemon thread asks the driver for its jobs and fetches, one request
+at a time and at most `MAX_STAGES_PER_PASS` per pass (newest first), the stages of the jobs that
+finished since the registered window began and are not kept. Every fetch goes through the cache's
+`get` (a kept stage is never asked again), whose lock is held for dictionary work only: a pass stuck
+on a driver never delays a cycle. An app not registered again within `FORGET_AFTER_INTERVALS` of
+its interval is forgotten (its driver may be gone). The daemon starts and stops the process's
+`PREFETCH` (daemon/service.py); where it is not running (a one-shot command) registering does nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+import structlog
+
+from sparkscale.monitors.driver_round import DriverRest
+from sparkscale.monitors.spark_rest import RestJob
+from sparkscale.monitors.stage_cache import STAGES, StageCache
+
+log = structlog.get_logger(__name__)
+
+FINISHED_JOBS = frozenset({"SUCCEEDED", "FAILED"})
+LEAD = 0.7  # a pass at this fraction of the app's interval after its registration: before its next cycle
+MAX_STAGES_PER_PASS = 64  # stage requests one pass makes at most
+FORGET_AFTER_INTERVALS = 3
+IDLE_WAIT_S = 60.0  # the thread's wait with nothing due (a registration or `stop` wakes it sooner)
+
+Spawn = Callable[[Callable[[], None]], threading.Thread | None]
+
+
+def daemon_thread(target: Callable[[], None]) -> threading.Thread:
+    thread = threading.Thread(target=target, name="sparkscale-stage-prefetch", daemon=True)
+    thread.start()
+    return thread
+
+
+@dataclass(frozen=True)
+class Registered:
+    """An app to prefetch for: its driver, as the last successful collect read it."""
+
+    rest: DriverRest
+    app_id: str
+    interval_s: float
+    since_s: float  # epoch seconds: jobs completed before this are not looked at (the window's start)
+    registered_at_s: float  # monotonic
+    due_at_s: float  # monotonic: the next pass
+
+
+def finished_stage_ids(jobs: Sequence[RestJob], since_s: float) -> list[int]:
+    """The stages of the jobs finished after `since_s`, newest job first (a job's stages newest first)."""
+    finished = [j for j in jobs if j.status in FINISHED_JOBS and j.completed_at_s is not None
+                and j.completed_at_s > since_s]
+    finished.sort(key=lambda j: (j.completed_at_s or 0.0, j.job_id), reverse=True)
+    return list(dict.fromkeys(s for j in finished for s in sorted(j.stage_ids, reverse=True)))
+
+
+class StagePrefetcher:
+    """One background thread filling `cache` with the registered apps' finished stages."""
+
+    def __init__(self, cache: StageCache | None = None, monotonic: Callable[[], float] = time.monotonic,
+                 spawn: Spawn = daemon_thread, lead: float = LEAD,
+                 max_stages_per_pass: int = MAX_STAGES_PER_PASS) -> None:
+        self.cache = STAGES if cache is None else cache
+        self._monotonic = monotonic
+        self._spawn = spawn  # tests pass one that starts nothing and drive `run_due` themselves
+        self.lead = lead
+        self.max_stages_per_pass = max_stages_per_pass
+        self._lock = threading.Lock()  # held for dictionary work only, never across a request
+        self._apps: dict[str, Registered] = {}
+        self._wake = threading.Event()
+        self._stop: threading.Event | None = None
+        self.thread: threading.Thread | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._stop is not None and not self._stop.is_set()
+
+    def start(self) -> None:
+        """Start prefetching (again after `stop`); starting a running prefetcher does nothing."""
+        if self.running:
+            return
+        stop, wake = threading.Event(), threading.Event()  # its own: a stopped thread still in a request
+        self._stop, self._wake = stop, wake  # ends after it, and never takes a newer thread's wake-up
+        self.thread = self._spawn(lambda: self._run(stop, wake))
+
+    def stop(self) -> None:
+        """Forget every app and ask the thread to end (after its current request, if one is under way)."""
+        with self._lock:  # a registration under way lands before it (and is cleared) or finds it stopped
+            if self._stop is not None:
+                self._stop.set()
+            self._apps.clear()
+        self._wake.set()
+
+    def register(self, rest: DriverRest, app_id: str, app_name: str, interval_s: float, since_s: float) -> None:
+        """After a successful collect: a pass at `lead` of `interval_s` from now, and one per interval after
+        it until the app is forgotten. Does nothing while the prefetcher is not running."""
+        now_s = self._monotonic()
+        entry = Registered(rest, app_id, interval_s, since_s, now_s, now_s + self.lead * interval_s)
+        with self._lock:
+            if not self.running:
+                return
+            self._apps[app_name] = entry
+        self._wake.set()
+
+    def registered(self) -> dict[str, Registered]:
+        with self._lock:
+            return dict(self._apps)
+
+    def run_due(self, now_s: float) -> float:
+        """Every pass due at `now_s` (monotonic), one after the other; the seconds until the next one."""
+        for app_name, entry in self._take_due(now_s):
+            self.prefetch(app_name, entry)
+        with self._lock:
+            next_s = min((e.due_at_s for e in self._apps.values()), default=None)
+        return IDLE_WAIT_S if next_s is None else min(max(next_s - self._monotonic(), 0.0), IDLE_WAIT_S)
+
+    def prefetch(self, app_name: str, entry: Registered) -> int:
+        """One pass for the app: its jobs, then its finished stages not kept; the stage requests made.
+        A failure (an error, a timeout, a bad answer) ends the pass: the next one tries again."""
+        if not self.cache.enabled:  # nothing would be kept (SPARKSCALE_STAGE_CACHE=off)
+            return 0
+        started_s, cpu_started_s, fetched = time.monotonic(), time.thread_time(), 0
+        try:
+            for stage_id in finished_stage_ids(entry.rest.jobs(entry.app_id), entry.since_s):
+                if fetched >= self.max_stages_per_pass:
+                    break
+                fetch = functools.partial(entry.rest.stage_attempts, entry.app_id, stage_id)
+                if self.cache.get(entry.app_id, stage_id, fetch)[1]:
+                    fetched += 1
+        except Exception as exc:  # the thread outlives any answer a driver gives
+            log.debug("stage_prefetch.failed", app=app_name, app_id=entry.app_id, fetched=fetched, error=repr(exc))
+            return fetched
+        log.debug("stage_prefetch.pass", app=app_name, app_id=entry.app_id, fetched=fetched,
+                  took_s=round(time.monotonic() - started_s, 4), cpu_s=round(time.thread_time() - cpu_started_s, 4))
+        return fetched
+
+    def _take_due(self, now_s: float) -> list[tuple[str, Registered]]:
+        """The apps due at `now_s`, earliest first, each moved on to its next pass; the silent ones forgotten."""
+        due: list[tuple[str, Registered]] = []
+        with self._lock:
+            for app_name, entry in list(self._apps.items()):
+                if now_s - entry.registered_at_s >= FORGET_AFTER_INTERVALS * entry.interval_s:
+                    del self._apps[app_name]
+                    log.debug("stage_prefetch.forgotten", app=app_name, app_id=entry.app_id)
+                elif entry.due_at_s <= now_s:
+                    due.append((app_name, entry))
+                    missed = (now_s - entry.due_at_s) // entry.interval_s  # passes too late to run: skipped
+                    self._apps[app_name] = replace(entry, due_at_s=entry.due_at_s + (missed + 1) * entry.interval_s)
+        return sorted(due, key=lambda item: item[1].due_at_s)
+
+    def _run(self, stop: threading.Event, wake: threading.Event) -> None:
+        while not stop.is_set():
+            wake.clear()  # before the passes: a registration during them wakes the next wait
+            try:
+                wait_s = self.run_due(self._monotonic())
+            except Exception as exc:  # never expected (passes catch their own): the thread still lives on
+                log.warning("stage_prefetch.loop_failed", error=repr(exc))
+                wait_s = IDLE_WAIT_S
+            if stop.is_set():
+                return
+            wake.wait(wait_s)
+
+
+PREFETCH = StagePrefetcher()  # the process's: the daemon starts it, every app's collect registers with it
