@@ -108,7 +108,7 @@ def test_a_sigterm_taken_by_another_thread_still_stops_the_daemon():
     assert sent.is_set() and not rescued.is_set(), "the daemon slept through a SIGTERM handled off its main thread"
 
 
-def test_a_taken_metrics_port_ends_the_start_with_a_message_and_exit_3():
+def test_a_taken_metrics_port_ends_the_start_with_a_message_and_exit_3(monkeypatch):
     """Another process on the metrics port: `sparkscale run` says which address and what to change,
     exits 3 (the environment), with no traceback and nothing started."""
     import socket
@@ -116,6 +116,9 @@ def test_a_taken_metrics_port_ends_the_start_with_a_message_and_exit_3():
     from click.testing import CliRunner
 
     from sparkscale.cli import main
+    from sparkscale.config import identities
+
+    monkeypatch.setattr(identities, "_process", list(identities._process))  # `run` sets the process's identity
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -54,7 +54,7 @@ class Ds2Config(ConfigSection):
     task_overhead: bool = Field(True, description=(
         "Separate each stage's per-task fixed cost from its per-record cost (fitted over the window's tasks): "
         "only the per-record part grows with the rate, since batches get bigger, not more numerous; "
-        "false = DS2's linear model."))
+        "false = DS2's linear model. The outcome judge and placement measure capacity with the same model."))
     payback_horizon_s: float | None = Field(None, gt=0, examples=[600.0], description=(
         "Keep a repartition only when the records/s it gains over this many seconds exceed the records "
         "arriving during its stall (else executor scaling alone); null = no check."))
