@@ -133,6 +133,19 @@ def test_a_journal_is_written_by_compare_and_set_and_fenced_by_the_epoch(store: 
     assert fresh is not None and fresh.epoch == 4
 
 
+def test_a_stored_shape_is_the_one_every_later_submit_starts_with(store: Store) -> None:
+    """A migration's executor shape outlives the config's: `with_shape` (what submit and the daemon
+    read an app through) gives it; without one, the config's stands."""
+    from sparkscale.apps.submit import with_shape
+    from sparkscale.config import Config
+
+    app = Config.model_validate({"apps": [{"name": "clicks", "executor_cores": 1, "executor_memory_mb": 512}]}).apps[0]
+    assert with_shape(app, store.shapes) == app
+    store.shapes.store_shape("clicks", ExecutorShape(2, 768), "mig-1")
+    shaped = with_shape(app, store.shapes)
+    assert (shaped.executor_cores, shaped.executor_memory_mb, shaped.name) == (2, 768, "clicks")
+
+
 def test_shapes_queries_and_downtime_samples_round_trip(store: Store) -> None:
     assert store.shapes.stored_shape("clicks") is None
     store.shapes.store_shape("clicks", ExecutorShape(2, 1024), "mig-1")
