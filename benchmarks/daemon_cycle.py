@@ -113,8 +113,12 @@ def run_daemon(env, queries: int, cycles: int, variant: str, interval_s: float) 
     timed = [e for e in events if e.get("event") == "cycle" and "duration_s" in e]
     durations = [e["duration_s"] for e in timed]
     # Each app's first cycle is the daemon's start (leadership, nothing kept yet): the p99 without it too.
-    firsts = {id(next(e for e in timed if e.get("app") == app)) for app in {e.get("app") for e in timed}}
-    warm = [e["duration_s"] for e in timed if id(e) not in firsts]
+    seen: set[str | None] = set()
+    warm = []
+    for e in timed:
+        if e.get("app") in seen:
+            warm.append(e["duration_s"])
+        seen.add(e.get("app"))
     # Of each cycle: reading Spark, Redis and ZooKeeper (`collect_s`), and the daemon's own CPU time (`cpu_s`); the
     # rest of `duration_s` is waiting (on the drivers' answers, on the CPU, on other cycles' threads).
     parts = {name: [e[name] for e in timed if name in e] for name in ("collect_s", "cpu_s")}

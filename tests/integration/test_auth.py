@@ -143,7 +143,7 @@ def test_the_daemon_locks_the_root_to_its_identity(auth_env):
         daemon = DaemonProcess(None, [*auth_env.overrides, "loop.interval_s=1", "metrics.enabled=false",
                                       "logging.level=debug"], auth_env.work / "daemon.jsonl", "auth-daemon")
         wait_until(lambda: daemon.events("zookeeper.secured"), 60, "the daemon to lock the root",
-                   story=lambda: daemon.log_path.with_suffix(".stderr").read_text()[-3000:])
+                   story=lambda: daemon.stderr_tail(3000))
         assert daemon.events("zookeeper.secured")[0]["refused"] == 0
         # Its cycles run as leader, through authenticated ZooKeeper and Redis.
         wait_until(lambda: daemon.events("cycle.app_absent", app=APP, role="leader"), 60, "a leader cycle")
@@ -179,7 +179,7 @@ def test_the_daemon_locks_the_root_to_its_identity(auth_env):
         for client in (anonymous, stranger, identity):
             client.stop()
             client.close()
-    logged = daemon.log_path.read_text() + daemon.log_path.with_suffix(".stderr").read_text()
+    logged = daemon.log_path.read_text() + daemon.stderr_path.read_text()
     assert REDIS_PASSWORD not in logged and ZK_PASSWORD not in logged
 
 

@@ -212,7 +212,7 @@ def test_a_foreign_job_scales_and_migrates_only_what_replays(setup):
         # The daemon cycles over the app (dry-run: it decides, and acts on nothing).
         daemon = DaemonProcess(setup["path"], setup["overrides"], setup["work"] / "daemon.jsonl", "netwc-daemon",
                                extra=["loop.interval_s=2", "loop.window_s=10", "loop.dry_run=true"], max_cycles=2)
-        assert daemon.proc.wait(timeout=180) == 0, daemon.log_path.with_suffix(".stderr").read_text()[-2000:]
+        assert daemon.proc.wait(timeout=180) == 0, daemon.stderr_tail(2000)
         cycles = daemon.events("cycle", app=APP)
         assert len(cycles) >= 2 and {q["query"] for q in cycles[-1]["queries"]} >= {netwc.name, rate.name}, cycles
         assert not [e for e in daemon.events() if e.get("level") == "error"], daemon.events()[-5:]

@@ -64,7 +64,7 @@ def seam(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeamEnv]:
                                                           "migration": "mig-poison"})
         client.close()
         daemon = DaemonProcess(None, overrides, work / "daemon.jsonl", "seam-daemon")
-        stderr = daemon.log_path.with_suffix(".stderr")
+        stderr = daemon.stderr_path
         for app in (FILER, POISONED, ASKED):
             wait_until(lambda app=app: daemon.events("cycle.app_absent", app=app, role="leader"), 60,
                        f"a leader cycle of {app}", story=lambda: stderr.read_text()[-3000:])

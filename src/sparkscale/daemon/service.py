@@ -153,7 +153,8 @@ class Daemon:
                 self.reload()
             self._run_woken_apps()
         self.notifier.stopping()
-        stacks = _stacks_to_stderr(STOP_STACKS_AFTER_S)
+        with contextlib.suppress(*NO_STDERR_FD):  # a slow stop names what it waits on
+            faulthandler.dump_traceback_later(STOP_STACKS_AFTER_S)
         self.scheduler.shutdown(wait=True)
         self.actuation.shutdown(wait=True)  # an action under way is finished, not abandoned half-done
         for election in self.elections.values():
@@ -163,8 +164,7 @@ class Daemon:
         HOST.stop()
         PREFETCH.stop()
         self.metrics.close()
-        if stacks:
-            faulthandler.cancel_dump_traceback_later()
+        faulthandler.cancel_dump_traceback_later()  # nothing to cancel when none was set
         log.info("daemon.stop", identity=self.identity)
         return 0
 
@@ -282,16 +282,6 @@ class Daemon:
         for app_name in sorted(woken):
             with contextlib.suppress(JobLookupError):  # the app was removed meanwhile: nothing to wake
                 self.scheduler.modify_job(f"cycle:{app_name}", next_run_time=_now())
-
-
-def _stacks_to_stderr(after_s: float) -> bool:
-    """Write every thread's stack to stderr if the stop still runs `after_s` from now: a stop that
-    waits on a cycle or an action names what it waits on. False when stderr has no descriptor."""
-    try:
-        faulthandler.dump_traceback_later(after_s)
-    except NO_STDERR_FD:
-        return False
-    return True
 
 
 def _now() -> datetime:

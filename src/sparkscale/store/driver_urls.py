@@ -43,7 +43,7 @@ def url_refusal(url: object, hosts: Collection[str]) -> str | None:
         return problem
     host = _host(url)
     vouched = {h.lower() for h in hosts}
-    # Loopback is this host under any name (a driver on 127.0.0.1 may register `localhost`): one
+    # Loopback is this host under any name (a driver on a loopback address may register `localhost`): one
     # loopback host vouched for vouches for them all, and none does when the config names none.
     if host in vouched or (is_loopback(host) and any(is_loopback(h) for h in vouched)):
         return None

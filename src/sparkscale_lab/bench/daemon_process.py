@@ -22,6 +22,7 @@ class DaemonProcess:
         self.name = name
         self.log_path = Path(log_path)
         self.log_path.unlink(missing_ok=True)
+        self.stderr_path = self.log_path.with_suffix(".stderr")
         sets = [*overrides, f"daemon.id={name}", f"logging.file={self.log_path}", "logging.stderr=false", *extra]
         # A fault asked for in `env` needs its hooks installed in the child (migration_faults.py).
         faulty = any(key.startswith("SPARKSCALE_MIGRATION_") for key in (env or {}))
@@ -31,15 +32,14 @@ class DaemonProcess:
             argv += ["--set", s]
         if max_cycles is not None:
             argv += ["--max-cycles", str(max_cycles)]
-        stderr = None if inherit_stderr else open(self.log_path.with_suffix(".stderr"), "w")  # noqa: SIM115
+        stderr = None if inherit_stderr else open(self.stderr_path, "w")  # noqa: SIM115
         self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=stderr, env={**os.environ, **(env or {})})
         if stderr is not None:
             stderr.close()  # the child has its own descriptor
 
     def stderr_tail(self, chars: int = 6000) -> str:
         """The end of the daemon's stderr: where a slow stop writes every thread's stack."""
-        path = self.log_path.with_suffix(".stderr")
-        return path.read_text(errors="replace")[-chars:] if path.exists() else ""
+        return self.stderr_path.read_text(errors="replace")[-chars:] if self.stderr_path.exists() else ""
 
     def events(self, event: str | None = None, **match: Any) -> list[dict]:
         """Logged events (of one name, with fields equal to `match`), oldest first."""
