@@ -199,6 +199,29 @@ def test_a_scale_down_is_held_while_the_backlog_drains_and_allowed_when_it_does_
     assert target(guard(scale_plan(4, 2), snap(backlog=0), history, no_scale_down_while_draining=True)) == 2
 
 
+def with_batches(snapshot: Snapshot, trigger_s: float, batch_s: float | None = None) -> Snapshot:
+    return Snapshot.from_dict({**snapshot.to_dict(), "trigger_interval_s": trigger_s, "batch_duration_s": batch_s})
+
+
+def test_a_backlog_within_a_few_batches_of_arrivals_is_not_draining_when_it_wobbles_down():
+    # clicks-file at 15 rec/s a query, two queries, a 2 s trigger: the file listing read 60 then
+    # 52 records (whole files of 7.5), 1.7 s of input; a healthy source has up to 3 batches'
+    # worth, 30 x 2 x 3 + 1 = 181 records, waiting. That is the batch cycle, not a drain.
+    history = decisions((15, Plan("test", "app", observation=Observation(figures={BACKLOG_FIGURE: 60}))))
+    plan = guard(scale_plan(4, 2), with_batches(snap(backlog=52, arrival=30), 2.0), history,
+                 no_scale_down_while_draining=True)
+    assert target(plan) == 2 and not notes(plan, "draining")
+    assert plan.observation.figure(BACKLOG_FIGURE) == 52
+    # A batch longer than its trigger is the cycle: 3 batches of 4 s are 361 records.
+    history = decisions((15, Plan("test", "app", observation=Observation(figures={BACKLOG_FIGURE: 400}))))
+    assert target(guard(scale_plan(4, 2), with_batches(snap(backlog=300, arrival=30), 2.0, 4.0), history,
+                        no_scale_down_while_draining=True)) == 2
+    # Above it, a fall is a drain and holds: 300 records (10 s of input, within the SLO) over 181.
+    plan = guard(scale_plan(4, 2), with_batches(snap(backlog=300, arrival=30), 2.0), history,
+                 no_scale_down_while_draining=True)
+    assert target(plan) is None and "is draining (400 -> 300 records over the last 15 s)" in notes(plan, "draining")[0]
+
+
 def test_draining_never_holds_a_scale_up_nor_acts_on_an_unknown_backlog():
     assert target(guard(scale_plan(4, 6), snap(backlog=500), no_scale_down_while_draining=True)) == 6
     plan = guard(scale_plan(4, 2), snap(backlog=None), no_scale_down_while_draining=True)

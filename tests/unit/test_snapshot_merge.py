@@ -82,6 +82,55 @@ def test_ds2_over_two_queries_sums_their_needs():
     assert [x.summary() for x in plan.changes] == ["scale_executors 1 -> 2"]
 
 
+def two_stage_query(query: str, arrival: float, rates: tuple[float, float], partitions: tuple[int, int]) -> Snapshot:
+    """source -> stage0 -> stage1, selectivity 1: stage k's instances process rates[k] rec/s each
+    when busy, so stage k needs arrival / rates[k] cores."""
+    window_s = 30.0
+
+    def stage(k: int) -> dict[str, Any]:
+        per = arrival * window_s / partitions[k]
+        return {"id": f"stage{k}", "parallelism": partitions[k], "instances": [
+            {"records_in": per, "records_out": per, "useful_time_s": per / rates[k], "executor": "1"}
+            for _ in range(partitions[k])]}
+
+    records = arrival * window_s
+    return Snapshot.from_dict({
+        "version": 1, "app": "app", "query": query, "taken_at": T, "window_s": window_s,
+        "executors": [{"id": "1", "host": "127.0.0.1", "cores": 1}],
+        "operators": [{"id": "source", "source": True, "parallelism": 1, "arrival_rate": arrival, "backlog": 0,
+                       "instances": [{"records_in": records, "records_out": records, "useful_time_s": window_s}]},
+                      stage(0), stage(1)],
+        "edges": [["source", "stage0"], ["stage0", "stage1"]],
+    })
+
+
+def test_each_query_of_an_app_fits_the_window_apart_since_spark_runs_their_batches_side_by_side():
+    # a: stage0 needs 160 / 100 = 1.6 cores on 2 partitions, stage1 160 / 800 = 0.2 on 4;
+    # b: stage0 10 / 100 = 0.1 on 2, stage1 10 / (100 / 3) = 0.3 on 4. Σ = 2.2 -> 3 cores.
+    a = two_stage_query("a", 160, (100, 800), (2, 4))
+    b = two_stage_query("b", 10, (100, 100 / 3), (2, 4))
+    est = estimate(merge_snapshots([a, b]))
+    # On 3 cores a's stages take 1.6 / 2 + 0.2 / 3 = 0.87 of the window, b's 0.1 / 2 + 0.3 / 3 =
+    # 0.15: each fits. Taken as one sequence (1.02) they did not, and 4 cores were asked for.
+    assert est.cores_needed == 3 and est.cores_for_partitions == 3
+    order = est.adjacency.order
+    assert sorted([order[i] for i in part] for part in est.adjacency.parts()) == [
+        ["a/source", "a/stage0", "a/stage1"], ["b/source", "b/stage0", "b/stage1"]]
+    # A query alone still runs its stages one after another: a stage0 needing 1.9 of its 2
+    # partitions leaves 0.05 of the window, too little for 0.2 cores of stage1 on 3 cores (0.067).
+    alone = estimate(two_stage_query("a", 190, (100, 950), (2, 4)))
+    assert alone.cores_needed == 3 and alone.cores_for_partitions == 4
+
+
+def test_two_queries_that_each_fit_their_partitions_are_not_partition_bound_together():
+    # a: 1.8 cores on 2 partitions (0.9 of the window), b: 0.9 on 1 (0.9): 1.8 windows as one
+    # sequence, which no core count fits, yet each query fits on its own: 3 cores, no repartition.
+    a = two_stage_query("a", 180, (100, 100_000), (2, 2))
+    b = two_stage_query("b", 90, (100, 100_000), (1, 1))
+    est = estimate(merge_snapshots([a, b]))
+    assert not est.partition_bound and est.cores_for_partitions == 3
+
+
 def test_a_partition_bound_stage_of_one_query_migrates_that_query_alone():
     a = query_snapshot("a", arrival=60, partitions=4)
     b = query_snapshot("b", arrival=300, partitions=2)  # stage0: ceil(300 / (0.8 x 100)) = 4 partitions

@@ -104,7 +104,8 @@ class Ds2Policy:
             cores = fits
             explanation.append(
                 f"cores needed = {cores}: ceil(Σ exact needs over non-source operators) = {est.cores_needed}, "
-                "raised until every stage fits the window with at most its partitions' tasks at once")
+                "raised until each query's stages fit the window one after another, each stage with at most its "
+                "partitions' tasks at once")
         coeff = coefficient(history, snapshot.query if len(query_names(snapshot)) == 1 else None,
                             ds2.scalability_min_coefficient, ds2.scalability_min_observations)
         linear_cores = cores

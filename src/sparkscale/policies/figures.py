@@ -43,3 +43,16 @@ def load_figures(snapshot: Snapshot, app: AppConfig) -> LoadFigures:
     return LoadFigures(len(snapshot.executors), snapshot.cores, batch_ratio, backlog, arrival, processed,
                        load_u, max(known) if known else None,
                        backlog_known=all(op.backlog is not None for op in sources))
+
+
+USUAL_BATCHES = 3  # batches' worth of arrivals a healthy micro-batch source may have waiting
+
+
+def usual_backlog(snapshot: Snapshot, app: AppConfig, arrival_rps: float) -> float:
+    """Records a healthy micro-batch source always has waiting: records arrive all the time and
+    leave a batch (a trigger interval, or longer when the batch outlasts it) at a time, so a
+    backlog reading anywhere within a few batches' worth of arrivals (plus one record) is the
+    batch cycle's phase, not a query falling behind (outcomes.py `keeps_up`, draining.py)."""
+    trigger_s = snapshot.trigger_interval_s or app.trigger_interval_s
+    batch_s = max(trigger_s, snapshot.batch_duration_s or 0.0)
+    return arrival_rps * batch_s * USUAL_BATCHES + 1

@@ -29,7 +29,8 @@ Order, each step explained in the returned plan's explanation (lines starting "g
 10. start-up grace (`guards.startup_grace_batches`, startup_grace.py): no change while a query's
    window rests on the first batches of its new or restarted run.
 11. draining (`guards.no_scale_down_while_draining`, draining.py): no scale-down while the backlog
-   is above `guards.backlog_slo_s` seconds of input, or above zero and falling.
+   is above `guards.backlog_slo_s` seconds of input, or falling while above the few batches' worth
+   of arrivals a healthy source always has waiting (figures.py `usual_backlog`).
 12. direction changes (`guards.max_direction_changes_per_hour`, direction_cap.py): at the cap, no
    change that reverses the last executor change again.
 13. ineffective scaling (`guards.ineffective_scale_up_fraction`, ineffective.py): no scale-up of a

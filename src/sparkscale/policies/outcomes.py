@@ -41,7 +41,7 @@ from sparkscale.model.fields import MAX_TIME
 from sparkscale.model.plan import Action, ActionType, Plan, evaluate_outcome
 from sparkscale.model.snapshot import Snapshot
 from sparkscale.policies.ds2_model import estimate  # the model a capacity expectation comes from
-from sparkscale.policies.figures import load_figures
+from sparkscale.policies.figures import load_figures, usual_backlog
 
 KEEPS_UP = "keeps_up"
 CAPACITY = "capacity_rps"  # source records/s the query can take in on the action's cores (DS2's model)
@@ -188,10 +188,7 @@ def keeps_up(snapshot: Snapshot, app: AppConfig, backlog_before: float) -> bool:
     if not fig.backlog_known:
         # No backlog to judge by (a source cannot tell): a batch that fits its trigger keeps up.
         return fig.batch_ratio is None or fig.batch_ratio <= 1.0
-    trigger_s = snapshot.trigger_interval_s or app.trigger_interval_s
-    batch_s = max(trigger_s, snapshot.batch_duration_s or 0.0)
-    usual_backlog = fig.arrival_rate * batch_s * 3 + 1
-    return fig.backlog <= max(backlog_before, usual_backlog)
+    return fig.backlog <= max(backlog_before, usual_backlog(snapshot, app, fig.arrival_rate))
 
 
 def measured(metric: str, snapshot: Snapshot, app: AppConfig, cores: int | None = None,
