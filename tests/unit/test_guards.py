@@ -106,6 +106,16 @@ def test_scale_down_is_held_until_the_need_has_lasted_the_delay():
     assert plan.actions == () and "for 30 s of the 60 s" in notes(plan)[0]
 
 
+def test_a_delay_short_only_by_the_cycles_timing_jitter_is_done():
+    plan = guard(scale_plan(4, 2), history=recommendations((59.997, 2), (30, 2)), guards=DELAY)
+    assert target(plan) == 2 and notes(plan) == []  # 3 ms short: the snapshot times' jitter
+    plan = guard(scale_plan(4, 2), history=recommendations((59.4, 2), (30, 2)), guards=DELAY)
+    assert plan.actions == () and "for 59.4 s of the 60 s" in notes(plan)[0]  # 0.6 s short: held
+    short = GuardsConfig(scale_down_delay_s=2, max_scale_up_factor=100, max_scale_down_factor=100)
+    held = guard(scale_plan(4, 2), history=recommendations((1.8, 2),), guards=short)
+    assert held.actions == ()  # a short delay's slack is 5 % of it (0.1 s), not half a second
+
+
 def test_scale_down_after_the_delay_goes_to_the_largest_recommendation_seen():
     history = recommendations((90, 1), (60, 3), (30, 2))
     plan = guard(scale_plan(4, 1), history=history, guards=DELAY)
