@@ -42,8 +42,9 @@ class GuardsConfig(MemoryGuardsConfig):  # its memory settings: config/memory.py
         "pay for the start: state loading, code generation, the input that waited); 0 = off."))
     # policies/draining.py
     no_scale_down_while_draining: bool = Field(False, description=(
-        "No scale-down while the source backlog is above backlog_slo_s seconds of input, or above zero and "
-        "falling (draining: the spare cores are what drains it)."))
+        "No scale-down while the source backlog is above backlog_slo_s seconds of input, or falling while above "
+        "the few batches' worth of arrivals a healthy source always has waiting (draining: the spare cores are "
+        "what drains it)."))
     backlog_slo_s: float = Field(10.0, gt=0, description=(  # `sparkscale bench scaling`'s --slo-backlog-s
         "The backlog SLO no_scale_down_while_draining holds to, in seconds of input waiting."))
     # policies/direction_cap.py
