@@ -16,6 +16,7 @@ from sparkscale.monitors.stage_cache import StageCache
 from sparkscale.monitors.stage_prefetch import (
     FORGET_AFTER_INTERVALS,
     IDLE_WAIT_S,
+    LEAD,
     StagePrefetcher,
     finished_stage_ids,
 )
@@ -24,6 +25,7 @@ from tests.unit.test_collector import world  # noqa: F401  (the collector's hand
 
 APP_ID = "app-20260101000000-0001"
 INTERVAL_S = 10.0
+FIRST_PASS_S = LEAD * INTERVAL_S  # a registered app's first pass
 T0 = 1_800_000_000.0  # epoch seconds: the window's start
 TAKEN_AT = COLLECT_T0 + 40  # when the collector's handmade app is observed (test_collector.world)
 
@@ -97,9 +99,9 @@ def test_a_pass_fetches_the_finished_jobs_stages_not_kept_and_the_cycle_then_ask
     rest.calls.clear()
     prefetcher = manual(cache, clock)
     prefetcher.register(rest, APP_ID, "wc", INTERVAL_S, since_s=T0)
-    assert prefetcher.run_due(clock.now_s + 6.9) == pytest.approx(7.0)  # not due yet: nothing asked
+    assert prefetcher.run_due(clock.now_s + LEAD * INTERVAL_S - 0.1) == pytest.approx(LEAD * INTERVAL_S)  # not due
     assert rest.calls == []
-    clock.now_s += 7.0  # LEAD of the interval after the registration
+    clock.now_s += LEAD * INTERVAL_S  # LEAD of the interval after the registration
     assert prefetcher.run_due(clock.now_s) == pytest.approx(INTERVAL_S)  # the next pass: an interval on
     assert rest.calls[0] == "jobs" and rest.stage_calls() == [5, 4, 3, 1]  # newest first; 2 kept, 6 and 7 running
     assert cycle_fetch(rest, [1, 2, 3, 4, 5], cache) == 0
@@ -111,16 +113,16 @@ def test_a_pass_asks_for_so_many_stages_at_most_and_a_kept_one_never_again():
     rest = FakeRest([job(j, "SUCCEEDED", (2 * j, 2 * j + 1)) for j in range(1, 6)])
     prefetcher = manual(cache, clock, max_stages_per_pass=4)
     prefetcher.register(rest, APP_ID, "wc", INTERVAL_S, since_s=T0)
-    prefetcher.run_due(clock.now_s + 7.0)
+    prefetcher.run_due(clock.now_s + LEAD * INTERVAL_S)
     assert rest.stage_calls() == [11, 10, 9, 8]  # the newest jobs' first
-    prefetcher.run_due(clock.now_s + 17.0)
+    prefetcher.run_due(clock.now_s + LEAD * INTERVAL_S + INTERVAL_S)
     assert rest.stage_calls() == [11, 10, 9, 8, 7, 6, 5, 4]  # the next pass goes on where it stopped
     assert rest.calls.count("jobs") == 2
 
 
 def test_the_cycle_makes_a_third_of_its_stage_requests_with_the_prefetcher():
     """Scenario for the report: 10 finished batch jobs of 3 stages in a window, 7 of them finished
-    before the pass (at 0.7 of the interval), 3 between the pass and the cycle."""
+    before a pass, 3 between the pass and the cycle (a pass at 0.7 of a 10 s interval, before LEAD was 0.9)."""
     jobs = [job(j, "SUCCEEDED", (3 * j, 3 * j + 1, 3 * j + 2)) for j in range(1, 11)]
     window = [s for j in jobs for s in j.stage_ids]
     without = FakeRest(jobs)
@@ -128,7 +130,7 @@ def test_the_cycle_makes_a_third_of_its_stage_requests_with_the_prefetcher():
     cache, clock, rest = StageCache(), Clock(), FakeRest(jobs[:7])
     prefetcher = manual(cache, clock)
     prefetcher.register(rest, APP_ID, "wc", INTERVAL_S, since_s=T0)
-    prefetcher.run_due(clock.now_s + 7.0)
+    prefetcher.run_due(clock.now_s + FIRST_PASS_S)
     assert len(rest.stage_calls()) == 21
     rest.jobs_list = jobs  # three more jobs finish before the cycle
     assert cycle_fetch(rest, window, cache) == 9
@@ -152,12 +154,12 @@ def test_a_failing_driver_ends_the_pass_and_the_next_one_tries_again():
     rest.jobs, rest.stage_attempts = jobs, stage_attempts  # type: ignore[method-assign]
     prefetcher = manual(cache, clock)
     prefetcher.register(rest, APP_ID, "wc", INTERVAL_S, since_s=T0)
-    prefetcher.run_due(clock.now_s + 7.0)  # raises nothing
+    prefetcher.run_due(clock.now_s + FIRST_PASS_S)  # raises nothing
     broken["jobs"] = False
-    prefetcher.run_due(clock.now_s + 17.0)  # stage 3 kept, then stage 2 fails: the pass ends
+    prefetcher.run_due(clock.now_s + FIRST_PASS_S + INTERVAL_S)  # stage 3 kept, then stage 2 fails: the pass ends
     assert rest.stage_calls() == [3]
     broken["stage"] = -1
-    prefetcher.run_due(clock.now_s + 27.0)
+    prefetcher.run_due(clock.now_s + FIRST_PASS_S + 2 * INTERVAL_S)
     assert rest.stage_calls() == [3, 2, 1]  # 3 is kept: not asked again
 
 
@@ -167,14 +169,14 @@ def test_an_app_not_registered_again_within_three_intervals_is_forgotten():
     prefetcher = manual(cache, clock)
     prefetcher.register(rest, APP_ID, "wc", INTERVAL_S, since_s=T0)
     start_s = clock.now_s
-    for at_s in (7.0, 17.0, 27.0):
+    for at_s in (FIRST_PASS_S, FIRST_PASS_S + INTERVAL_S, FIRST_PASS_S + 2 * INTERVAL_S):
         prefetcher.run_due(start_s + at_s)
     assert rest.calls.count("jobs") == 3 and "wc" in prefetcher.registered()
     assert prefetcher.run_due(start_s + FORGET_AFTER_INTERVALS * INTERVAL_S) == IDLE_WAIT_S
     assert prefetcher.registered() == {} and rest.calls.count("jobs") == 3
     clock.now_s = start_s + 29.0
     prefetcher.register(rest, APP_ID, "wc", INTERVAL_S, since_s=T0)  # registered again in time: kept on
-    prefetcher.run_due(start_s + 36.0)
+    prefetcher.run_due(start_s + 29.0 + FIRST_PASS_S)
     prefetcher.run_due(start_s + 58.9)
     assert "wc" in prefetcher.registered() and rest.calls.count("jobs") == 5
 
@@ -184,7 +186,7 @@ def test_not_running_a_registration_does_nothing():
     rest = FakeRest([job(1, "SUCCEEDED", (1,))])
     prefetcher = StagePrefetcher(cache, monotonic=clock, spawn=lambda target: None)
     prefetcher.register(rest, APP_ID, "wc", INTERVAL_S, since_s=T0)
-    assert prefetcher.registered() == {} and prefetcher.run_due(clock.now_s + 7.0) == IDLE_WAIT_S
+    assert prefetcher.registered() == {} and prefetcher.run_due(clock.now_s + FIRST_PASS_S) == IDLE_WAIT_S
     prefetcher.start()
     prefetcher.stop()
     prefetcher.register(rest, APP_ID, "wc", INTERVAL_S, since_s=T0)
@@ -208,7 +210,7 @@ def test_a_collect_registers_and_the_next_collect_finds_its_stages_kept(world, m
     assert prefetcher.registered().keys() == {"wc"} and entry.rest is world.rest and entry.app_id == first["app_id"]
     assert entry.interval_s == world.cfg.loop.interval_s and entry.since_s == TAKEN_AT - 30
     world.rest.calls.clear()
-    prefetcher.run_due(clock.now_s + 0.7 * world.cfg.loop.interval_s)
+    prefetcher.run_due(clock.now_s + LEAD * world.cfg.loop.interval_s)
     monkeypatch.setattr(driver_round, "STAGES", prefetcher.cache)
     assert sorted(c for c in world.rest.calls if c != "jobs") == sorted(window_stages)
     third = collector.collect_snapshots(world.cfg, "wc", options=options)[0].extensions["spark"]
@@ -231,7 +233,7 @@ def test_a_stuck_pass_never_delays_a_cycle_fetching_kept_stages():
     rest.stage_attempts = stage_attempts  # type: ignore[method-assign]
     prefetcher = manual(cache, clock)
     prefetcher.register(rest, APP_ID, "wc", INTERVAL_S, since_s=T0)
-    passing = threading.Thread(target=prefetcher.run_due, args=(clock.now_s + 7.0,), daemon=True)
+    passing = threading.Thread(target=prefetcher.run_due, args=(clock.now_s + FIRST_PASS_S,), daemon=True)
     passing.start()
     try:
         assert entered.wait(5)  # the pass is stuck on stage 4
