@@ -5,6 +5,7 @@ records (the Redis streams source, Kafka), the file source's listing against its
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -141,3 +142,107 @@ def test_source_kinds():
     assert source_kind("anything", json.dumps({"ids": {}, "counts": {}})) == "redis_streams"
     assert source_kind("KafkaV2[Subscribe[t]]", None) == "kafka"
     assert source_kind("MySource", None) == "other"
+
+
+def _sized(directory: Path, names: range, size_bytes: int) -> list[Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    files = [directory / f"f{i}.json" for i in names]
+    for f in files:
+        f.write_text("x" * (size_bytes - 1) + "\n")
+    return files
+
+
+def test_the_file_backlog_is_priced_by_bytes_so_bigger_files_weigh_more(tmp_path):
+    """The load quadruples, and so do the files: 5 new files of 4x the size are 4x the records
+    (issue 33: priced per file, the backlog read 50 where 200 waited)."""
+    data, log_dir = tmp_path / "in", tmp_path / "cp" / "sources" / "0"
+    read = _sized(data, range(2), 100)
+    _log(log_dir, "0", 0, read)
+    backlog = FileBacklog(str(data), log_dir)
+    first = backlog.report(None, {"logOffset": 0}, 20)  # 20 rows in 200 bytes: 0.1 rows per byte
+    assert (first.backlog_records, first.backlog_files) == (0, 0)
+    _sized(data, range(2, 7), 400)
+    reading = backlog.report({"logOffset": 0}, {"logOffset": 0}, 0)
+    assert (reading.backlog_records, reading.backlog_files) == (200, 5)  # 2000 bytes x 0.1, not 5 x 10 rows
+    assert reading.detail.endswith("5 files behind, 2.0 KiB x 0.1 rows per byte")
+    # Files logged for a later batch are behind too, and sized the same way.
+    _log(log_dir, "1", 1, [data / "f2.json"])
+    assert backlog.report({"logOffset": 0}, {"logOffset": 0}, 0).backlog_records == 200
+
+
+def test_a_batch_without_rows_or_bytes_keeps_the_price(tmp_path):
+    data, log_dir = tmp_path / "in", tmp_path / "cp" / "sources" / "0"
+    _log(log_dir, "0", 0, _sized(data, range(2), 100))
+    backlog = FileBacklog(str(data), log_dir)
+    backlog.report(None, {"logOffset": 0}, 20)
+    _log(log_dir, "1", 1, _sized(data, range(2, 4), 300))
+    backlog.report({"logOffset": 0}, {"logOffset": 1}, 0)  # read 600 bytes, no rows: no price
+    empty = data / "empty.json"
+    empty.write_text("")
+    _log(log_dir, "2", 2, [empty])
+    backlog.report({"logOffset": 1}, {"logOffset": 2}, 7)  # 7 rows in 0 bytes: no price by bytes
+    _sized(data, range(4, 5), 500)
+    reading = backlog.report({"logOffset": 2}, {"logOffset": 2}, 0)
+    assert (backlog.rows_per_byte, reading.backlog_records) == (0.1, 50)
+
+
+def test_a_batch_whose_files_are_gone_keeps_the_price_unless_their_size_was_seen(tmp_path):
+    """cleanSource archives a batch's files: their size seen while they were behind prices the
+    batch; a file never seen and gone leaves the last price."""
+    data, log_dir = tmp_path / "in", tmp_path / "cp" / "sources" / "0"
+    _log(log_dir, "0", 0, _sized(data, range(2), 100))
+    backlog = FileBacklog(str(data), log_dir)
+    backlog.report(None, {"logOffset": 0}, 20)  # 0.1 rows per byte
+    seen = _sized(data, range(2, 4), 200)
+    backlog.report({"logOffset": 0}, {"logOffset": 0}, 0)  # seen behind: 400 bytes
+    _log(log_dir, "1", 1, seen)
+    for f in seen:
+        f.unlink()
+    backlog.report({"logOffset": 0}, {"logOffset": 1}, 80)
+    assert backlog.rows_per_byte == 0.2  # 80 rows in the 400 bytes seen
+    never_seen = _sized(data, range(4, 6), 50)
+    _log(log_dir, "2", 2, never_seen)
+    never_seen[0].unlink()
+    reading = backlog.report({"logOffset": 1}, {"logOffset": 2}, 1000)
+    assert backlog.rows_per_byte == 0.2 and backlog.rows_per_file == 500  # bytes unknown: the byte price stays
+    assert (reading.backlog_records, reading.backlog_files) == (0, 0)
+
+
+def test_a_file_behind_that_vanished_counts_no_bytes(tmp_path):
+    data, log_dir = tmp_path / "in", tmp_path / "cp" / "sources" / "0"
+    _log(log_dir, "0", 0, _sized(data, range(2), 100))
+    later = _sized(data, range(2, 4), 100)
+    _log(log_dir, "1", 1, later)
+    later[0].unlink()  # logged for the next batch, then deleted
+    reading = FileBacklog(str(data), log_dir).report(None, {"logOffset": 0}, 20)
+    assert (reading.backlog_records, reading.backlog_files) == (10, 2)  # 100 bytes x 0.1: the gone file weighs 0
+
+
+def test_without_bytes_the_backlog_falls_back_to_rows_per_file(tmp_path, monkeypatch):
+    """No batch's bytes known yet (its files gone, never seen), or a file behind that cannot be
+    sized: the price per file, and the detail says so."""
+    data, log_dir = tmp_path / "in", tmp_path / "cp" / "sources" / "0"
+    read = _sized(data, range(2), 100)
+    _log(log_dir, "0", 0, read)
+    for f in read:
+        f.unlink()
+    _sized(data, range(2, 5), 400)
+    backlog = FileBacklog(str(data), log_dir)
+    reading = backlog.report(None, {"logOffset": 0}, 20)
+    assert (backlog.rows_per_byte, reading.backlog_records) == (None, 30)  # 3 files x 10 rows
+    assert reading.detail.endswith("3 files behind x 10.0 rows per file (no batch's bytes known yet)")
+    _log(log_dir, "1", 1, _sized(data, range(5, 7), 100))
+    backlog.report({"logOffset": 0}, {"logOffset": 1}, 20)  # 0.1 rows per byte
+    later = data / "f2.json"
+    _log(log_dir, "2", 2, [later])
+    real_stat = os.stat
+
+    def stat(path: str, *args: object, **kwargs: object) -> os.stat_result:
+        if str(path) == str(later):
+            raise PermissionError(13, "denied", str(path))
+        return real_stat(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "stat", stat)
+    reading = backlog.report({"logOffset": 1}, {"logOffset": 1}, 0)
+    assert (reading.backlog_files, reading.backlog_records) == (3, 30)  # 3 files x 10 rows, not 1200 bytes x 0.1
+    assert reading.detail.endswith("x 10.0 rows per file (a file behind could not be sized)")

@@ -10,7 +10,10 @@ source's report carries the best backlog estimate it can give (protocol.queries)
   logged + unlogged files in the source directory, processed = files logged through the batch's
   `logOffset` (= arrived - `backlog_files`); its records are not counted (the log has no sizes or
   row counts, and `numInputRows` counts a source scanned twice twice), so the backlog in records is
-  the backlog in files times the rows per file seen in its batches, an estimate;
+  an estimate: the bytes of the files behind times the rows per byte of the last batch that read
+  files (file sizes follow the load, so a price per file goes stale when the load steps: issue 33,
+  docs/results/bench_scaling_33), else, while no batch's bytes are known, the files behind times
+  the rows per file;
 - anything else: unknown, and said so.
 """
 
@@ -20,7 +23,8 @@ import json
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import unquote, urlparse
@@ -104,9 +108,13 @@ class FileBacklog:
         # Log entries once each: a `.compact` file repeats every entry before it, and Spark deletes
         # the files it compacted only after a delay, so both may be read.
         self._entries: set[tuple[str, int]] = set()
-        self.files_by_batch: dict[int, int] = {}
+        self.paths_by_batch: dict[int, list[str]] = {}
         self._read_upto = -1
-        self.rows_per_file: float | None = None
+        self.rows_per_file: float | None = None  # the fallback price, while no batch's bytes are known
+        self.rows_per_byte: float | None = None
+        # Bytes of the files behind at the last report: a batch's file archived or deleted since
+        # (`cleanSource`) still has its size.
+        self._bytes_behind_by_path: dict[str, int] = {}
 
     def _read_log(self) -> None:
         if not self.log_dir.is_dir():
@@ -130,11 +138,38 @@ class FileBacklog:
                 if (path, b) not in self._entries:
                     self._entries.add((path, b))
                     self.logged.add(path)
-                    self.files_by_batch[b] = self.files_by_batch.get(b, 0) + 1
+                    self.paths_by_batch.setdefault(b, []).append(path)
             self._read_upto = batch
 
+    def _logged_between(self, after: int | None, through: int | None) -> list[str]:
+        """Paths logged for batches in (after, through]; None: from the first batch / to the last."""
+        return [path for b, paths in self.paths_by_batch.items()
+                if (after is None or b > after) and (through is None or b <= through) for path in paths]
+
     def _logged_through(self, log_batch: int | None) -> int:
-        return 0 if log_batch is None else sum(n for b, n in self.files_by_batch.items() if b <= log_batch)
+        return 0 if log_batch is None else sum(len(p) for b, p in self.paths_by_batch.items() if b <= log_batch)
+
+    def _bytes_read(self, paths: list[str]) -> int | None:
+        """Bytes of a batch's files; None when one is gone and its size was not seen."""
+        total_bytes = 0
+        for path in paths:
+            try:
+                total_bytes += os.stat(path).st_size
+            except OSError:
+                seen_bytes = self._bytes_behind_by_path.get(path)
+                if seen_bytes is None:
+                    return None
+                total_bytes += seen_bytes
+        return total_bytes
+
+    def _price(self, paths: list[str], rows_in_batch: int) -> None:
+        """Rows per file and per byte of a batch; a batch without rows or bytes keeps the price."""
+        if not paths or not rows_in_batch:
+            return
+        self.rows_per_file = rows_in_batch / len(paths)
+        read_bytes = self._bytes_read(paths)
+        if read_bytes:
+            self.rows_per_byte = rows_in_batch / read_bytes
 
     def report(self, start_offset: object, end_offset: object, rows_in_batch: int) -> FileReading:
         """Positions and backlog after the batch that read (start_offset, end_offset]."""
@@ -149,24 +184,46 @@ class FileBacklog:
         if end > self._read_upto:  # Spark logs a batch's files before it runs it
             return FileReading(None, None, None, f"the checkpoint log {self.log_dir} does not reach logOffset {end}")
         processed = self._logged_through(end)
-        files = processed - self._logged_through(log_offset(start_offset))
-        if files and rows_in_batch:
-            self.rows_per_file = rows_in_batch / files
+        self._price(self._logged_between(log_offset(start_offset), end), rows_in_batch)
         try:
-            present = [e.path for e in os.scandir(local.path)
-                       if e.is_file() and not e.name.startswith((".", "_"))]
+            unread = [e for e in os.scandir(local.path) if e.is_file() and not e.name.startswith((".", "_"))
+                      and os.path.abspath(e.path) not in self.logged]
         except OSError as exc:
             return FileReading(None, None, None, f"cannot list {local.path}: {exc}")
-        unread = sum(1 for p in present if os.path.abspath(p) not in self.logged)
-        arrived = len(self._entries) + unread
+        arrived = len(self._entries) + len(unread)
         behind = arrived - processed  # unlogged files, and files logged for a later batch
         basis = (f"positions in files: {len(self._entries)} logged by the checkpoint ({processed} through "
-                 f"logOffset {end}) + {unread} unread")
+                 f"logOffset {end}) + {len(unread)} unread")
+        behind_bytes = self._bytes_behind(unread, self._logged_between(end, None))
+        if self.rows_per_byte is not None and behind_bytes is not None:
+            return FileReading(round(behind_bytes * self.rows_per_byte), behind, arrived,
+                               f"{basis}; {behind} files behind, {behind_bytes / 1024:.1f} KiB x "
+                               f"{self.rows_per_byte:.3g} rows per byte")
         if self.rows_per_file is None:
             return FileReading(0 if behind == 0 else None, behind, arrived,
                                f"{basis}; {behind} files behind, rows per file not seen yet")
+        why = "no batch's bytes known yet" if self.rows_per_byte is None else "a file behind could not be sized"
         return FileReading(round(behind * self.rows_per_file), behind, arrived,
-                           f"{basis}; {behind} files behind x {self.rows_per_file:.1f} rows per file")
+                           f"{basis}; {behind} files behind x {self.rows_per_file:.1f} rows per file ({why})")
+
+    def _bytes_behind(self, unread: list[os.DirEntry[str]], logged_later: list[str]) -> int | None:
+        """Bytes of the files behind, remembered for the batch that reads them; None when a stat fails.
+
+        A file gone since the listing counts 0 bytes. Unread files are sized by their `DirEntry`
+        (one stat each, cached by it)."""
+        sized: list[tuple[str, Callable[[], os.stat_result]]] = [(os.path.abspath(e.path), e.stat) for e in unread]
+        sized += [(path, partial(os.stat, path)) for path in logged_later]
+        sizes: dict[str, int] = {}
+        known = True
+        for path, stat in sized:
+            try:
+                sizes[path] = stat().st_size
+            except FileNotFoundError:
+                continue  # 0 bytes, and no size to remember
+            except OSError:
+                known = False
+        self._bytes_behind_by_path = sizes
+        return sum(sizes.values()) if known else None
 
 
 class SourceReporter:

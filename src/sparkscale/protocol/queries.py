@@ -10,9 +10,10 @@ Backlog estimates (`SourceReport.backlog_estimate`), best first:
 - `source_offsets`: the source's offsets count records (the Redis streams source's `counts`,
   Kafka's `{topic: {partition: offset}}`): latest minus end offsets, exact; Kafka's own
   `avgOffsetsBehindLatest` / `maxOffsetsBehindLatest` are kept in `metrics`;
-- `file_listing`: the file source reports none (its `latestOffset` is null): files in the source
-  directory that the query's checkpoint has not logged (`sources/<n>`), times the rows per file seen
-  in the query's recent batches;
+- `file_listing`: the file source reports none (its `latestOffset` is null): the files behind (in
+  the source directory and not logged by the query's checkpoint, `sources/<n>`, or logged for a
+  later batch), their bytes times the rows per byte of the last batch that read files; the rows
+  per file instead while no batch's bytes are known (`backlog_detail` says which, agent/sources.py);
 - `unknown`: no signal; the monitor then sizes from rates and batch timing and says so.
 """
 
