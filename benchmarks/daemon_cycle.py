@@ -5,8 +5,10 @@ side by side on the same apps in the same run.
 
 Method: an embedded environment runs N wordcount apps (one query each, one executor, a light
 constant load so that every window has batches). `sparkscale run` manages them in a child process
-with the DS2 policy in dry-run, once per variant (the whole cycle: snapshot from Spark REST, Redis
-and psutil, policy, guards, action log; nothing is changed, so every cycle does the same work), at
+with the DS2 policy in dry-run, once every app keeps pace (its last 5 batches each within the
+trigger: 10 drivers' first batches take minutes on 2 cores), once per variant (the whole cycle:
+snapshot from Spark REST, Redis and psutil, policy, guards, action log; nothing is changed, so
+every cycle does the same work), at
 `--interval-s` (0.2 s: cycles run back to back, a stress; 10 s: the shipped interval, the apps'
 cycles spread over it), until each app had its `--cycles` cycles (360, one hour at the default
 10 s interval, for 1 query; 60 each for 10 queries, 600 cycles in all). Cycle durations
@@ -14,7 +16,8 @@ come from the daemon's own `cycle` log events (`duration_s`); the daemon's resid
 is sampled with psutil after the first cycles and at the end. Each cycle event also says how long
 the reading of Spark, Redis and ZooKeeper took (`collect_s`) and the daemon's own CPU time (`cpu_s`, the
 cycle thread's): with 10 drivers on 2 cores the rest is waiting. Prints a table and writes JSON;
-figures, not assertions.
+figures, not assertions. `--keep-logs DIR` keeps each daemon's JSON log, whose `cycle` events
+every figure comes from.
 
     .venv/bin/python benchmarks/daemon_cycle.py --out docs/results/daemon_cycle
 """
@@ -23,7 +26,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -34,8 +39,11 @@ from pathlib import Path
 import psutil
 
 from sparkscale.apps.submit import stop, submit
-from sparkscale_lab.bench.environment import embedded_environment, write_results
+from sparkscale.monitors.collector import read_progress
+from sparkscale.redisconn import connect_as
+from sparkscale_lab.bench.environment import embedded_environment, wait_for, write_results
 from sparkscale_lab.pipelines.loadgen import run_loadgen
+from sparkscale_lab.pipelines.workloads.wordcount import QUERY
 
 
 def apps_yaml(count: int) -> str:
@@ -64,7 +72,8 @@ VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
 }
 
 
-def measure(queries: int, cycles: int, interval_s: float, variants: list[str]) -> list[dict]:
+def measure(queries: int, cycles: int, interval_s: float, variants: list[str],
+            keep_logs: Path | None = None) -> list[dict]:
     with embedded_environment(f"sparkscale-cycle-{queries}-", apps_yaml(queries)) as env:
         names = [f"wc{i}" for i in range(queries)]
         for name in names:
@@ -75,15 +84,38 @@ def measure(queries: int, cycles: int, interval_s: float, variants: list[str]) -
                    for i, name in enumerate(names)]
         for t in loaders:
             t.start()
+        # Every app steady before a daemon starts: 10 drivers' first batches take minutes on 2 cores, the
+        # drivers then answer in seconds, and cycles over apps with no batch yet would time nothing.
+        wait_for(lambda: all_steady(env.cfg, names), timeout_s=1200, what="every app keeping pace with its load")
         try:
-            return [run_daemon(env, queries, cycles, variant, interval_s) for variant in variants]
+            return [run_daemon(env, queries, cycles, variant, interval_s, keep_logs) for variant in variants]
         finally:
             stop_load.set()
             for name in names:
                 stop(env.cfg, name)
 
 
-def run_daemon(env, queries: int, cycles: int, variant: str, interval_s: float) -> dict:
+STEADY_BATCHES = 5  # an app is steady once its last this many batches with input each fit the trigger
+
+
+def all_steady(cfg, names: list[str]) -> bool:
+    """Every app's query keeps pace: its last STEADY_BATCHES batches with input each took at most
+    its trigger interval (the agent's progress stream)."""
+    client = connect_as(cfg)
+    try:
+        for name in names:
+            trigger_ms = cfg.app(name).trigger_interval_s * 1000
+            read = [r for r in read_progress(client, cfg.redis.key_prefix, name, QUERY) if r.num_input_rows > 0]
+            last = read[-STEADY_BATCHES:]
+            if len(last) < STEADY_BATCHES or any((r.batch_duration_ms or math.inf) > trigger_ms for r in last):
+                return False
+        return True
+    finally:
+        client.close()
+
+
+def run_daemon(env, queries: int, cycles: int, variant: str, interval_s: float,
+               keep_logs: Path | None = None) -> dict:
     """One `sparkscale run` over the apps until each had `cycles` cycles; its cycle durations and RSS."""
     sets, environ = VARIANTS[variant]
     log_path = Path(env.config_path).with_name(f"daemon-{queries}-{variant}.jsonl")
@@ -109,6 +141,9 @@ def run_daemon(env, queries: int, cycles: int, variant: str, interval_s: float) 
             rss_early = rss
         time.sleep(1.0)  # a sampling period for memory, not a wait for a condition
     wall_s = time.monotonic() - started
+    if keep_logs is not None:  # the daemon's log beside the results: every figure traces back to its events
+        keep_logs.mkdir(parents=True, exist_ok=True)
+        shutil.copy(log_path, keep_logs / log_path.name)
     events = [json.loads(line) for line in log_path.read_text().splitlines() if '"event": "cycle"' in line]
     timed = [e for e in events if e.get("event") == "cycle" and "duration_s" in e]
     durations = [e["duration_s"] for e in timed]
@@ -165,12 +200,15 @@ def main() -> None:
                              "5 times a second); 10 is the shipped config's interval, where the apps take turns.")
     parser.add_argument("--variants", default=",".join(VARIANTS), help="Comma-separated: before, after.")
     parser.add_argument("--out", default="docs/results/daemon_cycle")
+    parser.add_argument("--keep-logs", type=Path, default=None,
+                        help="A directory to copy each daemon run's JSON log into (daemon-QUERIES-VARIANT.jsonl).")
     args = parser.parse_args()
     counts = [int(c) for c in args.cycles.split(",")]
     queries = [int(q) for q in args.queries.split(",")]
     counts += counts[-1:] * (len(queries) - len(counts))
     variants = [v for v in args.variants.split(",") if v]
-    rows = [row for q, c in zip(queries, counts, strict=False) for row in measure(q, c, args.interval_s, variants)]
+    rows = [row for q, c in zip(queries, counts, strict=False)
+            for row in measure(q, c, args.interval_s, variants, args.keep_logs)]
     before = {r["queries"]: r for r in rows if r["variant"] == "before"}
     table = "\n".join([
         "| managed queries | variant | interval (s) | cycles | cycle p50 (s) | cycle p99 (s) | "
