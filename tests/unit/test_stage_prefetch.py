@@ -122,7 +122,7 @@ def test_a_pass_asks_for_so_many_stages_at_most_and_a_kept_one_never_again():
 
 def test_the_cycle_makes_a_third_of_its_stage_requests_with_the_prefetcher():
     """Scenario for the report: 10 finished batch jobs of 3 stages in a window, 7 of them finished
-    before a pass, 3 between the pass and the cycle (a pass at 0.7 of a 10 s interval, before LEAD was 0.9)."""
+    before the pass (at 0.7 of the interval), 3 between the pass and the cycle."""
     jobs = [job(j, "SUCCEEDED", (3 * j, 3 * j + 1, 3 * j + 2)) for j in range(1, 11)]
     window = [s for j in jobs for s in j.stage_ids]
     without = FakeRest(jobs)

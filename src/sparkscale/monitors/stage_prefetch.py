@@ -30,10 +30,11 @@ from sparkscale.monitors.stage_cache import STAGES, StageCache
 log = structlog.get_logger(__name__)
 
 FINISHED_JOBS = frozenset({"SUCCEEDED", "FAILED"})
-# A pass at this fraction of the app's interval after its registration, a second before its next
-# cycle at the shipped 10 s: what finishes later is the cycle's to fetch (at 0.7, three 1 s batches'
-# stages were, the cycle's stage fetch p99 0.46 s with 10 apps: docs/results/daemon_cycle_prefetch.md).
-LEAD = 0.9
+# A pass at this fraction of the app's interval after its registration, before its next cycle: what
+# finishes later is the cycle's to fetch (three 1 s batches' stages at the shipped 10 s; the cycle's
+# stage fetch p99 0.46 s with 10 apps: docs/results/daemon_cycle_prefetch.md). A later pass would
+# leave fewer, but meets the next cycle when a loaded driver makes it slow (not measured apart).
+LEAD = 0.7
 MAX_STAGES_PER_PASS = 64  # stage requests one pass makes at most
 FORGET_AFTER_INTERVALS = 3
 IDLE_WAIT_S = 60.0  # the thread's wait with nothing due (a registration or `stop` wakes it sooner)
