@@ -114,7 +114,7 @@ def test_each_query_of_an_app_fits_the_window_apart_since_spark_runs_their_batch
     # 0.15: each fits. Taken as one sequence (1.02) they did not, and 4 cores were asked for.
     assert est.cores_needed == 3 and est.cores_for_partitions == 3
     order = est.adjacency.order
-    assert sorted([order[i] for i in part] for part in est.adjacency.parts()) == [
+    assert sorted([order[i] for i in part] for part in est.query_parts()) == [
         ["a/source", "a/stage0", "a/stage1"], ["b/source", "b/stage0", "b/stage1"]]
     # A query alone still runs its stages one after another: a stage0 needing 1.9 of its 2
     # partitions leaves 0.05 of the window, too little for 0.2 cores of stage1 on 3 cores (0.067).

@@ -33,7 +33,7 @@ Spark mapping: micro-batches run a query's stages one after another on the same
 cores, so the sum of the operators' exact needs, rounded up once, is the number of cores the
 query needs (Σ π would round every stage up to a whole core); an operator
 whose partitions are fewer than its π is partition-bound and needs a repartition. The queries of
-one app (a merged snapshot, model/snapshot_merge.py: one weakly connected part of the graph each)
+one app (a merged snapshot: model/snapshot_merge.py's `split_operator` names each operator's query)
 share its cores but run their batches side by side, each on its own thread: their needs add up,
 but only a query's own stages run one after another within the window (issue 33).
 """
@@ -45,6 +45,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from sparkscale.model.snapshot import OperatorFigures, Snapshot
+from sparkscale.model.snapshot_merge import query_names, split_operator
 from sparkscale.policies.task_overhead import TaskOverhead, fit_task_overhead
 
 # Relative slack before rounding up, so that 4.000000000001 (float noise) needs 4 instances, not 5.
@@ -79,25 +80,6 @@ class AdjacencyMatrix:
     def dense(self) -> list[list[int]]:
         size = len(self.order)
         return [[self[j, i] for i in range(size)] for j in range(size)]
-
-    def parts(self) -> tuple[tuple[int, ...], ...]:
-        """The operators of each weakly connected part, each in topological order: one per query
-        of a merged snapshot (union-find over the edges)."""
-        root = list(range(len(self.order)))
-
-        def find(i: int) -> int:
-            while root[i] != i:
-                root[i] = root[root[i]]
-                i = root[i]
-            return i
-
-        for i, ups in enumerate(self.columns):
-            for j in ups:
-                root[find(j)] = find(i)
-        groups: dict[int, list[int]] = {}
-        for i in range(len(self.order)):
-            groups.setdefault(find(i), []).append(i)
-        return tuple(tuple(g) for g in groups.values())
 
 
 @dataclass(frozen=True)
@@ -141,6 +123,17 @@ class Ds2Estimate:
     operators: tuple[OperatorEstimate, ...]
     warnings: tuple[tuple[str | None, str], ...] = field(default=())  # (operator or None, reason)
     target_utilization: float = 1.0
+    queries: tuple[str, ...] = ()  # each operator's query, in topological order; () = all one query
+
+    def query_parts(self) -> tuple[tuple[int, ...], ...]:
+        """The indices of each query's operators, in topological order (all of them when `queries`
+        is empty)."""
+        if not self.queries:
+            return (tuple(range(len(self.operators))),)
+        groups: dict[str, list[int]] = {}
+        for i, query in enumerate(self.queries):
+            groups.setdefault(query, []).append(i)
+        return tuple(tuple(g) for g in groups.values())
 
     @property
     def source_target_rate(self) -> float:
@@ -228,7 +221,7 @@ class Ds2Estimate:
         needs = self._stage_needs()
         if not needs:
             return 1
-        queries = [q for q in (self._stage_needs(among=part) for part in self.adjacency.parts()) if q]
+        queries = [q for q in (self._stage_needs(among=part) for part in self.query_parts()) if q]
 
         def fits(cores: int) -> bool:
             return all(self._busy_fraction(q, cores) <= 1 + _CEIL_SLACK for q in queries)
@@ -353,7 +346,9 @@ def estimate(
             overhead_s=overhead_s, fixed_cores=fixed_cores, variable_rate=variable_rate,
             overhead_why_not=overhead.why_not if overhead is not None else ""))
 
-    return Ds2Estimate(adjacency, tuple(results), tuple(warnings), target_utilization)
+    names = query_names(snapshot)
+    queries = tuple(split_operator(names, op_id)[0] for op_id in adjacency.order)
+    return Ds2Estimate(adjacency, tuple(results), tuple(warnings), target_utilization, queries)
 
 
 def _required_with_overhead(overhead: TaskOverhead, target: float, u: float, fixed_cores: float) -> float:
