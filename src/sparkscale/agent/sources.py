@@ -146,9 +146,6 @@ class FileBacklog:
         return [path for b, paths in self.paths_by_batch.items()
                 if (after is None or b > after) and (through is None or b <= through) for path in paths]
 
-    def _logged_through(self, log_batch: int | None) -> int:
-        return 0 if log_batch is None else sum(len(p) for b, p in self.paths_by_batch.items() if b <= log_batch)
-
     def _bytes_read(self, paths: list[str]) -> int | None:
         """Bytes of a batch's files; None when one is gone and its size was not seen."""
         total_bytes = 0
@@ -183,18 +180,19 @@ class FileBacklog:
         self._read_log()
         if end > self._read_upto:  # Spark logs a batch's files before it runs it
             return FileReading(None, None, None, f"the checkpoint log {self.log_dir} does not reach logOffset {end}")
-        processed = self._logged_through(end)
         self._price(self._logged_between(log_offset(start_offset), end), rows_in_batch)
         try:
             unread = [e for e in os.scandir(local.path) if e.is_file() and not e.name.startswith((".", "_"))
                       and os.path.abspath(e.path) not in self.logged]
         except OSError as exc:
             return FileReading(None, None, None, f"cannot list {local.path}: {exc}")
+        logged_later = self._logged_between(end, None)
+        behind = len(unread) + len(logged_later)  # unlogged files, and files logged for a later batch
         arrived = len(self._entries) + len(unread)
-        behind = arrived - processed  # unlogged files, and files logged for a later batch
+        processed = arrived - behind  # every log entry is in `paths_by_batch` once: those through `end`
         basis = (f"positions in files: {len(self._entries)} logged by the checkpoint ({processed} through "
                  f"logOffset {end}) + {len(unread)} unread")
-        behind_bytes = self._bytes_behind(unread, self._logged_between(end, None))
+        behind_bytes = self._bytes_behind(unread, logged_later)
         if self.rows_per_byte is not None and behind_bytes is not None:
             return FileReading(round(behind_bytes * self.rows_per_byte), behind, arrived,
                                f"{basis}; {behind} files behind, {behind_bytes / 1024:.1f} KiB x "
