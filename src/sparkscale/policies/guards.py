@@ -10,7 +10,7 @@ Order, each step explained in the returned plan's explanation (lines starting "g
 2. scale-down delay (`guards.scale_down_delay_s`): a scale-down happens only once every
    recommendation over the delay was below the current count, and then to the largest of them
    (the recommendation is the clamped target, or the current count when the plan scales nothing);
-   within `DELAY_SLACK_S` of the delay counts as the delay.
+   within `DELAY_SLACK_S` (or `DELAY_SLACK_FRACTION` of a shorter delay) of it counts as the delay.
 3. step cap (`guards.max_scale_up_factor` / `max_scale_down_factor`): at most /2 down by default
    (up: no cap by default, a policy's computed target is reached in one step), and always at least
    one executor.
