@@ -12,7 +12,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 README_MAX_LINES = 200
-FORBIDDEN = ("DESIGN.md", "../shared")
+# The background notes beside the repository, spelled in parts so that this file names neither
+# and the check covers it too.
+FORBIDDEN = ("DESIGN" + ".md", ".." + "/shared")
 
 _FENCE = re.compile(r"^(```|~~~).*?^\1[^\n]*$", re.MULTILINE | re.DOTALL)
 _CODE_SPAN = re.compile(r"`[^`\n]*`")
@@ -84,10 +86,9 @@ def tracked_files() -> list[Path]:
 
 
 def test_no_tracked_file_refers_outside_the_repository() -> None:
-    this = Path(__file__).resolve()
     offenders = []
     for path in tracked_files():
-        if path.resolve() == this or not path.is_file():
+        if not path.is_file():
             continue
         data = path.read_bytes()
         offenders += [f"{path.relative_to(ROOT)}: {word}" for word in FORBIDDEN if word.encode() in data]
