@@ -122,6 +122,19 @@ def test_each_query_of_an_app_fits_the_window_apart_since_spark_runs_their_batch
     assert alone.cores_needed == 3 and alone.cores_for_partitions == 4
 
 
+def test_a_multi_query_apps_capacity_is_bound_by_each_query_apart_and_by_their_shared_cores():
+    # The app of the test above (target rate 160 + 10 = 170/s). On 3 cores a's stages take 0.87 of
+    # the window and bind: 170 / 0.87. Fitted as one sequence (1.02) the capacity read 167/s, under
+    # the load that 3 cores carry, so a scale-up to 3 that fell short could be judged met.
+    est = estimate(merge_snapshots([two_stage_query("a", 160, (100, 800), (2, 4)),
+                                    two_stage_query("b", 10, (100, 100 / 3), (2, 4))]))
+    capacity = est.capacity_rps(3)
+    assert capacity == pytest.approx(170 / (1.6 / 2 + 0.2 / 3))
+    assert capacity > 170 > 170 / (1.6 / 2 + 0.2 / 3 + 0.1 / 2 + 0.3 / 3)
+    # On 1 core the queries' work together (2.2 cores) binds, not either query alone (1.8, 0.4).
+    assert est.capacity_rps(1) == pytest.approx(170 / 2.2)
+
+
 def test_two_queries_that_each_fit_their_partitions_are_not_partition_bound_together():
     # a: 1.8 cores on 2 partitions (0.9 of the window), b: 0.9 on 1 (0.9): 1.8 windows as one
     # sequence, which no core count fits, yet each query fits on its own: 3 cores, no repartition.

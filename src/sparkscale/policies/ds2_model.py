@@ -142,34 +142,55 @@ class Ds2Estimate:
 
     def capacity_rps(self, cores: int, partitions: Mapping[str, int] | None = None) -> float | None:
         """Source records/s the stages can take in on `cores` cores, fully busy: the target rate
-        over the share of the window it keeps them busy (None: an unmeasured stage, or no load to
+        scaled by the largest factor that keeps every bound (None: an unmeasured stage, or no load to
         scale from). What a scale-up is expected to raise, and what is measured after it. With
         `partitions` (operator -> count), as if those operators had that many partitions (what a
-        repartition would give)."""
-        needs = self._stage_needs(partitions or {})
-        if not needs or self.source_target_rate <= 0 or any(
+        repartition would give).
+
+        The bounds are those `cores_for_partitions` fits: each query's stages one after another
+        within the window, and all queries' work together on the app's cores (implied by the first
+        when the app runs one query). Fitting two queries' stages as one sequence understated a
+        multi-query app's capacity, so a scale-up that fell short could be judged met (issue 33)."""
+        override = partitions or {}
+        cores = max(1, cores)
+        if self.source_target_rate <= 0 or not self._stage_needs(override) or any(
                 op.required is None for op in self.operators if not op.source):
             return None
-        busy = self._busy_fraction(needs, max(1, cores)) * self.target_utilization
-        fixed = self._fixed_busy(partitions or {}, max(1, cores))
+        bounds = [(self._busy_fraction(self._stage_needs(override, part), cores),
+                   self._fixed_busy(override, cores, part)) for part in self.query_parts()]
+        if len(bounds) > 1:  # the queries' tasks share the cores: Σ work <= cores
+            bounds.append((sum(n for n, _p in self._stage_needs(override)) / cores,
+                           self._fixed_busy(override, cores, shared=True)))
+        factors = [self._rate_factor(busy * self.target_utilization, fixed) for busy, fixed in bounds if busy > 0]
+        if not factors or any(f is None for f in factors):
+            return None
+        return self.source_target_rate * min(f for f in factors if f is not None)
+
+    @staticmethod
+    def _rate_factor(busy: float, fixed: float) -> float | None:
+        """The factor on the target rate that makes a bound's busy share 1 (None: none does).
+        busy(rate) = Σ (a_op x rate + b_op) / cores_op, b_op the fixed cores, which a higher rate
+        does not raise (bigger batches, not more of them): solve busy(factor) = 1."""
         if fixed <= 0:
-            return self.source_target_rate / busy if busy > 0 else None
-        # busy(rate) = Σ (a_op x rate + b_op) / min(cores, P_op), b_op the fixed cores, which a higher
-        # rate does not raise (bigger batches, not more of them): solve busy(rate) = 1 for the rate.
+            return 1 / busy
         variable = busy - fixed
         if fixed >= 1 or variable <= 0:
             return None
-        return self.source_target_rate * (1 - fixed) / variable
+        return (1 - fixed) / variable
 
-    def _fixed_busy(self, partitions: Mapping[str, int], cores: int) -> float:
-        """The share of a window the stages' fixed (per-task overhead) cores take on `cores` cores."""
+    def _fixed_busy(self, partitions: Mapping[str, int], cores: int, among: tuple[int, ...] | None = None,
+                    shared: bool = False) -> float:
+        """The share of a window the stages' fixed (per-task overhead) cores take on `cores` cores
+        (of the operators at `among`, default all): each stage on the cores its partitions let it
+        use, or with `shared` all of them on the app's cores together."""
         u = self.target_utilization
         share = 0.0
-        for op in self.operators:
+        for op in self.operators if among is None else (self.operators[i] for i in among):
             if op.source or op.required is None or op.fixed_cores <= 0:
                 continue
             need = min(op.required, op.optimal_parallelism)
-            share += min(op.fixed_cores / u, need) * u / min(cores, max(1, partitions.get(op.id, op.parallelism)))
+            width = cores if shared else min(cores, max(1, partitions.get(op.id, op.parallelism)))
+            share += min(op.fixed_cores / u, need) * u / width
         return share
 
     def _stage_needs(self, partitions: Mapping[str, int] | None = None,
