@@ -238,3 +238,41 @@ def test_a_failed_background_read_drops_the_kept_view(monkeypatch):
     assert "error" not in cluster_extension(cfg, APP)  # the kept view; its renewal failed meanwhile
     failed = cluster_extension(cfg, APP)  # none kept: this cycle reads, and says the master is down
     assert "refused" in failed["error"] and failed["requests"] == 1 and outcomes == []
+
+
+def test_the_daemons_first_read_runs_in_the_background_and_the_first_cycles_go_on_without_it(monkeypatch):
+    """Issue 33: 10 apps' first cycles all waited on the first read (up to 9 s, a loaded machine)."""
+    outcomes: list[Any] = [SparkUnreachable("refused"), build_view(load("master.json"), answers()),
+                           build_view(load("master.json"), answers())]
+    release, reads, threads = threading.Event(), [], []
+
+    def fetch(url: str, timeout_s: float) -> Any:
+        assert release.wait(10)
+        reads.append(url)
+        outcome = outcomes.pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    def spawn(work):
+        threads.append(threading.Thread(target=work, daemon=True))
+        threads[-1].start()
+
+    monkeypatch.setattr(cluster_view, "fetch_cluster_view", fetch)
+    monkeypatch.setattr(cluster_view, "RECENT", cluster_view.RecentView(spawn))
+    cfg = Config(loop={"cluster_view_max_age_s": 60})
+    cluster_view.prime_cluster_view(cfg)
+    cluster_view.prime_cluster_view(cfg)  # one read under way at a time
+    waiting = cluster_extension(cfg, APP)
+    assert waiting["error"] == cluster_view.FIRST_READ_UNDER_WAY and waiting["requests"] == 0 and reads == []
+    assert len(threads) == 1
+    release.set()
+    threads[0].join(5)
+    failed = cluster_extension(cfg, APP)  # the primed read failed: kept nothing, so this cycle reads
+    assert "error" not in failed and failed["requests"] == 3 and len(reads) == 2
+    cluster_view.prime_cluster_view(cfg)  # a view is kept: nothing to begin
+    assert len(threads) == 1 and cluster_extension(cfg, OTHER)["requests"] == 0
+    monkeypatch.setattr(cluster_view, "RECENT", cluster_view.RecentView(spawn))
+    cluster_view.prime_cluster_view(Config(loop={"cluster_view": False}))  # no view wanted: no read
+    cluster_view.prime_cluster_view(Config(loop={"cluster_view_max_age_s": 0}))  # each cycle reads its own
+    assert len(threads) == 1

@@ -193,6 +193,36 @@ def test_not_running_a_registration_does_nothing():
     assert prefetcher.registered() == {} and rest.calls == []
 
 
+def test_the_first_pass_is_timed_from_the_cycles_start_and_comes_at_once_after_a_slow_collect():
+    """The next cycle comes an interval after this one began: a pass timed from the end of a slow
+    collect came after it (issue 33)."""
+    cache, clock = StageCache(), Clock()
+    prefetcher = manual(cache, clock)
+    began_s = clock.now_s - 2.0  # the collect took 2 s
+    prefetcher.register(FakeRest([]), APP_ID, "wc", INTERVAL_S, since_s=T0, cycle_started_s=began_s)
+    assert prefetcher.registered()["wc"].due_at_s == pytest.approx(began_s + FIRST_PASS_S)
+    prefetcher.register(FakeRest([]), APP_ID, "slow", INTERVAL_S, since_s=T0, cycle_started_s=clock.now_s - 9.0)
+    assert prefetcher.registered()["slow"].due_at_s == clock.now_s  # outlasted LEAD: at once
+
+
+def test_passes_due_together_run_side_by_side():
+    """One thread for 10 apps ran their passes one after another, later than due, on loaded drivers."""
+    both = threading.Barrier(2, timeout=5)  # each app's jobs request waits until the other's is in flight
+
+    class Waiting(FakeRest):
+        def jobs(self, app_id: str) -> list[RestJob]:
+            both.wait()
+            return super().jobs(app_id)
+
+    cache, clock = StageCache(), Clock()
+    rests = {name: Waiting([job(1, "SUCCEEDED", (1,))]) for name in ("a", "b")}
+    prefetcher = manual(cache, clock)
+    for name, rest in rests.items():
+        prefetcher.register(rest, f"{APP_ID}-{name}", name, INTERVAL_S, since_s=T0)
+    prefetcher.run_due(clock.now_s + FIRST_PASS_S)
+    assert not both.broken and all(rest.stage_calls() == [1] for rest in rests.values())
+
+
 def test_a_collect_registers_and_the_next_collect_finds_its_stages_kept(world, monkeypatch):  # noqa: F811
     clock = Clock()
     monkeypatch.setattr(driver_round, "STAGES", StageCache())

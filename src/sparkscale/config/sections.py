@@ -155,7 +155,9 @@ class LoopConfig(_Section):
         "no spread rule. A master web UI the daemon cannot reach costs up to spark.rest_timeout_s a cycle."))
     cluster_view_max_age_s: float = Field(2.0, ge=0, description=(
         "One read of the cluster view serves every app's cycle for this many seconds (0: each cycle reads "
-        "its own), so with N apps the master and workers are asked once, not N times."))
+        "its own), so with N apps the master and workers are asked once, not N times; an older view is "
+        "read again in the background, and the first is begun as the daemon starts (cycles before it ends "
+        "go on without it, as when the master does not answer)."))
 
 
 class QuotasConfig(_Section):

@@ -38,6 +38,7 @@ from sparkscale.daemon.leader import LeaderElection, default_identity, zk_client
 from sparkscale.daemon.metrics import DaemonMetrics
 from sparkscale.daemon.notify import Notifier
 from sparkscale.daemon.wiring import ActuationContexts, RequestDesk, loop_stores
+from sparkscale.monitors.cluster_view import prime_cluster_view
 from sparkscale.monitors.collector import collect_snapshots
 from sparkscale.monitors.host_sampler import HOST
 from sparkscale.monitors.stage_prefetch import PREFETCH
@@ -130,6 +131,7 @@ class Daemon:
         self.zk.start_async()  # connects (and reconnects) in the background; until then: standby
         HOST.start()  # the host's figures are read off the cycles (monitors/host_sampler.py)
         PREFETCH.start()  # finished stages fetched off the cycles (monitors/stage_prefetch.py)
+        prime_cluster_view(self.cfg)  # the first cycles go on without waiting on it (monitors/cluster_view.py)
         log.info("daemon.start", identity=self.identity, apps=[a.name for a in self.cfg.apps],
                  interval_s=self.cfg.loop.interval_s, policy=self.cfg.policy.name, dry_run=self.cfg.loop.dry_run,
                  master=self.cfg.spark.master_web_url, zookeeper=self.cfg.zookeeper.hosts,

@@ -33,6 +33,7 @@ from sparkscale.monitors.spark_master import SparkUnreachable, get_json
 log = structlog.get_logger(__name__)
 
 ALIVE = "ALIVE"
+FIRST_READ_UNDER_WAY = "the cluster view's first read (begun as the daemon started) is under way"
 
 
 @dataclass(frozen=True)
@@ -207,10 +208,23 @@ class RecentView:
         self._spawn = spawn
         self._monotonic = monotonic
 
-    def get(self, master_web_url: str, timeout_s: float, max_age_s: float) -> tuple[ClusterView, bool, float]:
-        """The view, whether this call read it (False: kept), and its age in seconds."""
+    def prime(self, master_web_url: str, timeout_s: float) -> None:
+        """Start the first read in the background (the daemon, as it starts): the apps' first cycles
+        then go on without a view while it is under way, instead of all waiting on it (issue 33: up
+        to 9 s with 10 apps starting together on a loaded machine)."""
+        with self._lock:
+            if (self._kept is not None and self._kept[0] == master_web_url) or self._refreshing:
+                return
+            self._refreshing = True
+        self._spawn(functools.partial(self._refresh, master_web_url, timeout_s))
+
+    def get(self, master_web_url: str, timeout_s: float, max_age_s: float) -> tuple[ClusterView | None, bool, float]:
+        """The view, whether this call read it (False: kept), and its age in seconds; no view (None)
+        while the first read, begun by `prime`, is under way."""
         with self._lock:
             kept = self._kept
+            if max_age_s > 0 and self._refreshing and (kept is None or kept[0] != master_web_url):
+                return None, False, 0.0
             if kept is None or kept[0] != master_web_url or max_age_s <= 0:
                 view = fetch_cluster_view(master_web_url, timeout_s)
                 self._kept = (master_web_url, self._monotonic(), view)
@@ -258,7 +272,15 @@ def cluster_extension(cfg: Config, app_id: str) -> dict[str, Any] | None:
     except SparkUnreachable as exc:
         log.warning("monitor.cluster_unreachable", app_id=app_id, error=str(exc))
         return {**Placement(app_id, error=str(exc)).to_extension(), "requests": 1, "age_s": 0.0}
+    if view is None:
+        return {**Placement(app_id, error=FIRST_READ_UNDER_WAY).to_extension(), "requests": 0, "age_s": 0.0}
     if view.unreachable and fetched:
         log.warning("monitor.worker_unreachable", app_id=app_id, workers=dict(view.unreachable))
     return {**view.placement(app_id).to_extension(), "requests": view.requests if fetched else 0,
             "age_s": round(age_s, 3)}
+
+
+def prime_cluster_view(cfg: Config) -> None:
+    """Begin the view's first read off the cycles (`RecentView.prime`), where a view is kept at all."""
+    if cfg.loop.cluster_view and cfg.loop.cluster_view_max_age_s > 0:
+        RECENT.prime(cfg.spark.master_web_url, cfg.spark.rest_timeout_s)

@@ -198,7 +198,8 @@ def _collect(cfg: Config, app_name: str, query: str | None, opts: CollectOptions
                  executor_hosts=app_figures["hosts"], cpu_fraction=app_figures["cpu_fraction"])
         snapshots.append(snapshot)
     # The next window's finished stages fetched before the next cycle asks (`stage_prefetch.py`).
-    PREFETCH.register(rest, spark_app.id, app.name, cfg.loop.interval_s, since_s=taken_at - window_s)
+    PREFETCH.register(rest, spark_app.id, app.name, cfg.loop.interval_s, since_s=taken_at - window_s,
+                      cycle_started_s=started)
     return snapshots
 
 

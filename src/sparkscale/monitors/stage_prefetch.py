@@ -4,9 +4,10 @@ cycle's p99 was its fetch of the window's new stages, docs/results/daemon_cycle_
 A stage of a finished job never changes and `stage_cache.STAGES` keeps it, so fetching it earlier
 changes no figure: the cycle still reads exactly its window's stages, most of them now kept. After
 a successful collect the collector registers the app (`monitors/collector.py`); at `LEAD` of the
-app's interval after that, one daemon thread asks the driver for its jobs and fetches, one request
-at a time and at most `MAX_STAGES_PER_PASS` per pass (newest first), the stages of the jobs that
-finished since the registered window began and are not kept. Every fetch goes through the cache's
+app's interval after its cycle began, one daemon thread asks the driver for its jobs and fetches, one
+request at a time and at most `MAX_STAGES_PER_PASS` per pass (newest first), the stages of the jobs
+that finished since the registered window began and are not kept; the passes of apps due together
+run side by side (`PASS_CONCURRENCY`). Every fetch goes through the cache's
 `get` (a kept stage is never asked again), whose lock is held for dictionary work only: a pass stuck
 on a driver never delays a cycle. An app not registered again within `FORGET_AFTER_INTERVALS` of
 its interval is forgotten (its driver may be gone). The daemon starts and stops the process's
@@ -19,6 +20,7 @@ import functools
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 import structlog
@@ -36,6 +38,9 @@ FINISHED_JOBS = frozenset({"SUCCEEDED", "FAILED"})
 # leave fewer, but meets the next cycle when a loaded driver makes it slow (not measured apart).
 LEAD = 0.7
 MAX_STAGES_PER_PASS = 64  # stage requests one pass makes at most
+# Passes due together run side by side, at most this many: one thread for 10 apps on loaded drivers
+# ran its passes one after another, later than due, and the cycles fetched what they had not (issue 33).
+PASS_CONCURRENCY = 4
 FORGET_AFTER_INTERVALS = 3
 IDLE_WAIT_S = 60.0  # the thread's wait with nothing due (a registration or `stop` wakes it sooner)
 
@@ -73,12 +78,13 @@ class StagePrefetcher:
 
     def __init__(self, cache: StageCache | None = None, monotonic: Callable[[], float] = time.monotonic,
                  spawn: Spawn = daemon_thread, lead: float = LEAD,
-                 max_stages_per_pass: int = MAX_STAGES_PER_PASS) -> None:
+                 max_stages_per_pass: int = MAX_STAGES_PER_PASS, pass_concurrency: int = PASS_CONCURRENCY) -> None:
         self.cache = STAGES if cache is None else cache
         self._monotonic = monotonic
         self._spawn = spawn  # tests pass one that starts nothing and drive `run_due` themselves
         self.lead = lead
         self.max_stages_per_pass = max_stages_per_pass
+        self.pass_concurrency = max(1, pass_concurrency)
         self._lock = threading.Lock()  # held for dictionary work only, never across a request
         self._apps: dict[str, Registered] = {}
         self._wake = threading.Event()
@@ -105,11 +111,17 @@ class StagePrefetcher:
             self._apps.clear()
         self._wake.set()
 
-    def register(self, rest: DriverRest, app_id: str, app_name: str, interval_s: float, since_s: float) -> None:
-        """After a successful collect: a pass at `lead` of `interval_s` from now, and one per interval after
-        it until the app is forgotten. Does nothing while the prefetcher is not running."""
+    def register(self, rest: DriverRest, app_id: str, app_name: str, interval_s: float, since_s: float,
+                 cycle_started_s: float | None = None) -> None:
+        """After a successful collect: a pass at `lead` of `interval_s` after the cycle began
+        (`cycle_started_s`, monotonic; default now), at once if the collect outlasted that, and one
+        per interval after it until the app is forgotten. The next cycle comes an interval after this
+        one began, not after its collect ended: a slow collect timed from its end put the pass after
+        the next cycle (the apps' second cycles fetched 1-2.5 s of stages, issue 33). Does nothing
+        while the prefetcher is not running."""
         now_s = self._monotonic()
-        entry = Registered(rest, app_id, interval_s, since_s, now_s, now_s + self.lead * interval_s)
+        began_s = now_s if cycle_started_s is None else min(cycle_started_s, now_s)
+        entry = Registered(rest, app_id, interval_s, since_s, now_s, max(now_s, began_s + self.lead * interval_s))
         with self._lock:
             if not self.running:
                 return
@@ -121,9 +133,15 @@ class StagePrefetcher:
             return dict(self._apps)
 
     def run_due(self, now_s: float) -> float:
-        """Every pass due at `now_s` (monotonic), one after the other; the seconds until the next one."""
-        for app_name, entry in self._take_due(now_s):
-            self.prefetch(app_name, entry)
+        """Every pass due at `now_s` (monotonic), side by side (at most `pass_concurrency` at once);
+        the seconds until the next one."""
+        due = self._take_due(now_s)
+        if len(due) > 1 and self.pass_concurrency > 1:
+            with ThreadPoolExecutor(min(self.pass_concurrency, len(due)), "sparkscale-stage-prefetch") as pool:
+                list(pool.map(lambda item: self.prefetch(*item), due))
+        else:
+            for app_name, entry in due:
+                self.prefetch(app_name, entry)
         with self._lock:
             next_s = min((e.due_at_s for e in self._apps.values()), default=None)
         return IDLE_WAIT_S if next_s is None else min(max(next_s - self._monotonic(), 0.0), IDLE_WAIT_S)

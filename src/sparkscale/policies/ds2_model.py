@@ -126,8 +126,7 @@ class Ds2Estimate:
     queries: tuple[str, ...] = ()  # each operator's query, in topological order; () = all one query
 
     def query_parts(self) -> tuple[tuple[int, ...], ...]:
-        """The indices of each query's operators, in topological order (all of them when `queries`
-        is empty)."""
+        """The indices of each query's operators, in topological order (one part: `queries` empty)."""
         if not self.queries:
             return (tuple(range(len(self.operators))),)
         groups: dict[str, list[int]] = {}
@@ -141,16 +140,12 @@ class Ds2Estimate:
         return sum(op.target_input_rate for op in self.operators if op.source)
 
     def capacity_rps(self, cores: int, partitions: Mapping[str, int] | None = None) -> float | None:
-        """Source records/s the stages can take in on `cores` cores, fully busy: the target rate
-        scaled by the largest factor that keeps every bound (None: an unmeasured stage, or no load to
-        scale from). What a scale-up is expected to raise, and what is measured after it. With
-        `partitions` (operator -> count), as if those operators had that many partitions (what a
-        repartition would give).
-
-        The bounds are those `cores_for_partitions` fits: each query's stages one after another
-        within the window, and all queries' work together on the app's cores (implied by the first
-        when the app runs one query). Fitting two queries' stages as one sequence understated a
-        multi-query app's capacity, so a scale-up that fell short could be judged met (issue 33)."""
+        """Source records/s the stages can take in on `cores` cores, fully busy (None: an unmeasured
+        stage, or no load to scale from): what a scale-up is expected to raise, and is judged by. With
+        `partitions` (operator -> count), as if those operators had that many (a repartition). The
+        bounds are those `cores_for_partitions` fits: each query's stages one after another, and all
+        queries' work on the app's cores; one sequence for all understated a multi-query app's
+        capacity, so a scale-up that fell short could be judged met (issue 33)."""
         override = partitions or {}
         cores = max(1, cores)
         if self.source_target_rate <= 0 or not self._stage_needs(override) or any(
@@ -161,28 +156,28 @@ class Ds2Estimate:
         if len(bounds) > 1:  # the queries' tasks share the cores: Σ work <= cores
             bounds.append((sum(n for n, _p in self._stage_needs(override)) / cores,
                            self._fixed_busy(override, cores, shared=True)))
-        factors = [self._rate_factor(busy * self.target_utilization, fixed) for busy, fixed in bounds if busy > 0]
-        if not factors or any(f is None for f in factors):
+        capacities = [self._bound_capacity(self.source_target_rate, busy * self.target_utilization, fixed)
+                      for busy, fixed in bounds if busy > 0]
+        if not capacities or any(c is None for c in capacities):
             return None
-        return self.source_target_rate * min(f for f in factors if f is not None)
+        return min(c for c in capacities if c is not None)
 
     @staticmethod
-    def _rate_factor(busy: float, fixed: float) -> float | None:
-        """The factor on the target rate that makes a bound's busy share 1 (None: none does).
-        busy(rate) = Σ (a_op x rate + b_op) / cores_op, b_op the fixed cores, which a higher rate
-        does not raise (bigger batches, not more of them): solve busy(factor) = 1."""
+    def _bound_capacity(rate: float, busy: float, fixed: float) -> float | None:
+        """The rate that makes a bound's busy share 1 (None: none does). busy(rate) = Σ (a_op x rate
+        + b_op) / cores_op, b_op the fixed cores, which a higher rate does not raise (bigger batches,
+        not more of them). Divided in this order, a subnormal rate still gives a finite figure."""
         if fixed <= 0:
-            return 1 / busy
+            return rate / busy
         variable = busy - fixed
         if fixed >= 1 or variable <= 0:
             return None
-        return (1 - fixed) / variable
+        return rate * (1 - fixed) / variable
 
     def _fixed_busy(self, partitions: Mapping[str, int], cores: int, among: tuple[int, ...] | None = None,
                     shared: bool = False) -> float:
-        """The share of a window the stages' fixed (per-task overhead) cores take on `cores` cores
-        (of the operators at `among`, default all): each stage on the cores its partitions let it
-        use, or with `shared` all of them on the app's cores together."""
+        """The share of a window the fixed (per-task overhead) cores of the operators at `among`
+        (default all) take: each on the cores its partitions let it use, or (`shared`) the app's."""
         u = self.target_utilization
         share = 0.0
         for op in self.operators if among is None else (self.operators[i] for i in among):
@@ -195,9 +190,8 @@ class Ds2Estimate:
 
     def _stage_needs(self, partitions: Mapping[str, int] | None = None,
                      among: tuple[int, ...] | None = None) -> list[tuple[float, int]]:
-        """(exact requirement, partitions) of every non-source operator (of those at the indices
-        `among`, default all); operators without an estimate count with their parallelism, as if
-        fully busy. `partitions` overrides some counts."""
+        """(exact requirement, partitions) of the non-source operators at `among` (default all),
+        those without an estimate at their parallelism; `partitions` overrides some counts."""
         override = partitions or {}
         needs = []
         for op in self.operators if among is None else (self.operators[i] for i in among):
@@ -209,9 +203,8 @@ class Ds2Estimate:
 
     @staticmethod
     def _busy_fraction(needs: list[tuple[float, int]], cores: int) -> float:
-        """The share of a window the stages take on `cores` cores, one after another: a stage needing
-        r instances runs r / min(cores, partitions) of the time (it runs at most `partitions` tasks
-        at once)."""
+        """The share of a window the stages take on `cores` cores, one after another: a stage
+        needing r instances runs r / min(cores, partitions) of it (at most `partitions` tasks at once)."""
         return sum(need / min(cores, partitions) for need, partitions in needs)
 
     @property
@@ -222,11 +215,8 @@ class Ds2Estimate:
     @property
     def cores_needed(self) -> int:
         """Cores the query needs with partitions enough: ceil(Σ exact requirement) over non-source
-        operators.
-
-        A micro-batch runs its stages one after another on the same cores, so their
-        fractional needs add up before rounding: two stages needing 0.3 cores each need 1 core, not
-        the 2 that Σ π would give. Operators without an estimate count with their parallelism."""
+        operators (and those without an estimate at their parallelism). A micro-batch runs its
+        stages one after another on the same cores, so fractional needs add up before rounding."""
         return max(1, ceiling(sum(n for n, _p in self._stage_needs())))
 
     @property
