@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from datetime import UTC, datetime
 
 import pytest
 
@@ -56,6 +57,28 @@ def test_partition_positions_of_redis_streams_and_kafka_offsets():
     assert partition_positions({"logOffset": 4}) is None  # the file source: no partitions
     assert partition_positions(12) is None and partition_positions("None") is None
     assert partition_positions({}) is None
+
+
+def test_a_file_listings_backlog_counts_from_when_the_agent_listed_not_from_the_triggers_start():
+    """Issue 33 (clicks-file): a 2 s batch then an 8 s one, each dated at its trigger's start,
+    put the 8 s batch's landed files over 2 s (240/s where 60/s arrived)."""
+    def files(rows: int, backlog: int) -> SourceReport:
+        return SourceReport("FileStreamSource[/in]", "file", num_input_rows=rows, backlog_records=backlog,
+                            backlog_estimate="file_listing")
+
+    def timed(batch: int, trigger_s: float, published_s: float, rows: int, backlog: int) -> ProgressReport:
+        start = datetime.fromtimestamp(trigger_s, UTC).isoformat()
+        return ProgressReport(batch_id=batch, run_id="run", num_input_rows=rows, timestamp=start,
+                              published_at_s=published_s, sources=(files(rows, backlog),))
+
+    short, long = timed(1, 100.0, 102.0, 120, 60), timed(2, 102.0, 110.0, 60, 480)
+    assert (short.at_s, short.backlog_at_s) == (pytest.approx(100.0), 102.0)
+    est = estimate([short, long])
+    assert est.arrival_estimate == "processed_plus_backlog_change"
+    assert est.arrival_rate == pytest.approx((60 + 480 - 60) / 8)  # 60/s; over the trigger starts: 240/s
+    # A source's offsets are asked at the trigger's start: its backlog is dated there.
+    offsets = replace(long, sources=(replace(long.sources[0], backlog_estimate="source_offsets"),))
+    assert offsets.backlog_at_s == offsets.at_s == pytest.approx(102.0)
 
 
 def test_rows_of_a_first_batch_without_start_offset():

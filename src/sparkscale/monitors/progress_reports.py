@@ -49,6 +49,16 @@ class ProgressReport:
             return parsed
         return self.published_at_s if self.published_at_s else None
 
+    @property
+    def backlog_at_s(self) -> float | None:
+        """When the report's backlog was measured: as the agent published it where every source's
+        is a file listing (the agent lists the directory then, after the batch), else `at_s` (a
+        source's offsets, asked at the trigger's start). A long batch after a short one, dated at
+        its start, made the backlog's growth over the batch look 4x as fast (issue 33, clicks-file)."""
+        if self.published_at_s and self.sources and all(s.backlog_estimate == "file_listing" for s in self.sources):
+            return self.published_at_s
+        return self.at_s
+
     @classmethod
     def from_fields(cls, fields: Mapping[str, Any], partitions: int | None = None) -> ProgressReport:
         """From the progress hash or one `:history` entry (all values strings in Redis).

@@ -8,7 +8,8 @@ report carries one `SourceReport` per source of the query (`protocol/queries.py`
   records = rows read in the window (end minus start offset per partition, else the source's rows).
 - Arrival rate, best first: `position` (the sources' positions, records ever arrived, moved by
   Δ over Δt between the window's first and last report: exact where a source can tell);
-  `processed_plus_backlog_change` (rows taken in plus the backlog's change, over the same span);
+  `processed_plus_backlog_change` (rows taken in plus the backlog's change, over the span between
+  the two backlogs' measurements: `ProgressReport.backlog_at_s`);
   `input_rate` (the mean `input_rows_per_s` of the window's reports: a lower bound when behind).
 - Backlog: the latest report's sum of `backlog_records`; None (unknown) when any source cannot
   tell. DS2 then sizes from rates without catch-up, and the snapshot says "backlog unknown".
@@ -263,7 +264,7 @@ def _arrival(samples: Sequence[ProgressReport], rows_read: int, window_s: float)
     backlogs = [(r, b) for r in samples if (b := _backlog_of(r)) is not None]
     if len(backlogs) >= 2:
         (first, b0), (last, b1) = backlogs[0], backlogs[-1]
-        span = (last.at_s or 0.0) - (first.at_s or 0.0)
+        span = (last.backlog_at_s or 0.0) - (first.backlog_at_s or 0.0)  # when each backlog was measured
         rows = _rows_between(samples, first, last)
         if span > 0 and rows + b1 - b0 >= 0:
             return ((rows + b1 - b0) / span, "processed_plus_backlog_change",
