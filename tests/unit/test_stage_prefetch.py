@@ -16,6 +16,7 @@ from sparkscale.monitors.stage_cache import StageCache
 from sparkscale.monitors.stage_prefetch import (
     FORGET_AFTER_INTERVALS,
     IDLE_WAIT_S,
+    LATE,
     LEAD,
     StagePrefetcher,
     finished_stage_ids,
@@ -102,10 +103,33 @@ def test_a_pass_fetches_the_finished_jobs_stages_not_kept_and_the_cycle_then_ask
     assert prefetcher.run_due(clock.now_s + LEAD * INTERVAL_S - 0.1) == pytest.approx(LEAD * INTERVAL_S)  # not due
     assert rest.calls == []
     clock.now_s += LEAD * INTERVAL_S  # LEAD of the interval after the registration
-    assert prefetcher.run_due(clock.now_s) == pytest.approx(INTERVAL_S)  # the next pass: an interval on
+    assert prefetcher.run_due(clock.now_s) == pytest.approx((LATE - LEAD) * INTERVAL_S)  # the cycle's second
     assert rest.calls[0] == "jobs" and rest.stage_calls() == [5, 4, 3, 1]  # newest first; 2 kept, 6 and 7 running
     assert cycle_fetch(rest, [1, 2, 3, 4, 5], cache) == 0
     assert cycle_fetch(rest, [6, 7], cache) == 2  # an unfinished job's stages: the cycle's own fetch
+
+
+def test_a_second_pass_closer_to_the_cycle_fetches_what_finished_after_the_first():
+    """The newest batch's stages, finished after the first pass, were the 10-app cycles' p99."""
+    cache, clock = StageCache(), Clock()
+    rest = FakeRest([job(1, "SUCCEEDED", (1, 2))])
+    prefetcher = manual(cache, clock)
+    start_s = clock.now_s
+    prefetcher.register(rest, APP_ID, "wc", INTERVAL_S, since_s=T0)
+    prefetcher.run_due(start_s + LEAD * INTERVAL_S)
+    rest.jobs_list = [*rest.jobs_list, job(2, "SUCCEEDED", (3, 4))]  # finished between the two passes
+    clock.now_s = start_s + LATE * INTERVAL_S
+    assert prefetcher.run_due(clock.now_s) == pytest.approx(INTERVAL_S)
+    assert rest.stage_calls() == [2, 1, 4, 3] and cycle_fetch(rest, [1, 2, 3, 4], cache) == 0
+    # Not registered again (the cycle failed): one pass an interval after the last, as before.
+    prefetcher.run_due(start_s + (1 + LATE) * INTERVAL_S - 0.1)
+    assert rest.calls.count("jobs") == 2
+    prefetcher.run_due(start_s + (1 + LATE) * INTERVAL_S)
+    assert rest.calls.count("jobs") == 3
+    # A first pass that runs after the second's time (a slow collect) leaves no second one.
+    late = manual(StageCache(), clock)
+    late.register(rest, APP_ID, "wc", INTERVAL_S, since_s=T0, cycle_started_s=clock.now_s - 9.5)
+    assert late.registered()["wc"].then_at_s is None
 
 
 def test_a_pass_asks_for_so_many_stages_at_most_and_a_kept_one_never_again():

@@ -4,10 +4,10 @@ cycle's p99 was its fetch of the window's new stages, docs/results/daemon_cycle_
 A stage of a finished job never changes and `stage_cache.STAGES` keeps it, so fetching it earlier
 changes no figure: the cycle still reads exactly its window's stages, most of them now kept. After
 a successful collect the collector registers the app (`monitors/collector.py`); at `LEAD` of the
-app's interval after its cycle began, one daemon thread asks the driver for its jobs and fetches, one
-request at a time and at most `MAX_STAGES_PER_PASS` per pass (newest first), the stages of the jobs
-that finished since the registered window began and are not kept; the passes of apps due together
-run side by side (`PASS_CONCURRENCY`). Every fetch goes through the cache's
+app's interval after its cycle began, and again at `LATE` of it, one daemon thread asks the driver
+for its jobs and fetches, one request at a time and at most `MAX_STAGES_PER_PASS` per pass (newest
+first), the stages of the jobs that finished since the registered window began and are not kept;
+the passes of apps due together run side by side (`PASS_CONCURRENCY`). Every fetch goes through the cache's
 `get` (a kept stage is never asked again), whose lock is held for dictionary work only: a pass stuck
 on a driver never delays a cycle. An app not registered again within `FORGET_AFTER_INTERVALS` of
 its interval is forgotten (its driver may be gone). The daemon starts and stops the process's
@@ -32,11 +32,12 @@ from sparkscale.monitors.stage_cache import STAGES, StageCache
 log = structlog.get_logger(__name__)
 
 FINISHED_JOBS = frozenset({"SUCCEEDED", "FAILED"})
-# A pass at this fraction of the app's interval after its registration, before its next cycle: what
-# finishes later is the cycle's to fetch (three 1 s batches' stages at the shipped 10 s; the cycle's
-# stage fetch p99 0.46 s with 10 apps: docs/results/daemon_cycle_prefetch.md). A later pass would
-# leave fewer, but meets the next cycle when a loaded driver makes it slow (not measured apart).
+# The first pass at this fraction of the app's interval after its cycle began: what finishes later
+# is the second pass's (LATE) or the cycle's to fetch.
 LEAD = 0.7
+# A second, shorter pass closer to the cycle: the stages finished after the first pass were the 10-app
+# cycles' p99 (about 1 s for the newest batch's stages on a loaded driver: docs/results/daemon_cycle_primed.md).
+LATE = 0.9
 MAX_STAGES_PER_PASS = 64  # stage requests one pass makes at most
 # Passes due together run side by side, at most this many: one thread for 10 apps on loaded drivers
 # ran its passes one after another, later than due, and the cycles fetched what they had not (issue 33).
@@ -63,6 +64,7 @@ class Registered:
     since_s: float  # epoch seconds: jobs completed before this are not looked at (the window's start)
     registered_at_s: float  # monotonic
     due_at_s: float  # monotonic: the next pass
+    then_at_s: float | None = None  # monotonic: the cycle's second pass, after `due_at_s` (None: none)
 
 
 def finished_stage_ids(jobs: Sequence[RestJob], since_s: float) -> list[int]:
@@ -77,12 +79,13 @@ class StagePrefetcher:
     """One background thread filling `cache` with the registered apps' finished stages."""
 
     def __init__(self, cache: StageCache | None = None, monotonic: Callable[[], float] = time.monotonic,
-                 spawn: Spawn = daemon_thread, lead: float = LEAD,
+                 spawn: Spawn = daemon_thread, lead: float = LEAD, late: float | None = LATE,
                  max_stages_per_pass: int = MAX_STAGES_PER_PASS, pass_concurrency: int = PASS_CONCURRENCY) -> None:
         self.cache = STAGES if cache is None else cache
         self._monotonic = monotonic
         self._spawn = spawn  # tests pass one that starts nothing and drive `run_due` themselves
         self.lead = lead
+        self.late = late
         self.max_stages_per_pass = max_stages_per_pass
         self.pass_concurrency = max(1, pass_concurrency)
         self._lock = threading.Lock()  # held for dictionary work only, never across a request
@@ -114,14 +117,17 @@ class StagePrefetcher:
     def register(self, rest: DriverRest, app_id: str, app_name: str, interval_s: float, since_s: float,
                  cycle_started_s: float | None = None) -> None:
         """After a successful collect: a pass at `lead` of `interval_s` after the cycle began
-        (`cycle_started_s`, monotonic; default now), at once if the collect outlasted that, and one
-        per interval after it until the app is forgotten. The next cycle comes an interval after this
-        one began, not after its collect ended: a slow collect timed from its end put the pass after
-        the next cycle (the apps' second cycles fetched 1-2.5 s of stages, issue 33). Does nothing
-        while the prefetcher is not running."""
+        (`cycle_started_s`, monotonic; default now), at once if the collect outlasted that, a second
+        at `late` of it (if still ahead), and one per interval after them until the app is
+        forgotten. The next cycle comes an interval after this one began, not after its collect
+        ended: a slow collect timed from its end put the pass after the next cycle (the apps' second
+        cycles fetched 1-2.5 s of stages, issue 33). Does nothing while the prefetcher is not running."""
         now_s = self._monotonic()
         began_s = now_s if cycle_started_s is None else min(cycle_started_s, now_s)
-        entry = Registered(rest, app_id, interval_s, since_s, now_s, max(now_s, began_s + self.lead * interval_s))
+        first_s = max(now_s, began_s + self.lead * interval_s)
+        then_s = None if self.late is None else began_s + self.late * interval_s
+        entry = Registered(rest, app_id, interval_s, since_s, now_s, first_s,
+                           then_s if then_s is not None and then_s > first_s else None)
         with self._lock:
             if not self.running:
                 return
@@ -176,8 +182,12 @@ class StagePrefetcher:
                     log.debug("stage_prefetch.forgotten", app=app_name, app_id=entry.app_id)
                 elif entry.due_at_s <= now_s:
                     due.append((app_name, entry))
+                    if entry.then_at_s is not None and entry.then_at_s > now_s:  # the cycle's second pass
+                        self._apps[app_name] = replace(entry, due_at_s=entry.then_at_s, then_at_s=None)
+                        continue
                     missed = (now_s - entry.due_at_s) // entry.interval_s  # passes too late to run: skipped
-                    self._apps[app_name] = replace(entry, due_at_s=entry.due_at_s + (missed + 1) * entry.interval_s)
+                    self._apps[app_name] = replace(entry, due_at_s=entry.due_at_s + (missed + 1) * entry.interval_s,
+                                                   then_at_s=None)
         return sorted(due, key=lambda item: item[1].due_at_s)
 
     def _run(self, stop: threading.Event, wake: threading.Event) -> None:
