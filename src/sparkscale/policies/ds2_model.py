@@ -141,20 +141,20 @@ class Ds2Estimate:
 
     def capacity_rps(self, cores: int, partitions: Mapping[str, int] | None = None) -> float | None:
         """Source records/s the stages can take in on `cores` cores, fully busy (None: an unmeasured
-        stage, or no load to scale from): what a scale-up is expected to raise, and is judged by. With
-        `partitions` (operator -> count), as if those operators had that many (a repartition). The
-        bounds are those `cores_for_partitions` fits: each query's stages one after another, and all
-        queries' work on the app's cores; one sequence for all understated a multi-query app's
-        capacity, so a scale-up that fell short could be judged met (issue 33)."""
+        stage, or no load to scale from): what a scale-up is judged by. With `partitions` (operator
+        -> count), as if those operators had that many (a repartition). The bounds are those
+        `cores_for_partitions` fits, each query's stages in turn and all queries' work on the app's
+        cores: one sequence for all understated a multi-query app's capacity (issue 33)."""
         override = partitions or {}
         cores = max(1, cores)
-        if self.source_target_rate <= 0 or not self._stage_needs(override) or any(
+        needs = self._stage_needs(override)
+        if self.source_target_rate <= 0 or not needs or any(
                 op.required is None for op in self.operators if not op.source):
             return None
         bounds = [(self._busy_fraction(self._stage_needs(override, part), cores),
                    self._fixed_busy(override, cores, part)) for part in self.query_parts()]
         if len(bounds) > 1:  # the queries' tasks share the cores: Σ work <= cores
-            bounds.append((sum(n for n, _p in self._stage_needs(override)) / cores,
+            bounds.append((sum(n for n, _p in needs) / cores,
                            self._fixed_busy(override, cores, shared=True)))
         capacities = [self._bound_capacity(self.source_target_rate, busy * self.target_utilization, fixed)
                       for busy, fixed in bounds if busy > 0]
