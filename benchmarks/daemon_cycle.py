@@ -64,9 +64,12 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
-# Each variant: its `--set` overrides and environment. "before" restores the cycle's old costs.
+# Each variant: its `--set` overrides and environment. "before" restores the cycle's old costs;
+# "round_in_cycle" is "after" with every cycle reading its own driver round (executors, jobs), not
+# the one the stage prefetcher's last pass read for it (monitors/stage_prefetch.py, issue 33).
 VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
     "before": (["loop.host_cpu_sample_s=0.5"], {"SPARKSCALE_STAGE_CACHE": "off"}),
+    "round_in_cycle": ([], {"SPARKSCALE_PREFETCH_ROUND": "off"}),
     "after": ([], {}),
 }
 
@@ -140,7 +143,11 @@ def run_daemon(env, queries: int, cycles: int, variant: str, interval_s: float,
     if keep_logs is not None:  # the daemon's log beside the results: every figure traces back to its events
         keep_logs.mkdir(parents=True, exist_ok=True)
         shutil.copy(log_path, keep_logs / log_path.name)
-    events = [json.loads(line) for line in log_path.read_text().splitlines() if '"event": "cycle"' in line]
+    lines = log_path.read_text().splitlines()
+    events = [json.loads(line) for line in lines if '"event": "cycle"' in line]
+    # Snapshots built on the driver round the prefetcher read (`driver_round_age_s` set), of all.
+    snaps = [json.loads(line) for line in lines if '"event": "monitor.snapshot"' in line]
+    prefetched = [s["driver_round_age_s"] for s in snaps if s.get("driver_round_age_s") is not None]
     timed = [e for e in events if e.get("event") == "cycle" and "duration_s" in e]
     durations = [e["duration_s"] for e in timed]
     # Each app's first cycle is the daemon's start (leadership, nothing kept yet): the p99 without it too.
@@ -169,6 +176,8 @@ def run_daemon(env, queries: int, cycles: int, variant: str, interval_s: float,
         "rss_after_10_cycles_mb": round((rss_early or rss_samples[0]) / 2**20, 1),
         "rss_end_mb": round(rss_samples[-1] / 2**20, 1), "rss_peak_mb": round(max(rss_samples) / 2**20, 1),
         "collect_parts_p99_s": {part: round(percentile(v, 0.99), 4) for part, v in sorted(split.items())},
+        "snapshots": len(snaps), "snapshots_on_prefetched_round": len(prefetched),
+        "prefetched_round_age_p99_s": round(percentile(prefetched, 0.99), 4) if prefetched else None,
         "exit_code": proc.returncode,
     }
 
@@ -194,7 +203,8 @@ def main() -> None:
     parser.add_argument("--interval-s", type=float, default=0.2,
                         help="loop.interval_s: 0.2 runs the cycles back to back (a stress: each driver asked about "
                              "5 times a second); 10 is the shipped config's interval, where the apps take turns.")
-    parser.add_argument("--variants", default=",".join(VARIANTS), help="Comma-separated: before, after.")
+    parser.add_argument("--variants", default=",".join(VARIANTS),
+                        help="Comma-separated: before, round_in_cycle, after.")
     parser.add_argument("--out", default="docs/results/daemon_cycle")
     parser.add_argument("--keep-logs", type=Path, default=None,
                         help="A directory to copy each daemon run's JSON log into (daemon-QUERIES-VARIANT.jsonl).")
@@ -210,13 +220,16 @@ def main() -> None:
         "| managed queries | variant | interval (s) | cycles | cycle p50 (s) | cycle p99 (s) | "
         "p99 without each app's first (s) | max (s) | p50 after/before | "
         "collect p50 / p99 (s) | own CPU p50 / p99 (s) | "
-        "RSS after 10 cycles (MB) | RSS at the end (MB) | peak RSS (MB) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "RSS after 10 cycles (MB) | RSS at the end (MB) | peak RSS (MB) | "
+        "snapshots on a prefetched round | its age p99 (s) | driver round p99 (s) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         *[f"| {r['queries']} | {r['variant']} | {r['interval_s']:g} | {r['cycles_measured']} | "
           f"{r['cycle_p50_s']} | {r['cycle_p99_s']} | {r['cycle_p99_warm_s']} | "
           f"{r['cycle_max_s']} | {_ratio(r, before)} | "
           f"{r['collect_p50_s']} / {r['collect_p99_s']} | {r['cpu_p50_s']} / {r['cpu_p99_s']} | "
-          f"{r['rss_after_10_cycles_mb']} | {r['rss_end_mb']} | {r['rss_peak_mb']} |" for r in rows],
+          f"{r['rss_after_10_cycles_mb']} | {r['rss_end_mb']} | {r['rss_peak_mb']} | "
+          f"{r['snapshots_on_prefetched_round']} of {r['snapshots']} | {r['prefetched_round_age_p99_s']} | "
+          f"{r['collect_parts_p99_s'].get('driver')} |" for r in rows],
     ])
     print(table)
     command = " ".join(["benchmarks/daemon_cycle.py", *sys.argv[1:]])

@@ -272,7 +272,9 @@ class Daemon:
     def _wake_app(self, app_name: str) -> None:
         """Ask for the app's cycle to run now. Called on cycle and kazoo threads, so it only hands the
         app to the main thread: APScheduler's shutdown holds its job-store lock while it waits for the
-        running cycles, and a `modify_job` from one of them would wait on that lock for ever."""
+        running cycles, and a `modify_job` from one of them would wait on that lock for ever. That
+        cycle reads the driver itself: a round the stage prefetcher kept may predate what woke it."""
+        PREFETCH.outdate_rounds(app_name)
         with self._apps_to_wake_lock:
             self._apps_to_wake.add(app_name)
         self._wake.set()

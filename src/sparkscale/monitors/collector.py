@@ -5,7 +5,8 @@ queries (`store.redis_queries.read_queries`) and publishes each query's progress
 its sources say about backlog and position; the monitor builds one snapshot per query that has not
 terminated, from one REST round for the app (the application id, asked once per driver; the
 executors and the jobs at once; then the window's batches' stages not kept yet, side by side:
-`driver_round.py`) and the daemon host's latest reading (`host_sampler.py`). The executors' CPU
+`driver_round.py`; in the daemon, the round the stage prefetcher read just before the cycle, when
+fresh: `stage_prefetch.py`) and the daemon host's latest reading (`host_sampler.py`). The executors' CPU
 and memory come from Spark's metrics over the tasks of every query's window
 (`executor_figures.py`), so every query's snapshot carries the same app-wide executor figures.
 `collect_snapshot` merges them into the app's snapshot. Where the app's executors run, by
@@ -32,7 +33,14 @@ from sparkscale.config import Config
 from sparkscale.model.snapshot import Snapshot
 from sparkscale.model.snapshot_merge import merge_snapshots
 from sparkscale.monitors.cluster_view import cluster_extension
-from sparkscale.monitors.driver_round import DriverSilent, MeteredPool, fetch_stages, read_round
+from sparkscale.monitors.driver_round import (
+    DriverRest,
+    DriverRound,
+    DriverSilent,
+    MeteredPool,
+    fetch_stages,
+    read_round,
+)
 from sparkscale.monitors.executor_figures import app_extension, window_work
 from sparkscale.monitors.host import sample_host
 from sparkscale.monitors.host_sampler import HOST
@@ -123,10 +131,9 @@ def _collect(cfg: Config, app_name: str, query: str | None, opts: CollectOptions
         if exc.unreachable:
             raise AppNotRunningError(app_name, exc.url, exc.cause) from None
         raise
-    try:
-        driver = read_round(rest, app.name, pool, clock=time.time)
-    except DriverSilent as exc:
-        raise AppNotRunningError(app_name, exc.error.url, exc.error.cause) from None
+    # The round the prefetcher's last pass read for this cycle, when fresh (`stage_prefetch.py`); else ours.
+    kept = PREFETCH.take_round(app.name, rest.base_url, cfg.loop.interval_s)
+    driver, round_age_s = kept if kept is not None else (_read_round(rest, app.name, pool), None)
     rest_done = time.monotonic()
     spark_app, taken_at, executors, jobs = driver.application, driver.taken_at, driver.executors, driver.jobs
 
@@ -181,7 +188,7 @@ def _collect(cfg: Config, app_name: str, query: str | None, opts: CollectOptions
             extra_extensions={"spark": {"app_id": spark_app.id,
                                         "rest_requests": driver.requests + fetched_of[info.name],
                                         "collect_s": round(time.time() - taken_at, 3), "collect_parts_s": parts_s,
-                                        "rest_cpu_s": rest_cpu_s},
+                                        "rest_cpu_s": rest_cpu_s, "driver_round_age_s": _rounded(round_age_s)},
                               "query": {"id": info.id, "status": info.status, "sources": list(info.sources),
                                         "state_partitions": info.state_partitions,
                                         "migratable": info.why_not_migratable(app.allow_lossy_restart) is None,
@@ -195,12 +202,20 @@ def _collect(cfg: Config, app_name: str, query: str | None, opts: CollectOptions
                  arrival_estimate=snapshot.extensions["source"]["arrival_estimate"],
                  backlog=source.backlog if source.backlog is not None else "unknown",
                  backlog_estimate=snapshot.extensions["source"]["backlog_estimate"],
-                 executor_hosts=app_figures["hosts"], cpu_fraction=app_figures["cpu_fraction"])
+                 executor_hosts=app_figures["hosts"], cpu_fraction=app_figures["cpu_fraction"],
+                 driver_round_age_s=_rounded(round_age_s))
         snapshots.append(snapshot)
     # The next window's finished stages fetched before the next cycle asks (`stage_prefetch.py`).
     PREFETCH.register(rest, spark_app.id, app.name, cfg.loop.interval_s, since_s=taken_at - window_s,
-                      cycle_started_s=started)
+                      cycle_started_s=started, application=spark_app)
     return snapshots
+
+
+def _read_round(rest: DriverRest, app_name: str, pool: MeteredPool) -> DriverRound:
+    try:
+        return read_round(rest, app_name, pool, clock=time.time)
+    except DriverSilent as exc:
+        raise AppNotRunningError(app_name, exc.error.url, exc.error.cause) from None
 
 
 def _host_extension(sample_s: float) -> dict[str, Any] | None:
@@ -213,6 +228,10 @@ def _host_extension(sample_s: float) -> dict[str, Any] | None:
     if HOST.running:
         return HOST.extension()
     return sample_host(0.0).host_extension()
+
+
+def _rounded(age_s: float | None) -> float | None:
+    return None if age_s is None else round(age_s, 3)
 
 
 def _int_or_none(raw: object) -> int | None:

@@ -12,11 +12,22 @@ the passes of apps due together run side by side (`PASS_CONCURRENCY`). Every fet
 on a driver never delays a cycle. An app not registered again within `FORGET_AFTER_INTERVALS` of
 its interval is forgotten (its driver may be gone). The daemon starts and stops the process's
 `PREFETCH` (daemon/service.py); where it is not running (a one-shot command) registering does nothing.
+
+The driver round too (issue 33: on loaded drivers it was the rest of the 10-app p99,
+docs/results/daemon_cycle_late_pass.md): the last pass before an app's next cycle asks for its
+executors as well as its jobs and keeps that round; the cycle takes it (`take_round`, once) instead
+of asking the driver, when it is at most `ROUND_MAX_AGE` of the interval old. The cycle's window
+then ends when that pass asked (every figure is cut at the round's `taken_at`), up to a tenth of
+the interval earlier; what finished since is the next cycle's. Without a fresh round (an app's
+first cycle, a failed or late pass, a cycle run out of turn: `outdate_rounds`) the cycle reads
+the driver itself, as before.
 """
 
 from __future__ import annotations
 
 import functools
+import math
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -25,8 +36,8 @@ from dataclasses import dataclass, replace
 
 import structlog
 
-from sparkscale.monitors.driver_round import DriverRest
-from sparkscale.monitors.spark_rest import RestJob
+from sparkscale.monitors.driver_round import DriverRest, DriverRound
+from sparkscale.monitors.spark_rest import RestApplication, RestJob
 from sparkscale.monitors.stage_cache import STAGES, StageCache
 
 log = structlog.get_logger(__name__)
@@ -43,6 +54,10 @@ MAX_STAGES_PER_PASS = 64  # stage requests one pass makes at most
 # ran its passes one after another, later than due, and the cycles fetched what they had not (issue 33).
 PASS_CONCURRENCY = 4
 FORGET_AFTER_INTERVALS = 3
+# A kept driver round is taken by the cycle while at most this fraction of the interval old: the
+# last pass runs at LATE, a tenth of the interval before the cycle; a round older than this is one
+# of a pass that ran late, or of a cycle that came late, and the cycle asks the driver itself.
+ROUND_MAX_AGE = 0.2
 IDLE_WAIT_S = 60.0  # the thread's wait with nothing due (a registration or `stop` wakes it sooner)
 
 Spawn = Callable[[Callable[[], None]], threading.Thread | None]
@@ -65,6 +80,16 @@ class Registered:
     registered_at_s: float  # monotonic
     due_at_s: float  # monotonic: the next pass
     then_at_s: float | None = None  # monotonic: the cycle's second pass, after `due_at_s` (None: none)
+    application: RestApplication | None = None  # the driver's application (None: keep no round)
+
+
+@dataclass(frozen=True)
+class KeptRound:
+    """A driver round a pass read for the app's next cycle: from `base_url`, asked at `asked_at_s` (monotonic)."""
+
+    round: DriverRound
+    base_url: str
+    asked_at_s: float
 
 
 def finished_stage_ids(jobs: Sequence[RestJob], since_s: float) -> list[int]:
@@ -80,9 +105,15 @@ class StagePrefetcher:
 
     def __init__(self, cache: StageCache | None = None, monotonic: Callable[[], float] = time.monotonic,
                  spawn: Spawn = daemon_thread, lead: float = LEAD, late: float | None = LATE,
-                 max_stages_per_pass: int = MAX_STAGES_PER_PASS, pass_concurrency: int = PASS_CONCURRENCY) -> None:
+                 max_stages_per_pass: int = MAX_STAGES_PER_PASS, pass_concurrency: int = PASS_CONCURRENCY,
+                 keep_rounds: bool | None = None, clock: Callable[[], float] = time.time) -> None:
         self.cache = STAGES if cache is None else cache
         self._monotonic = monotonic
+        self._clock = clock  # epoch seconds: a kept round's `taken_at`
+        # SPARKSCALE_PREFETCH_ROUND=off: every cycle reads its driver round itself (benchmarks/daemon_cycle.py).
+        self.keep_rounds = (os.environ.get("SPARKSCALE_PREFETCH_ROUND", "on").lower() not in ("off", "0", "false")
+                            if keep_rounds is None else keep_rounds)
+        self.round_max_age = ROUND_MAX_AGE
         self._spawn = spawn  # tests pass one that starts nothing and drive `run_due` themselves
         self.lead = lead
         self.late = late
@@ -90,6 +121,8 @@ class StagePrefetcher:
         self.pass_concurrency = max(1, pass_concurrency)
         self._lock = threading.Lock()  # held for dictionary work only, never across a request
         self._apps: dict[str, Registered] = {}
+        self._rounds: dict[str, KeptRound] = {}
+        self._stale_before: dict[str, float] = {}  # app -> monotonic: a round asked earlier is not handed out
         self._wake = threading.Event()
         self._stop: threading.Event | None = None
         self.thread: threading.Thread | None = None
@@ -112,22 +145,26 @@ class StagePrefetcher:
             if self._stop is not None:
                 self._stop.set()
             self._apps.clear()
+            self._rounds.clear()
+            self._stale_before.clear()
         self._wake.set()
 
     def register(self, rest: DriverRest, app_id: str, app_name: str, interval_s: float, since_s: float,
-                 cycle_started_s: float | None = None) -> None:
+                 cycle_started_s: float | None = None, application: RestApplication | None = None) -> None:
         """After a successful collect: a pass at `lead` of `interval_s` after the cycle began
         (`cycle_started_s`, monotonic; default now), at once if the collect outlasted that, a second
         at `late` of it (if still ahead), and one per interval after them until the app is
         forgotten. The next cycle comes an interval after this one began, not after its collect
         ended: a slow collect timed from its end put the pass after the next cycle (the apps' second
-        cycles fetched 1-2.5 s of stages, issue 33). Does nothing while the prefetcher is not running."""
+        cycles fetched 1-2.5 s of stages, issue 33). With `application`, the last pass before the next
+        cycle keeps a driver round for it (module docstring). Does nothing while the prefetcher is not
+        running."""
         now_s = self._monotonic()
         began_s = now_s if cycle_started_s is None else min(cycle_started_s, now_s)
         first_s = max(now_s, began_s + self.lead * interval_s)
         then_s = None if self.late is None else began_s + self.late * interval_s
         entry = Registered(rest, app_id, interval_s, since_s, now_s, first_s,
-                           then_s if then_s is not None and then_s > first_s else None)
+                           then_s if then_s is not None and then_s > first_s else None, application)
         with self._lock:
             if not self.running:
                 return
@@ -146,20 +183,25 @@ class StagePrefetcher:
             with ThreadPoolExecutor(min(self.pass_concurrency, len(due)), "sparkscale-stage-prefetch") as pool:
                 list(pool.map(lambda item: self.prefetch(*item), due))
         else:
-            for app_name, entry in due:
-                self.prefetch(app_name, entry)
+            for app_name, entry, last in due:
+                self.prefetch(app_name, entry, last)
         with self._lock:
             next_s = min((e.due_at_s for e in self._apps.values()), default=None)
         return IDLE_WAIT_S if next_s is None else min(max(next_s - self._monotonic(), 0.0), IDLE_WAIT_S)
 
-    def prefetch(self, app_name: str, entry: Registered) -> int:
-        """One pass for the app: its jobs, then its finished stages not kept; the stage requests made.
+    def prefetch(self, app_name: str, entry: Registered, keep_round: bool = False) -> int:
+        """One pass for the app: its jobs (and with `keep_round`, its executors first: the round
+        its next cycle takes), then its finished stages not kept; the stage requests made.
         A failure (an error, a timeout, a bad answer) ends the pass: the next one tries again."""
         if not self.cache.enabled:  # nothing would be kept (SPARKSCALE_STAGE_CACHE=off)
             return 0
         started_s, cpu_started_s, fetched = time.monotonic(), time.thread_time(), 0
+        application = entry.application if keep_round and self.keep_rounds else None
         try:
-            for stage_id in finished_stage_ids(entry.rest.jobs(entry.app_id), entry.since_s):
+            asked_at_s, taken_at = self._monotonic(), self._clock()
+            executors = entry.rest.executors(entry.app_id) if application is not None else None
+            jobs = entry.rest.jobs(entry.app_id)
+            for stage_id in finished_stage_ids(jobs, entry.since_s):
                 if fetched >= self.max_stages_per_pass:
                     break
                 fetch = functools.partial(entry.rest.stage_attempts, entry.app_id, stage_id)
@@ -168,23 +210,51 @@ class StagePrefetcher:
         except Exception as exc:  # the thread outlives any answer a driver gives
             log.debug("stage_prefetch.failed", app=app_name, app_id=entry.app_id, fetched=fetched, error=repr(exc))
             return fetched
+        if application is not None and executors is not None:
+            kept = KeptRound(DriverRound(application, taken_at, executors, jobs, 0), entry.rest.base_url, asked_at_s)
+            with self._lock:
+                if app_name in self._apps:  # not forgotten (or stopped) meanwhile
+                    self._rounds[app_name] = kept
         log.debug("stage_prefetch.pass", app=app_name, app_id=entry.app_id, fetched=fetched,
                   took_s=round(time.monotonic() - started_s, 4), cpu_s=round(time.thread_time() - cpu_started_s, 4))
         return fetched
 
-    def _take_due(self, now_s: float) -> list[tuple[str, Registered]]:
-        """The apps due at `now_s`, earliest first, each moved on to its next pass; the silent ones forgotten."""
-        due: list[tuple[str, Registered]] = []
+    def take_round(self, app_name: str, base_url: str, interval_s: float) -> tuple[DriverRound, float] | None:
+        """The driver round the last pass read for the app, and its age in seconds, when it was read
+        from `base_url` at most `round_max_age` of `interval_s` ago; else None (the cycle asks the
+        driver). A kept round is handed out once."""
+        with self._lock:
+            kept = self._rounds.pop(app_name, None)
+            stale_before_s = self._stale_before.get(app_name, -math.inf)
+        if kept is None or kept.base_url != base_url or kept.asked_at_s < stale_before_s:
+            return None
+        age_s = self._monotonic() - kept.asked_at_s
+        return (kept.round, age_s) if 0 <= age_s <= self.round_max_age * interval_s else None
+
+    def outdate_rounds(self, app_name: str) -> None:
+        """No round asked before now is handed out for the app: its next cycle runs out of turn
+        (an action ended, a request came) and must see the driver as it is after that."""
+        with self._lock:
+            self._rounds.pop(app_name, None)
+            self._stale_before[app_name] = self._monotonic()
+
+    def _take_due(self, now_s: float) -> list[tuple[str, Registered, bool]]:
+        """The apps due at `now_s`, earliest first, each moved on to its next pass (and whether this
+        is its last pass before the next cycle); the silent ones forgotten."""
+        due: list[tuple[str, Registered, bool]] = []
         with self._lock:
             for app_name, entry in list(self._apps.items()):
                 if now_s - entry.registered_at_s >= FORGET_AFTER_INTERVALS * entry.interval_s:
                     del self._apps[app_name]
+                    self._rounds.pop(app_name, None)
+                    self._stale_before.pop(app_name, None)
                     log.debug("stage_prefetch.forgotten", app=app_name, app_id=entry.app_id)
                 elif entry.due_at_s <= now_s:
-                    due.append((app_name, entry))
                     if entry.then_at_s is not None and entry.then_at_s > now_s:  # the cycle's second pass
+                        due.append((app_name, entry, False))
                         self._apps[app_name] = replace(entry, due_at_s=entry.then_at_s, then_at_s=None)
                         continue
+                    due.append((app_name, entry, True))
                     missed = (now_s - entry.due_at_s) // entry.interval_s  # passes too late to run: skipped
                     self._apps[app_name] = replace(entry, due_at_s=entry.due_at_s + (missed + 1) * entry.interval_s,
                                                    then_at_s=None)

@@ -1,0 +1,142 @@
+"""The cycle takes the driver round the prefetcher's last pass read for it, when fresh, and asks the
+driver nothing; a stale, foreign or missing round leaves the cycle to read its own (issue 33: the
+driver round on loaded drivers was the rest of the 10-app cycle p99)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sparkscale.monitors import collector, driver_round
+from sparkscale.monitors.spark_rest import RestApplication, RestJob, SparkRestError
+from sparkscale.monitors.stage_cache import StageCache
+from sparkscale.monitors.stage_prefetch import LATE, LEAD, ROUND_MAX_AGE
+from tests.unit.test_collector import T0 as COLLECT_T0
+from tests.unit.test_collector import world  # noqa: F401  (the collector's handmade app, as a fixture)
+from tests.unit.test_stage_prefetch import APP_ID, INTERVAL_S, T0, Clock, FakeRest, job, manual
+
+APPLICATION = RestApplication(APP_ID, "wc")
+ROUND_TAKEN_AT = 1_800_000_100.0  # epoch seconds: when the last pass asked (the prefetcher's clock)
+
+
+class Counting(FakeRest):
+    """FakeRest that also counts executors requests."""
+
+    def executors(self, app_id: str) -> list[object]:
+        with self._lock:
+            self.calls.append("executors")
+        return []
+
+
+def passes(rest: FakeRest, **kwargs: object) -> tuple[object, Clock, float]:
+    """A prefetcher with `rest` registered, its two passes run; (prefetcher, clock, cycle start)."""
+    clock = Clock()
+    prefetcher = manual(StageCache(), clock)
+    if kwargs:
+        for name, value in kwargs.items():
+            setattr(prefetcher, name, value)
+    prefetcher._clock = lambda: ROUND_TAKEN_AT  # type: ignore[attr-defined]
+    start_s = clock.now_s
+    prefetcher.register(rest, APP_ID, "wc", INTERVAL_S, since_s=T0, application=APPLICATION)
+    clock.now_s = start_s + LEAD * INTERVAL_S
+    prefetcher.run_due(clock.now_s)
+    clock.now_s = start_s + LATE * INTERVAL_S
+    prefetcher.run_due(clock.now_s)
+    return prefetcher, clock, start_s
+
+
+def test_the_last_pass_before_the_cycle_keeps_a_round_handed_out_once():
+    rest = Counting([job(1, "SUCCEEDED", (1, 2))])
+    prefetcher, clock, start_s = passes(rest)
+    assert rest.calls.count("executors") == 1 and rest.calls.count("jobs") == 2  # the first pass keeps none
+    clock.now_s = start_s + INTERVAL_S  # the next cycle
+    taken = prefetcher.take_round("wc", rest.base_url, INTERVAL_S)
+    assert taken is not None
+    kept, age_s = taken
+    assert kept.application == APPLICATION and kept.taken_at == ROUND_TAKEN_AT and kept.requests == 0
+    assert [j.job_id for j in kept.jobs] == [1] and age_s == pytest.approx((1 - LATE) * INTERVAL_S)
+    assert prefetcher.take_round("wc", rest.base_url, INTERVAL_S) is None  # once
+
+
+def test_a_stale_or_foreign_round_is_not_taken_nor_one_not_asked_for():
+    rest = Counting([job(1, "SUCCEEDED", (1,))])
+    prefetcher, clock, _start = passes(rest)
+    clock.now_s += ROUND_MAX_AGE * INTERVAL_S + 0.01  # a late cycle
+    assert prefetcher.take_round("wc", rest.base_url, INTERVAL_S) is None
+    prefetcher, clock, _start = passes(rest)
+    assert prefetcher.take_round("wc", "http://10.0.0.9:4040/api/v1", INTERVAL_S) is None  # another driver
+    off = Counting([job(1, "SUCCEEDED", (1,))])
+    prefetcher, clock, _start = passes(off, keep_rounds=False)  # SPARKSCALE_PREFETCH_ROUND=off
+    assert "executors" not in off.calls and prefetcher.take_round("wc", off.base_url, INTERVAL_S) is None
+
+
+def test_a_failed_pass_keeps_no_round_and_stop_drops_a_kept_one():
+    rest = Counting([job(1, "SUCCEEDED", (1,))])
+
+    def jobs(app_id: str) -> list[RestJob]:
+        raise SparkRestError("http://driver/jobs", "timed out", unreachable=True)
+
+    rest.jobs = jobs  # type: ignore[method-assign]
+    prefetcher, _clock, _start = passes(rest)
+    assert rest.calls.count("executors") == 1 and prefetcher.take_round("wc", rest.base_url, INTERVAL_S) is None
+    ok = Counting([job(1, "SUCCEEDED", (1,))])
+    prefetcher, _clock, _start = passes(ok)
+    prefetcher.stop()
+    assert prefetcher.take_round("wc", ok.base_url, INTERVAL_S) is None
+
+
+def test_a_cycle_with_a_fresh_round_asks_the_driver_nothing_and_a_late_one_asks_itself(world, monkeypatch):  # noqa: F811
+    options = collector.CollectOptions(window_s=30)
+    clock = Clock()
+    prefetcher = manual(StageCache(), clock)
+    prefetcher._clock = lambda: COLLECT_T0 + 39  # type: ignore[attr-defined]  # the pass asked 1 s before the cycle
+    monkeypatch.setattr(collector, "PREFETCH", prefetcher)
+    monkeypatch.setattr(driver_round, "STAGES", prefetcher.cache)
+    start_s = clock.now_s
+    first = collector.collect_snapshots(world.cfg, "wc", options=options)
+    assert first[0].extensions["spark"]["driver_round_age_s"] is None  # nothing kept yet: the cycle's own round
+    for at in (LEAD, LATE):
+        clock.now_s = start_s + at * world.cfg.loop.interval_s
+        prefetcher.run_due(clock.now_s)
+    world.rest.calls.clear()
+    clock.now_s = start_s + world.cfg.loop.interval_s
+    second = collector.collect_snapshots(world.cfg, "wc", options=options)
+    assert world.rest.calls == []  # no application, executors, jobs or stage request
+    spark = second[0].extensions["spark"]
+    assert spark["rest_requests"] == 0 and spark["driver_round_age_s"] == pytest.approx(
+        (1 - LATE) * world.cfg.loop.interval_s)
+    assert all(s.taken_at == COLLECT_T0 + 39 for s in second)  # the window ends when the pass asked
+    # The next round comes too late for the cycle after: that cycle reads the driver itself.
+    for at in (LEAD, LATE):
+        clock.now_s = start_s + (1 + at) * world.cfg.loop.interval_s
+        prefetcher.run_due(clock.now_s)
+    clock.now_s += (1 - LATE + ROUND_MAX_AGE) * world.cfg.loop.interval_s + 0.01
+    world.rest.calls.clear()
+    third = collector.collect_snapshots(world.cfg, "wc", options=options)
+    assert sorted(world.rest.calls) == ["executors", "jobs"] and third[0].taken_at == COLLECT_T0 + 40
+    assert third[0].extensions["spark"]["driver_round_age_s"] is None
+
+
+def test_a_cycle_run_out_of_turn_gets_no_round_asked_before_it_was_called():
+    """An action ended (or a request came) and the daemon runs the app's cycle at once: a round kept,
+    or one a pass in flight had asked for, predates it and would show the executors before."""
+    rest = Counting([job(1, "SUCCEEDED", (1,))])
+    prefetcher, clock, _start = passes(rest)
+    prefetcher.outdate_rounds("wc")
+    assert prefetcher.take_round("wc", rest.base_url, INTERVAL_S) is None
+
+    def jobs_then_woken(app_id: str) -> list[RestJob]:  # the wake-up comes while the pass is under way
+        clock.now_s += 0.01
+        prefetcher.outdate_rounds("wc")
+        return FakeRest.jobs(rest, app_id)
+
+    rest.jobs = jobs_then_woken  # type: ignore[method-assign]
+    prefetcher.register(rest, APP_ID, "wc", INTERVAL_S, since_s=T0, application=APPLICATION,
+                        cycle_started_s=clock.now_s - LATE * INTERVAL_S)
+    prefetcher.run_due(clock.now_s)  # its round is stored after the wake-up, asked before it
+    assert rest.calls.count("executors") == 2 and prefetcher.take_round("wc", rest.base_url, INTERVAL_S) is None
+    rest.jobs = lambda app_id: FakeRest.jobs(rest, app_id)  # type: ignore[method-assign]
+    clock.now_s += 0.01
+    prefetcher.register(rest, APP_ID, "wc", INTERVAL_S, since_s=T0, application=APPLICATION,
+                        cycle_started_s=clock.now_s - LATE * INTERVAL_S)
+    prefetcher.run_due(clock.now_s)  # a pass asked after the wake-up: its round is handed out
+    assert prefetcher.take_round("wc", rest.base_url, INTERVAL_S) is not None
