@@ -37,7 +37,7 @@ def test_ds2_baseline_runs_every_stability_setting_at_its_old_value():
     assert p.name == "ds2"
     assert p.utilization_band is False and g.startup_grace_batches == 0
     assert g.no_scale_down_while_draining is False and g.max_direction_changes_per_hour is None
-    assert g.ineffective_scale_up_fraction is None
+    assert g.ineffective_scale_up_fraction is None and g.idle_executors_task_time_fraction is None
     assert g.max_state_memory_fraction is None and g.gc_time_fraction_max is None
     assert p.section("ds2").restart_aware is False and p.section("ds2").payback_horizon_s is None
     assert p.memory.recommend is False and p.memory.apply is False
@@ -52,6 +52,7 @@ def test_ds2_runs_the_product_defaults_plus_the_guards_the_benchmark_chooses():
     assert p.name == "ds2" and p.utilization_band is True and g.startup_grace_batches == 3
     assert g.no_scale_down_while_draining is True and g.backlog_slo_s == 15.0  # the run's own SLO
     assert g.max_direction_changes_per_hour == 3 and g.ineffective_scale_up_fraction == 0.3
+    assert g.idle_executors_task_time_fraction == 0.5
     assert g.max_state_memory_fraction == MAX_STATE_MEMORY_FRACTION
     assert p.section("ds2").restart_aware is False  # the product's default
 

@@ -46,7 +46,13 @@ class GuardsConfig(MemoryGuardsConfig):  # its memory settings: config/memory.py
         "the few batches' worth of arrivals a healthy source always has waiting (draining: the spare cores are "
         "what drains it)."))
     backlog_slo_s: float = Field(10.0, gt=0, description=(  # `sparkscale bench scaling`'s --slo-backlog-s
-        "The backlog SLO no_scale_down_while_draining holds to, in seconds of input waiting."))
+        "The backlog SLO no_scale_down_while_draining and idle_executors_task_time_fraction hold to, in seconds "
+        "of input waiting."))
+    # policies/idle_executors.py
+    idle_executors_task_time_fraction: float | None = Field(None, gt=0, le=1, examples=[0.5], description=(
+        "Hold a scale-up while the app's executors ran tasks under this fraction of the window and the backlog "
+        "is within backlog_slo_s seconds of input: the query then waits on something more executors do not "
+        "speed up (its driver between batches, a per-task fixed cost, one long task); null = off."))
     # policies/direction_cap.py
     max_direction_changes_per_hour: int | None = Field(None, ge=0, examples=[4], description=(
         "At most this many reversals of the executor count's direction within the last hour; at the cap, a "

@@ -36,7 +36,9 @@ Order, each step explained in the returned plan's explanation (lines starting "g
    change that reverses the last executor change again.
 13. ineffective scaling (`guards.ineffective_scale_up_fraction`, ineffective.py): no scale-up of a
    query whose last judged scale-up brought under that fraction of its expected gain, until the
-   load changes or `guards.ineffective_hold_s` passed (a warning says why).
+   load changes or `guards.ineffective_hold_s` passed (a warning says why); idle executors
+   (`guards.idle_executors_task_time_fraction`, idle_executors.py): no scale-up while the executors
+   ran tasks under that fraction of the window and the backlog is within `guards.backlog_slo_s`.
 14. state memory (`guards.max_state_memory_fraction`, memory_guard.py): no scale-down that puts state over its share.
 15. GC (`guards.gc_time_fraction_max`, gc_guard.py): a scale-up under GC pressure becomes a memory recommendation.
 Then, with `policy.memory.recommend`, the recommended executor memory (memory.py), an explanation line.
@@ -74,6 +76,7 @@ from sparkscale.policies.guard_input import replace_scale as _replace_scale
 from sparkscale.policies.guard_input import scale as _scale
 from sparkscale.policies.guard_input import target as _target
 from sparkscale.policies.history import DecisionHistory, PastDecision
+from sparkscale.policies.idle_executors import idle_executors
 from sparkscale.policies.ineffective import ineffective_scaling
 from sparkscale.policies.memory import recommend_memory
 from sparkscale.policies.memory_apply import MemoryWish, propose_memory
@@ -116,6 +119,8 @@ def apply_guards(plan: Plan, given: GuardInput, guards: GuardsConfig, loop: Loop
         actions = draining(actions, given, guards.backlog_slo_s, notes, figures)
     actions = direction_cap(actions, given, guards.max_direction_changes_per_hour, notes)
     actions = ineffective_scaling(actions, given, guards, notes, figures)
+    actions = idle_executors(actions, given, guards.idle_executors_task_time_fraction, guards.backlog_slo_s, notes,
+                             figures)
     actions = memory_guard(actions, given, guards.max_state_memory_fraction, notes)
     wishes: list[MemoryWish] = []
     actions = gc_guard(actions, given, guards.gc_time_fraction_max, notes, figures, wishes)

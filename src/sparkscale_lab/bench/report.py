@@ -224,8 +224,9 @@ def case_notes(results: dict[str, Any], case: dict[str, Any]) -> list[str]:
     if any(r["controller"] == BASELINE_CONTROLLER for r in runs):
         notes.append("Scaling actions vs ds2-baseline: the row's median scaling actions over those of ds2-baseline, "
                      "DS2 with every stability setting at its value before issue 33 (no utilisation band, no "
-                     "start-up grace, no draining, direction, ineffective-scale-up or memory guard), run in the "
-                     "same benchmark; ds2 is the product's defaults plus the guards the benchmark chooses "
+                     "start-up grace, no draining, direction, ineffective-scale-up, idle-executor or memory "
+                     "guard), run in the same benchmark; ds2 is the product's defaults plus the guards the "
+                     "benchmark chooses "
                      "(bench.scaling_controllers).")
     if any(r.get("executors_lost_oom") is not None for r in runs):
         notes.append("Executors lost to OOM: executors the driver's /allexecutors lists as removed for an "

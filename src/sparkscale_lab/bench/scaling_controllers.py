@@ -18,7 +18,7 @@ CONTROLLERS: tuple[str, ...] = ("static", "spark-dra", "threshold", "dhalion", "
 BASELINE_CONTROLLER = "ds2-baseline"
 
 # Every stability setting at its value before issue 33: no utilisation band, no start-up grace, no
-# draining, direction, ineffective-scale-up or memory guard, no restart-aware catch-up, no
+# draining, direction, ineffective-scale-up, idle-executor or memory guard, no restart-aware catch-up, no
 # repartition payback check, no memory recommendation, no per-task overhead (DS2's linear model).
 BASELINE_SETTINGS: tuple[str, ...] = (
     "policy.utilization_band=false",
@@ -26,6 +26,7 @@ BASELINE_SETTINGS: tuple[str, ...] = (
     "guards.no_scale_down_while_draining=false",
     "guards.max_direction_changes_per_hour=null",
     "guards.ineffective_scale_up_fraction=null",
+    "guards.idle_executors_task_time_fraction=null",
     "guards.max_state_memory_fraction=null",
     "guards.gc_time_fraction_max=null",
     "policy.ds2.restart_aware=false",
@@ -45,6 +46,12 @@ DIRECTION_CHANGES_PER_HOUR = 3
 # converged after 1-2 scale-ups per load change); a scale-up bringing under 30 % of its expected
 # gain is one past that point, and a further one would bring even less.
 INEFFECTIVE_SCALE_UP_FRACTION = 0.3
+# ds2's idle-executor guard: the clicks-file ds2 run of 2026-11-28 (76c8443) took its first action,
+# 1 -> 2 executors at 15 records/s, on a window whose executor ran tasks 24 % of the time (DS2
+# projected 1.44 busy cores from a stateful stage of 7 records in 4 overhead-bound tasks); one
+# executor carries 45 records/s (the calibration). Half the window is the utilisation band's
+# default lower edge: below it the band steps down, so a scale-up there contradicts the measure.
+IDLE_EXECUTORS_TASK_TIME_FRACTION = 0.5
 # ds2's memory guard (bench.memory_state sizes the memory-state case against it). The state
 # store the memory-state case runs on (HDFSBackedStateStoreProvider) holds its current version and
 # up to spark.sql.streaming.maxBatchesToRetainInMemory (2) earlier ones on the executor's heap, of
@@ -63,6 +70,7 @@ def ds2_settings(backlog_slo_s: float) -> tuple[str, ...]:
         f"guards.backlog_slo_s={backlog_slo_s:g}",
         f"guards.max_direction_changes_per_hour={DIRECTION_CHANGES_PER_HOUR}",
         f"guards.ineffective_scale_up_fraction={INEFFECTIVE_SCALE_UP_FRACTION:g}",
+        f"guards.idle_executors_task_time_fraction={IDLE_EXECUTORS_TASK_TIME_FRACTION:g}",
         f"guards.max_state_memory_fraction={MAX_STATE_MEMORY_FRACTION:g}",
     )
 
