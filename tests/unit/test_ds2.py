@@ -361,3 +361,22 @@ def test_no_finished_stage_in_the_window_leaves_executors_alone():
     plan = Ds2Policy().decide(snap, DecisionHistory.empty(), PolicyConfig(), AppConfig(name="a", max_executors=8))
     assert not [a for a in plan.actions if a.type == "scale_executors"]
     assert any("no stage of the query finished" in line for line in plan.explanation)
+
+
+def test_no_repartition_beyond_the_cores_the_app_may_hold():
+    """A stage runs one task per core at once: more partitions than the app's most cores never run
+    side by side, and the migration stalls the query for nothing (issue 33, clicks-file: 4 -> 6
+    partitions on at most 4 cores of 1-core executors)."""
+    ops = lecture_ops()  # o1 needs 4 instances (π = 4), o2 2
+    ops[1]["parallelism"] = ops[2]["parallelism"] = 3
+    plan = decide(snapshot(ops, LECTURE_EDGES), max_executors=3)
+    assert by_type(plan, "set_parallelism") == []
+    assert "no repartition of o1: its 3 partitions already run on all 3 cores the app may hold" in "\n".join(
+        plan.explanation)
+    assert any("at most 3 are allowed" in w.reason for w in by_type(plan, "warn"))  # it will not keep up
+    assert [a.summary() for a in by_type(decide(snapshot(ops, LECTURE_EDGES), max_executors=6), "set_parallelism")
+            ] == ["set_parallelism o1 3 -> 6"]  # with room for more cores, as before
+    # Fewer partitions than the most cores: repartitioned up to them, not past them.
+    plan = decide(snapshot(lecture_ops(), LECTURE_EDGES), max_executors=2, executor_cores=2)
+    assert [a.summary() for a in by_type(plan, "set_parallelism")] == ["set_parallelism o1 1 -> 4",
+                                                                       "set_parallelism o2 1 -> 4"]

@@ -142,24 +142,7 @@ class Ds2Policy:
                 f"scale {direction}: {cores} cores needed at utilisation {num(u)}, "
                 f"{executors} executor(s) of {app.executor_cores} core(s)"))
 
-        names = query_names(snapshot)
-        query_needs: dict[str, float] = {}
-        for op in est.operators:
-            if not op.source:
-                query = _query_of(names, op.id)
-                query_needs[query] = query_needs.get(query, 0.0) + (op.required or 0.0)
-        for op in est.operators:
-            if op.source or op.required is None or op.parallelism >= op.optimal_parallelism:
-                continue
-            # Spark has one partition count per query and a stage uses at most that many cores: the
-            # repartition gives at least the cores the query needs, as a count with many divisors.
-            needed = ceiling(query_needs.get(_query_of(names, op.id), 0.0))
-            to = max(op.optimal_parallelism, min(many_divisor_count(needed, ds2.max_parallelism), ds2.max_parallelism))
-            actions.append(Action.set_parallelism(
-                op.id, op.parallelism, to,
-                f"partition-bound: {op.parallelism} partitions < π = {op.optimal_parallelism} for "
-                f"{num(op.target_input_rate)} rec/s at {num(op.sizing_rate)} rec/s per instance; its query "
-                f"needs {needed} cores in all: {to} partitions"))
+        actions += _repartitions(est, query_names(snapshot), ds2, app, explanation)
 
         if ds2.payback_horizon_s is not None:
             actions = _paid_back(actions, est, snapshot, history, ds2, app.executor_cores, current, explanation)
@@ -248,6 +231,42 @@ def _banded(cores: int, current_cores: int, est: Ds2Estimate, fits: int | None, 
     cores, why = UtilizationBand(*band).cores(cores, current_cores, est.busy_cores)
     explanation.append(why)
     return cores
+
+
+def _repartitions(est: Ds2Estimate, names: tuple[str, ...], ds2: Ds2Config, app: AppConfig,
+                  explanation: list[str]) -> list[Action]:
+    """A `set_parallelism` for each partition-bound stage (partitions < π), saying why where none is made."""
+    query_needs: dict[str, float] = {}
+    for op in est.operators:
+        if not op.source:
+            query = _query_of(names, op.id)
+            query_needs[query] = query_needs.get(query, 0.0) + (op.required or 0.0)
+    most_cores = app.max_executors * app.executor_cores
+    actions = []
+    for op in est.operators:
+        if op.source or op.required is None or op.parallelism >= op.optimal_parallelism:
+            continue
+        # Spark has one partition count per query and a stage uses at most that many cores: the
+        # repartition gives at least the cores the query needs, as a count with many divisors.
+        needed = ceiling(query_needs.get(_query_of(names, op.id), 0.0))
+        to = max(op.optimal_parallelism, min(many_divisor_count(needed, ds2.max_parallelism), ds2.max_parallelism))
+        if to > most_cores:
+            # A stage runs one task per core at once: partitions beyond the most cores the app may
+            # hold never run side by side, and the migration stalls the query for nothing (issue 33:
+            # clicks-file went 4 -> 6 partitions on at most 4 cores, a restart as the load fell).
+            if op.parallelism >= most_cores:
+                explanation.append(
+                    f"no repartition of {op.id}: its {op.parallelism} partitions already run on all {most_cores} "
+                    f"cores the app may hold (max_executors {app.max_executors} x {app.executor_cores}); more "
+                    "would not run at once")
+                continue
+            to = most_cores
+        actions.append(Action.set_parallelism(
+            op.id, op.parallelism, to,
+            f"partition-bound: {op.parallelism} partitions < π = {op.optimal_parallelism} for "
+            f"{num(op.target_input_rate)} rec/s at {num(op.sizing_rate)} rec/s per instance; its query "
+            f"needs {needed} cores in all: {to} partitions"))
+    return actions
 
 
 def _query_of(names: tuple[str, ...], operator_id: str) -> str:
