@@ -28,8 +28,10 @@ from sparkscale.config import Config
 from sparkscale.config.identities import OPERATOR
 from sparkscale.daemon.action_log import ActionLog
 from sparkscale.localenv import LocalEnvironment
+from sparkscale.monitors.collector import read_progress
 from sparkscale.monitors.spark_rest import SparkRestError, driver_rest
 from sparkscale.redisconn import connect_as
+from sparkscale.store.redis_queries import read_queries
 from sparkscale_lab.bench.daemon_process import DaemonProcess
 from sparkscale_lab.bench.measures import SloLimits, measure, segments
 from sparkscale_lab.bench.scaling import logged_actions
@@ -41,6 +43,8 @@ from sparkscale_lab.pipelines.profiles import parse_profile
 log = structlog.get_logger(__name__)
 
 SETTLE_LIMIT_S = 300.0  # after the submit, how long the app may take to settle at its initial executors
+SETTLED_FOR_S = 5.0  # the initial count must hold this long: mid-trim it passes through it (1, 2, 4, 1, 5 ...)
+WARMUP_LIMIT_S = 180.0  # how long the warm-up may load the app before the timed profile starts anyway
 DRAIN_LIMIT_S = 600.0  # after the load, how long the app may take to process what is left
 SUMMARY_WHY_CHARS = 90  # an action's reason in the summary; the whole of it: `sparkscale explain ID`
 DEMO_TIMINGS = ["loop.interval_s=5", "loop.window_s=15", "loop.cooldown_s=20", "loop.stabilization_s=0",
@@ -79,6 +83,9 @@ def run_demo(cfg: Config, spec: DemoSpec, config_path: str | None, overrides: li
     submit(cfg, spec.app, config_path, overrides, wait_s=300)
     echo("waiting for its executors to settle at the initial count...")
     _wait_settled(cfg, spec.app, SETTLE_LIMIT_S)
+    batches = cfg.guards.startup_grace_batches + 1
+    echo(f"warming up at {spec.low_rate} lines/s until its queries ran {batches} batches with input...")
+    _warm_up(cfg, spec.app, spec.low_rate, batches, WARMUP_LIMIT_S, spec.seed + 1)
     spec.out_dir.mkdir(parents=True, exist_ok=True)
     daemon_log = spec.out_dir / "daemon.jsonl"
     echo("running the daemon (DS2) in the foreground; its log follows. Ctrl-C ends the demo early.\n")
@@ -172,16 +179,52 @@ def _wait_settled(cfg: Config, app_name: str, limit_s: float) -> None:
     would make the first step a start-up test. Waits for the initial count, then returns either way."""
     app = cfg.app(app_name)
     deadline = time.monotonic() + limit_s
+    since: float | None = None  # when the count last became the initial one
     while time.monotonic() < deadline:
         try:
             rest = driver_rest(cfg, app, timeout_s=2, retries=0)
             active = [e for e in rest.executors(rest.application(app.name).id) if e.active]
-            if len(active) == app.initial_executors:
+            if len(active) != app.initial_executors:
+                since = None
+            elif since is None:
+                since = time.monotonic()
+            elif time.monotonic() - since >= SETTLED_FOR_S:
                 return
         except SparkRestError:
-            pass  # the UI is not up yet (or its URL not registered)
+            since = None  # the UI is not up yet (or its URL not registered)
         time.sleep(1.0)  # polling the REST API for the trim
     log.warning("demo.not_settled", app=app_name, limit_s=limit_s)
+
+
+def _warm_up(cfg: Config, app_name: str, rate: int, batches: int, limit_s: float, seed: int) -> None:
+    """Load the app at `rate` until each of its queries ran `batches` batches with input (or
+    `limit_s`), before the timed profile and the daemon start: on a slow machine a cold query's
+    first batches took 30 s each, the daemon's start-up grace rightly held its decisions on them,
+    and the step up came after the high load had ended (the bench's warm-up, for the same reason)."""
+    stop_load = threading.Event()
+    loader = threading.Thread(target=run_loadgen, args=(cfg, app_name, f"constant:{rate}"),
+                              kwargs={"seed": seed, "stop": stop_load}, daemon=True)
+    loader.start()
+    client = connect_as(cfg, OPERATOR)
+    deadline = time.monotonic() + limit_s
+    try:
+        while time.monotonic() < deadline and not _ran(client, cfg, app_name, batches):
+            time.sleep(1.0)  # polling the agent's progress reports
+        if time.monotonic() >= deadline:
+            log.warning("demo.warm_up_limit", app=app_name, limit_s=limit_s, batches=batches)
+    finally:
+        stop_load.set()
+        loader.join()
+        client.close()
+
+
+def _ran(client: redis.Redis, cfg: Config, app_name: str, batches: int) -> bool:
+    """Whether every query the agent lists has run `batches` batches with input."""
+    prefix = cfg.redis.key_prefix
+    queries = read_queries(client, prefix, app_name)
+    return bool(queries) and all(
+        sum(1 for r in read_progress(client, prefix, app_name, name) if r.num_input_rows > 0) >= batches
+        for name in queries)
 
 
 def _drain(client: redis.Redis, cfg: Config, app_name: str, limit_s: float) -> int:
