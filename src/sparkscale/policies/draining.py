@@ -32,6 +32,17 @@ def source_backlog(snapshot: Snapshot) -> tuple[float, float] | None:
     return sum(op.backlog or 0.0 for op in sources), sum(op.arrival_rate or 0.0 for op in sources)
 
 
+def above_slo(backlog: float, rate: float, slo_s: float) -> bool:
+    """Whether `backlog` records are more than `slo_s` seconds of input at `rate` records/s (any
+    backlog is, when nothing arrives)."""
+    return backlog > 0 and (rate <= 0 or backlog / rate > slo_s)
+
+
+def lag_text(backlog: float, rate: float) -> str:
+    """The backlog in seconds of input, for an explanation."""
+    return f"{backlog / rate:.1f} s of input" if rate > 0 else "no input arriving"
+
+
 def backlog_before(history: DecisionHistory, now: float, window_s: float) -> tuple[float, float] | None:
     """(when, backlog) as recorded one window before `now`: the newest record at least a window
     old, else the oldest younger one; None: none recorded."""
@@ -55,11 +66,9 @@ def draining(actions: list[Action], given: GuardInput, slo_s: float, notes: list
     action = scale(actions)
     if action is None or action.executor_direction >= 0 or backlog <= 0:
         return actions
-    seconds = backlog / rate if rate > 0 else None
-    if seconds is None or seconds > slo_s:
-        lag = f"{seconds:.1f} s of input" if seconds is not None else "no input arriving"
-        notes.append(f"guard draining: {action.summary()} held: the backlog, {backlog:g} records ({lag}), is above "
-                     f"the {slo_s:g} s SLO")
+    if above_slo(backlog, rate, slo_s):
+        notes.append(f"guard draining: {action.summary()} held: the backlog, {backlog:g} records "
+                     f"({lag_text(backlog, rate)}), is above the {slo_s:g} s SLO")
         return replace_scale(actions, None)
     if backlog <= usual_backlog(given.snapshot, given.app, rate):
         return actions  # the batch cycle's phase, not a drain

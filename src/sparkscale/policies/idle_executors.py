@@ -24,7 +24,7 @@ import math
 
 from sparkscale.model.plan import Action
 from sparkscale.model.snapshot import Snapshot
-from sparkscale.policies.draining import source_backlog
+from sparkscale.policies.draining import above_slo, lag_text, source_backlog
 from sparkscale.policies.guard_input import GuardInput, replace_scale, scale
 
 TASK_TIME_FIGURE = "guard_task_time_fraction"  # the executors' measured busy share this decision saw
@@ -67,10 +67,9 @@ def idle_executors(actions: list[Action], given: GuardInput, fraction: float | N
     if seen is None:
         return actions
     backlog, rate = seen
-    if backlog > 0 and (rate <= 0 or backlog / rate > slo_s):
+    if above_slo(backlog, rate, slo_s):
         return actions
-    lag = f"{backlog / rate:.1f} s of input" if rate > 0 else "none waiting"
     notes.append(f"guard idle executors: {action.summary()} held: the executors ran tasks {busy:.0%} of the "
-                 f"window (under {fraction:.0%}) and the backlog, {backlog:g} records ({lag}), is within the "
-                 f"{slo_s:g} s SLO: more executors would not make the batches faster")
+                 f"window (under {fraction:.0%}) and the backlog, {backlog:g} records ({lag_text(backlog, rate)}), "
+                 f"is within the {slo_s:g} s SLO: more executors would not make the batches faster")
     return replace_scale(actions, None)
