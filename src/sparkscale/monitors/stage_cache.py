@@ -20,12 +20,17 @@ FINISHED = frozenset({"COMPLETE", "SKIPPED", "FAILED"})
 MAX_ENTRIES = 20_000
 
 
+def switched_on(variable: str) -> bool:
+    """An on/off environment switch for a benchmark's comparison (on unless off, 0 or false)."""
+    return os.environ.get(variable, "on").lower() not in ("off", "0", "false")
+
+
 class StageCache:
     def __init__(self, max_entries: int = MAX_ENTRIES) -> None:
         self._lock = threading.Lock()
         self._entries: OrderedDict[tuple[str, int], list[RestStage]] = OrderedDict()
         self.max_entries = max_entries
-        self.enabled = os.environ.get("SPARKSCALE_STAGE_CACHE", "on").lower() not in ("off", "0", "false")
+        self.enabled = switched_on("SPARKSCALE_STAGE_CACHE")
 
     def get(self, app_id: str, stage_id: int, fetch: Callable[[], list[RestStage]]) -> tuple[list[RestStage], bool]:
         """The stage's attempts, and whether they were fetched (not kept from an earlier call)."""

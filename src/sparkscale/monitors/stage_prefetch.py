@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -38,7 +37,7 @@ import structlog
 
 from sparkscale.monitors.driver_round import DriverRest, DriverRound
 from sparkscale.monitors.spark_rest import RestApplication, RestJob
-from sparkscale.monitors.stage_cache import STAGES, StageCache
+from sparkscale.monitors.stage_cache import STAGES, StageCache, switched_on
 
 log = structlog.get_logger(__name__)
 
@@ -111,8 +110,7 @@ class StagePrefetcher:
         self._monotonic = monotonic
         self._clock = clock  # epoch seconds: a kept round's `taken_at`
         # SPARKSCALE_PREFETCH_ROUND=off: every cycle reads its driver round itself (benchmarks/daemon_cycle.py).
-        self.keep_rounds = (os.environ.get("SPARKSCALE_PREFETCH_ROUND", "on").lower() not in ("off", "0", "false")
-                            if keep_rounds is None else keep_rounds)
+        self.keep_rounds = switched_on("SPARKSCALE_PREFETCH_ROUND") if keep_rounds is None else keep_rounds
         self.round_max_age = ROUND_MAX_AGE
         self._spawn = spawn  # tests pass one that starts nothing and drive `run_due` themselves
         self.lead = lead
