@@ -38,11 +38,9 @@ from pathlib import Path
 import psutil
 
 from sparkscale.apps.submit import stop, submit
-from sparkscale.monitors.collector import read_progress
 from sparkscale.redisconn import connect_as
-from sparkscale_lab.bench.environment import embedded_environment, wait_for, write_results
+from sparkscale_lab.bench.environment import embedded_environment, queries_ran, wait_for, write_results
 from sparkscale_lab.pipelines.loadgen import run_loadgen
-from sparkscale_lab.pipelines.workloads.wordcount import QUERY
 
 
 def apps_yaml(count: int) -> str:
@@ -103,12 +101,11 @@ PAST_FIRST_BATCHES = 10  # batches with input an app has run before a daemon sta
 
 
 def all_past_first_batches(cfg, names: list[str]) -> bool:
-    """Every app's query has run PAST_FIRST_BATCHES batches with input (the agent's progress
-    stream). With 10 apps on 2 cores the first ones take 30-80 s each, later ones 2-20 s."""
+    """Every app's query (wordcount's one) has run PAST_FIRST_BATCHES batches with input (the
+    agent's progress stream). With 10 apps on 2 cores the first ones take 30-80 s each, later ones 2-20 s."""
     client = connect_as(cfg)
     try:
-        return all(sum(1 for r in read_progress(client, cfg.redis.key_prefix, name, QUERY) if r.num_input_rows > 0)
-                   >= PAST_FIRST_BATCHES for name in names)
+        return all(queries_ran(client, cfg, name, PAST_FIRST_BATCHES) for name in names)
     finally:
         client.close()
 

@@ -28,11 +28,10 @@ from sparkscale.config import Config
 from sparkscale.config.identities import OPERATOR
 from sparkscale.daemon.action_log import ActionLog
 from sparkscale.localenv import LocalEnvironment
-from sparkscale.monitors.collector import read_progress
 from sparkscale.monitors.spark_rest import SparkRestError, driver_rest
 from sparkscale.redisconn import connect_as
-from sparkscale.store.redis_queries import read_queries
 from sparkscale_lab.bench.daemon_process import DaemonProcess
+from sparkscale_lab.bench.environment import queries_ran
 from sparkscale_lab.bench.measures import SloLimits, measure, segments
 from sparkscale_lab.bench.scaling import logged_actions
 from sparkscale_lab.bench.timeline import Recorder
@@ -208,7 +207,7 @@ def _warm_up(cfg: Config, app_name: str, rate: int, batches: int, limit_s: float
     client = connect_as(cfg, OPERATOR)
     deadline = time.monotonic() + limit_s
     try:
-        while time.monotonic() < deadline and not _ran(client, cfg, app_name, batches):
+        while time.monotonic() < deadline and not queries_ran(client, cfg, app_name, batches):
             time.sleep(1.0)  # polling the agent's progress reports
         if time.monotonic() >= deadline:
             log.warning("demo.warm_up_limit", app=app_name, limit_s=limit_s, batches=batches)
@@ -216,15 +215,6 @@ def _warm_up(cfg: Config, app_name: str, rate: int, batches: int, limit_s: float
         stop_load.set()
         loader.join()
         client.close()
-
-
-def _ran(client: redis.Redis, cfg: Config, app_name: str, batches: int) -> bool:
-    """Whether every query the agent lists has run `batches` batches with input."""
-    prefix = cfg.redis.key_prefix
-    queries = read_queries(client, prefix, app_name)
-    return bool(queries) and all(
-        sum(1 for r in read_progress(client, prefix, app_name, name) if r.num_input_rows > 0) >= batches
-        for name in queries)
 
 
 def _drain(client: redis.Redis, cfg: Config, app_name: str, limit_s: float) -> int:

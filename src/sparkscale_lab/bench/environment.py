@@ -12,9 +12,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import redis
+
 from sparkscale.config import Config, load_config
 from sparkscale.localenv import LocalEnvironment
 from sparkscale.localenv.ports import isolated_overrides
+from sparkscale.monitors.collector import read_progress
+from sparkscale.store.redis_queries import read_queries
 
 
 @dataclass(frozen=True)
@@ -56,3 +60,13 @@ def wait_for(condition: Callable[[], object], timeout_s: float, what: str, poll_
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout_s:g} s waiting for {what}")
         time.sleep(poll_s)  # polling the condition (Redis, REST, a log): there is nothing to wait on
+
+
+def queries_ran(client: redis.Redis, cfg: Config, app_name: str, batches: int) -> bool:
+    """Whether every query the app's agent lists has run `batches` batches with input (its progress
+    stream): past a cold query's first batches, which pay for its start."""
+    prefix = cfg.redis.key_prefix
+    queries = read_queries(client, prefix, app_name)
+    return bool(queries) and all(
+        sum(1 for r in read_progress(client, prefix, app_name, name) if r.num_input_rows > 0) >= batches
+        for name in queries)
