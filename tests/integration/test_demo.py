@@ -3,8 +3,9 @@ drives wordcount through low -> high -> low load. Its summary must show a step u
 rose and a step down after it fell, each with its reason, and every record verified exactly once;
 the action log holds each executed decision with its reason and, in time, its outcome.
 
-One of the suite's longest tests (156 s and 208 s in two runs); its first form (1.75 minutes at 8,000 lines/s) failed
-in CI because one executor kept up on the quiet machine: the high step is now 20,000 lines/s."""
+One of the suite's longest tests. A fixed load failed in CI twice: at 8,000 lines/s one executor kept up
+on a quiet machine (no step up); at 20,000 a slower machine never drained the backlog (no step down).
+The demo now sizes its load to what one executor processed after its warm-up (bench/demo.py)."""
 
 from __future__ import annotations
 

@@ -3,9 +3,11 @@ daemon with DS2 in the foreground; at the end a summary (actions, convergence, r
 and a timeline plot.
 
 The demo shortens the daemon's timings so that a few minutes give the daemon several chances to
-act on each load step (`DEMO_TIMINGS`; a `--set` of the same key wins). The high step (20,000 lines/s by
-default) is above what one wordcount executor carries on a 2-core machine (14,387/s: docs/results/
-pipeline_throughput.md); at 8,000 a quiet machine kept up on one executor and DS2 rightly did nothing.
+act on each load step (`DEMO_TIMINGS`; a `--set` of the same key wins). Unless `--low`/`--high` say
+otherwise, it sizes the load to the machine (`demo_rates`): one fixed pair could not serve both 2-core
+machines it ran on. One executor carried 14,387 wordcount lines/s on the first (docs/results/
+pipeline_throughput.md), where a high step of 8,000 needed no step up; 2,000-4,000 on the second,
+where 20,000 left a backlog that 6 executors did not drain within the low phase, so no step down.
 It leaves the environment running, so that `sparkscale status` / `actions` can be read afterwards;
 `sparkscale cluster down` stops it.
 """
@@ -16,7 +18,7 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import redis
@@ -28,8 +30,13 @@ from sparkscale.config import Config
 from sparkscale.config.identities import OPERATOR
 from sparkscale.daemon.action_log import ActionLog
 from sparkscale.localenv import LocalEnvironment
+from sparkscale.monitors.collector import read_progress
+from sparkscale.monitors.progress_reports import ProgressReport
 from sparkscale.monitors.spark_rest import SparkRestError, driver_rest
+from sparkscale.protocol.keys import paused_key
+from sparkscale.protocol.streams import read_source_status
 from sparkscale.redisconn import connect_as
+from sparkscale.store.redis_queries import read_queries
 from sparkscale_lab.bench.daemon_process import DaemonProcess
 from sparkscale_lab.bench.environment import queries_ran
 from sparkscale_lab.bench.measures import SloLimits, measure, segments
@@ -44,6 +51,11 @@ log = structlog.get_logger(__name__)
 SETTLE_LIMIT_S = 300.0  # after the submit, how long the app may take to settle at its initial executors
 SETTLED_FOR_S = 5.0  # the initial count must hold this long: mid-trim it passes through it (1, 2, 4, 1, 5 ...)
 WARMUP_LIMIT_S = 180.0  # how long the warm-up may load the app before the timed profile starts anyway
+PROBE_LINES = 60_000  # the capacity probe's load: three of wordcount's largest batches (max_records_per_batch)
+PROBE_RATE = 20_000  # ... written at this rate, lines/s
+PROBE_LIMIT_S = 120.0  # how long the probe's lines may take to be processed before the demo goes on anyway
+DEFAULT_LOW, DEFAULT_HIGH = 2000, 20000  # lines/s: the most the sized load asks, and the rates when unmeasured
+LOW_SHARE, HIGH_SHARE = 0.25, 1.3  # of what one executor carries: low keeps one executor, high needs more
 DRAIN_LIMIT_S = 600.0  # after the load, how long the app may take to process what is left
 SUMMARY_WHY_CHARS = 90  # an action's reason in the summary; the whole of it: `sparkscale explain ID`
 DEMO_TIMINGS = ["loop.interval_s=5", "loop.window_s=15", "loop.cooldown_s=20", "loop.stabilization_s=0",
@@ -58,6 +70,7 @@ class DemoSpec:
     high_rate: int
     out_dir: Path
     seed: int = 11
+    sized: bool = False  # the rates are to be sized to the machine (`demo_rates`) after the warm-up
 
     @property
     def profile(self) -> str:
@@ -71,7 +84,9 @@ class DemoSpec:
 def run_demo(cfg: Config, spec: DemoSpec, config_path: str | None, overrides: list[str],
              echo: Callable[[str], None] = print) -> int:
     """The whole demo; returns the exit code (0: every record verified exactly once)."""
-    echo(f"sparkscale demo: {spec.minutes:g} minutes, app {spec.app}, load {spec.profile}")
+    echo(f"sparkscale demo: {spec.minutes:g} minutes, app {spec.app}, load "
+         + (f"low/high/low sized to this machine after a warm-up ({spec.minutes * 60:g} s)" if spec.sized
+            else spec.profile))
     echo("starting the embedded environment (Spark standalone master and workers, Redis, ZooKeeper)...")
     LocalEnvironment(cfg).up()
     if running(cfg, spec.app):
@@ -85,6 +100,9 @@ def run_demo(cfg: Config, spec: DemoSpec, config_path: str | None, overrides: li
     batches = cfg.guards.startup_grace_batches + 1
     echo(f"warming up at {spec.low_rate} lines/s until its queries ran {batches} batches with input...")
     _warm_up(cfg, spec.app, spec.low_rate, batches, WARMUP_LIMIT_S, spec.seed + 1)
+    if spec.sized:
+        echo(f"measuring what one executor carries: {PROBE_LINES} lines at {PROBE_RATE}/s...")
+        spec = sized_spec(spec, _probe_capacity(cfg, spec.app, spec.seed + 2), echo)
     spec.out_dir.mkdir(parents=True, exist_ok=True)
     daemon_log = spec.out_dir / "daemon.jsonl"
     echo("running the daemon (DS2) in the foreground; its log follows. Ctrl-C ends the demo early.\n")
@@ -215,6 +233,68 @@ def _warm_up(cfg: Config, app_name: str, rate: int, batches: int, limit_s: float
         stop_load.set()
         loader.join()
         client.close()
+
+
+def demo_rates(lines_per_s: float | None) -> tuple[int, int]:
+    """The low and high rates (lines/s) for a machine where one executor processed `lines_per_s`:
+    low a quarter of it, so one executor stays enough after the fall; high 1.3x, so the step up
+    needs more executors and its backlog drains early in the low phase (at 1.6x on a 2-core
+    machine, where the load generator takes CPU from the executors, the step down came 15 s before
+    the end). Neither above the defaults, which served a fast machine; the defaults where nothing
+    was measured."""
+    if lines_per_s is None or not lines_per_s > 0:
+        return DEFAULT_LOW, DEFAULT_HIGH
+    return (max(int(round(min(DEFAULT_LOW, LOW_SHARE * lines_per_s), -1)), 10),
+            max(int(round(min(DEFAULT_HIGH, HIGH_SHARE * lines_per_s), -2)), 100))
+
+
+def throughput(reports: list[ProgressReport]) -> float | None:
+    """Lines per second of batch time over the batches with input, the last one left out (it
+    takes the probe's tail, too few lines to pay for a batch's fixed costs); None under two."""
+    batches = [r for r in reports if r.num_input_rows > 0 and r.batch_duration_ms and r.batch_duration_ms > 0]
+    if len(batches) < 2:
+        return None
+    used = batches[:-1]
+    return sum(r.num_input_rows for r in used) / (sum(r.batch_duration_ms or 0.0 for r in used) / 1000.0)
+
+
+def sized_spec(spec: DemoSpec, lines_per_s: float | None, echo: Callable[[str], None]) -> DemoSpec:
+    low, high = demo_rates(lines_per_s)
+    echo(f"one executor processed {lines_per_s:,.0f} lines/s: " if lines_per_s else
+         "the probe measured nothing (too few batches): ")
+    echo(f"load {low} lines/s, then {high}, then {low} (--low/--high choose them)")
+    return replace(spec, low_rate=low, high_rate=high, sized=False)
+
+
+def _probe_capacity(cfg: Config, app_name: str, seed: int) -> float | None:
+    """Pause the app's sources, write PROBE_LINES at PROBE_RATE, resume them and wait until the lines
+    are processed (one executor, no daemon yet); the slowest query's `throughput` over the batches
+    that took them. Written while paused: a load generator writing beside the batches takes CPU
+    from them (one run measured 1,824 lines/s that way, another 4,812 on the same machine)."""
+    client = connect_as(cfg, OPERATOR)
+    prefix = cfg.redis.key_prefix
+    try:
+        queries = list(read_queries(client, prefix, app_name))
+        client.set(paused_key(prefix, app_name), "1")
+        try:
+            deadline = time.monotonic() + PROBE_LIMIT_S
+            # A source writes paused=1 from a call that admitted nothing: its batches are done by then.
+            while not all(read_source_status(client, prefix, app_name, q).paused for q in queries):
+                if time.monotonic() > deadline:
+                    log.warning("demo.probe_not_paused", app=app_name, limit_s=PROBE_LIMIT_S)
+                    return None
+                time.sleep(0.5)  # polling the sources' status
+            run_loadgen(cfg, app_name, f"constant:{PROBE_RATE}", seed=seed, max_duration_s=PROBE_LINES / PROBE_RATE)
+            since = time.time()
+        finally:
+            client.delete(paused_key(prefix, app_name))
+        if _drain(client, cfg, app_name, PROBE_LIMIT_S):
+            log.warning("demo.probe_not_drained", app=app_name, limit_s=PROBE_LIMIT_S)
+        rates = [throughput(read_progress(client, prefix, app_name, name, since_s=since)) for name in queries]
+    finally:
+        client.close()
+    known = [r for r in rates if r is not None]
+    return min(known) if known and len(known) == len(rates) else None
 
 
 def _drain(client: redis.Redis, cfg: Config, app_name: str, limit_s: float) -> int:

@@ -299,28 +299,32 @@ def bench_userjob(script: str | None, strategies: str | None, repeat: int, cycle
 @click.option("--minutes", type=click.FloatRange(min=1), default=5.0, show_default=True,
               help="How long the load runs (low a fifth, high 30 %, low the other half).")
 @click.option("--app", "app_name", default="wordcount", show_default=True, help="The managed app to drive.")
-@click.option("--low", "low_rate", type=click.IntRange(min=1), default=2000, show_default=True,
-              help="The low load, records/s.")
-@click.option("--high", "high_rate", type=click.IntRange(min=1), default=20000, show_default=True,
-              help="The high load (the step up), records/s: above what one executor carries (about 14,400/s "
-                   "for wordcount on a 2-core machine: docs/results/pipeline_throughput.md).")
+@click.option("--low", "low_rate", type=click.IntRange(min=1), default=None,
+              help="The low load, records/s (default: sized to the machine with --high, see below).")
+@click.option("--high", "high_rate", type=click.IntRange(min=1), default=None,
+              help="The high load (the step up), records/s. Without --low and --high the demo measures what "
+                   "one executor processes after its warm-up and loads a quarter of that (at most 2,000/s) "
+                   "and 1.3x (at most 20,000/s); one of them alone sets the other to its default "
+                   "(2,000 and 20,000).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="Where the plot and figures go (default: <cluster.run_dir>/demo).")
-def demo(cfg: Config, minutes: float, app_name: str, low_rate: int, high_rate: int, out_dir: str | None) -> None:
+def demo(cfg: Config, minutes: float, app_name: str, low_rate: int | None, high_rate: int | None,
+         out_dir: str | None) -> None:
     """The main job: the embedded environment, APP under a steps load, the daemon (DS2) in the
     foreground; then a summary and a timeline plot. Exit 0 when every record was verified."""
     from pathlib import Path
 
     from sparkscale.apps.submit import PipelineError
     from sparkscale.localenv import EnvironmentStartError, PreflightError
-    from sparkscale_lab.bench.demo import DEMO_TIMINGS, DemoSpec, run_demo
+    from sparkscale_lab.bench.demo import DEFAULT_HIGH, DEFAULT_LOW, DEMO_TIMINGS, DemoSpec, run_demo
 
     meta = click.get_current_context().meta
     overrides = [*DEMO_TIMINGS, *meta["overrides"]]  # the user's --set wins over the demo's timings
     cfg = require_app(load_or_exit(meta["config_path"], tuple(overrides)), app_name)
     # This process's own events (the load generator's one per second) would drown the daemon's log.
     configure_logging(cfg.logging.model_copy(update={"level": "warning"}))
-    spec = DemoSpec(app=app_name, minutes=minutes, low_rate=low_rate, high_rate=high_rate,
+    spec = DemoSpec(app=app_name, minutes=minutes, low_rate=low_rate or DEFAULT_LOW,
+                    high_rate=high_rate or DEFAULT_HIGH, sized=low_rate is None and high_rate is None,
                     out_dir=Path(out_dir) if out_dir else cfg.cluster.run_path / "demo")
     try:
         sys.exit(run_demo(cfg, spec, meta["config_path"], overrides, echo=click.echo))
