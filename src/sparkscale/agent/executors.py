@@ -60,6 +60,16 @@ class SparkExecutors:
             )
         return sorted(views, key=_add_order)
 
+    def stop_allocation_manager(self) -> bool:
+        """Stop Spark's dynamic allocation manager if the driver runs one; whether it did. A managed
+        app's submit turns it on only so that the master launches no more than the initial
+        executors (apps/submit.py); from here the agent alone sets the target."""
+        manager = self._jsc.executorAllocationManager()  # private[spark]: public to py4j
+        if not manager.isDefined():
+            return False
+        manager.get().stop()
+        return True
+
     def request_total(self, total: int) -> bool:
         """Set the application's executor target (the standalone master's executor limit)."""
         empty_map = self._jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(self._jvm.java.util.HashMap())

@@ -144,8 +144,12 @@ class ControlAgent:
                                            spark=self.spark, hooks=self.hooks)
         self.spark.streams.addListener(self._listener)
         if self.initial_executors is not None:
-            # Standalone mode launches as many executors as spark.cores.max allows at first;
-            # the target set here caps the master's launches and the worker thread trims the rest.
+            # The agent owns the target: Spark's allocation manager (on for a managed app's start
+            # only) must not move it. Without that manager, standalone mode launches as many
+            # executors as spark.cores.max allows at first; the target set here caps the master's
+            # launches and the worker thread trims the rest.
+            if self.executors.stop_allocation_manager():
+                log.info("agent.allocation_manager_stopped", app=self.app.name)
             self.target.set(self.initial_executors)
             self.executors.request_total(self.initial_executors)
         else:

@@ -61,6 +61,9 @@ class PipelineRecord:
     submitted_at: float
 
 
+# The allocation manager's timeouts while it runs at the start only (`_dynamic_allocation_conf`).
+START_ONLY_TIMEOUT = "365d"
+
 def stored_shape(client: redis.Redis, prefix: str, app: str) -> ExecutorShape | None:
     return RedisShapes(client, prefix).stored_shape(app)
 
@@ -104,9 +107,8 @@ def spark_conf(cfg: Config, app: AppConfig) -> dict[str, str]:
     migrations restart queries from their checkpoints and the agent removes executors gracefully)."""
     return {
         "spark.app.name": app.name,
-        # Standalone mode starts as many executors as cores.max allows; the agent then sets the
-        # target to initial_executors (agent/executor_target.py), and the daemon moves it within [min, max]. One
-        # executor of headroom: a replacement starts before the executor it replaces leaves.
+        # The most the daemon may ask (one executor of headroom: a replacement starts before the
+        # executor it replaces leaves); the first launch is initial_executors (_dynamic_allocation_conf).
         "spark.cores.max": str((app.max_executors + 1) * app.executor_cores),
         "spark.executor.cores": str(app.executor_cores),
         "spark.executor.memory": f"{app.executor_memory_mb}m",
@@ -146,10 +148,26 @@ def spark_conf(cfg: Config, app: AppConfig) -> dict[str, str]:
 
 def _dynamic_allocation_conf(app: AppConfig) -> dict[str, str]:
     """Spark's own dynamic allocation (the `spark-dra` baseline); with shuffle tracking, as the
-    standalone master has no external shuffle service here."""
+    standalone master has no external shuffle service here.
+
+    Without it (sparkscale sizes the app) Spark's allocation manager is still on, for the start
+    only: in standalone mode it alone gives the master an initial executor limit
+    (StandaloneSchedulerBackend); without one the master launches up to spark.cores.max at once,
+    max_executors + 1 JVMs that the agent then trims (82 s of both cores of a 2-core machine before
+    wordcount held its one executor). The agent stops the manager as it starts, before any job
+    (agent/executors.py); the manager's timeouts are a year, so that it removes nothing before.
+    A `spark_conf` of the operator's own wins (barrier-mode jobs need `enabled: false`)."""
     dra = app.dynamic_allocation
     if not dra.enabled:
-        return {"spark.dynamicAllocation.enabled": "false"}
+        return {
+            "spark.dynamicAllocation.enabled": "true",
+            "spark.dynamicAllocation.shuffleTracking.enabled": "true",
+            "spark.dynamicAllocation.minExecutors": "0",
+            "spark.dynamicAllocation.maxExecutors": str(app.max_executors + 1),
+            "spark.dynamicAllocation.initialExecutors": str(app.initial_executors),
+            "spark.dynamicAllocation.executorIdleTimeout": START_ONLY_TIMEOUT,
+            "spark.dynamicAllocation.schedulerBacklogTimeout": START_ONLY_TIMEOUT,
+        }
     return {
         "spark.dynamicAllocation.enabled": "true",
         "spark.dynamicAllocation.shuffleTracking.enabled": "true",
