@@ -157,11 +157,6 @@ def run_daemon(env, queries: int, cycles: int, variant: str, interval_s: float,
     # Of each cycle: reading Spark, Redis and ZooKeeper (`collect_s`), and the daemon's own CPU time (`cpu_s`); the
     # rest of `duration_s` is waiting (on the drivers' answers, on the CPU, on other cycles' threads).
     parts = {name: [e[name] for e in timed if name in e] for name in ("collect_s", "cpu_s")}
-    # The collect's own split (`collect_parts_s`: driver, redis, stages, cluster, ...), each part's p99.
-    split: dict[str, list[float]] = {}
-    for e in timed:
-        for part, seconds in (e.get("collect_parts_s") or {}).items():
-            split.setdefault(part, []).append(seconds)
     return {
         "variant": variant, "interval_s": interval_s, "queries": queries, "cycles_per_query": cycles,
         "cycles_measured": len(durations),
@@ -172,11 +167,23 @@ def run_daemon(env, queries: int, cycles: int, variant: str, interval_s: float,
            for name, values in parts.items() for q, p in (("p50", 0.5), ("p99", 0.99))},
         "rss_after_10_cycles_mb": round((rss_early or rss_samples[0]) / 2**20, 1),
         "rss_end_mb": round(rss_samples[-1] / 2**20, 1), "rss_peak_mb": round(max(rss_samples) / 2**20, 1),
-        "collect_parts_p99_s": {part: round(percentile(v, 0.99), 4) for part, v in sorted(split.items())},
+        # The collect's own split (driver, redis, stages, cluster, ...) and the rest of the cycle by
+        # step (requests, history, plan, write): each part's p99.
+        "collect_parts_p99_s": _parts_p99(timed, "collect_parts_s"),
+        "decide_parts_p99_s": _parts_p99(timed, "decide_parts_s"),
         "snapshots": len(snaps), "snapshots_on_prefetched_round": len(prefetched),
         "prefetched_round_age_p99_s": round(percentile(prefetched, 0.99), 4) if prefetched else None,
         "exit_code": proc.returncode,
     }
+
+
+def _parts_p99(cycles: list[dict], key: str) -> dict[str, float]:
+    """Each part's p99 over the cycles' `key` figures ({part: seconds} in each cycle line)."""
+    split: dict[str, list[float]] = {}
+    for e in cycles:
+        for part, seconds in (e.get(key) or {}).items():
+            split.setdefault(part, []).append(seconds)
+    return {part: round(percentile(v, 0.99), 4) for part, v in sorted(split.items())}
 
 
 def _ratio(row: dict, before: dict) -> str:
@@ -218,15 +225,18 @@ def main() -> None:
         "p99 without each app's first (s) | max (s) | p50 after/before | "
         "collect p50 / p99 (s) | own CPU p50 / p99 (s) | "
         "RSS after 10 cycles (MB) | RSS at the end (MB) | peak RSS (MB) | "
-        "snapshots on a prefetched round | its age p99 (s) | driver round p99 (s) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "snapshots on a prefetched round | its age p99 (s) | driver round p99 (s) | "
+        "after the collect p99: requests / history / plan / write (s) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         *[f"| {r['queries']} | {r['variant']} | {r['interval_s']:g} | {r['cycles_measured']} | "
           f"{r['cycle_p50_s']} | {r['cycle_p99_s']} | {r['cycle_p99_warm_s']} | "
           f"{r['cycle_max_s']} | {_ratio(r, before)} | "
           f"{r['collect_p50_s']} / {r['collect_p99_s']} | {r['cpu_p50_s']} / {r['cpu_p99_s']} | "
           f"{r['rss_after_10_cycles_mb']} | {r['rss_end_mb']} | {r['rss_peak_mb']} | "
           f"{r['snapshots_on_prefetched_round']} of {r['snapshots']} | {r['prefetched_round_age_p99_s']} | "
-          f"{r['collect_parts_p99_s'].get('driver')} |" for r in rows],
+          f"{r['collect_parts_p99_s'].get('driver')} | "
+          + " / ".join(str(r["decide_parts_p99_s"].get(k)) for k in ("requests", "history", "plan", "write"))
+          + " |" for r in rows],
     ])
     print(table)
     command = " ".join(["benchmarks/daemon_cycle.py", *sys.argv[1:]])

@@ -519,3 +519,25 @@ def test_the_cycle_line_says_where_the_collect_went():
     assert decided.collect_parts_s == {"shape": 0.5, "leadership": 0.0, "driver": 0.25, "redis": 0.01}
     # The daemon's own CPU: the cycle thread's (0 on this clock) and the collector's REST threads'.
     assert decided.cpu_s == 0.125
+
+
+def test_the_cycle_line_says_where_the_time_after_the_collect_went():
+    """The rest of duration_s by step (issue 33: the 10-app p99 spent 0.43 s outside the collect):
+    a slow policy shows under `plan`, a slow decision write under `write`, and the parts add up."""
+    run = loop(NO_CHANGE)
+    clock, planner, write = run.clock, run.planner.__call__, run.autoscaler.stores.decisions.write
+
+    def slow_plan(*args: Any, **kwargs: Any) -> Plan:
+        clock.mono += 1.5
+        return planner(*args, **kwargs)
+
+    def slow_write(decision: Decision) -> str:
+        clock.mono += 0.25
+        return write(decision)
+
+    run.autoscaler.planner = slow_plan
+    run.autoscaler.stores.decisions.write = slow_write  # type: ignore[method-assign]
+    assert run.autoscaler.cycle(APP) == "ok"
+    [decided] = run.decided()
+    assert decided.decide_parts_s == {"requests": 0.0, "history": 0.0, "plan": 1.5, "write": 0.25}
+    assert decided.duration_s == pytest.approx(decided.collect_s + sum(decided.decide_parts_s.values()))

@@ -53,7 +53,7 @@ QUERY = app_status.query_view(SNAPSHOT, 4)
 # tests/integration/test_daemon.py and the lab's reports read them).
 CYCLE_KEYS = {"event", "log_level", "app", "role", "epoch", "snapshot_id", "policy", "diagnosis", "executors",
               "mode", "decision_id", "target_executors", "queries", "actions", "reasons", "explanation",
-              "observation", "duration_s", "collect_s", "cpu_s", "collect_parts_s"}
+              "observation", "duration_s", "collect_s", "cpu_s", "collect_parts_s", "decide_parts_s"}
 
 
 def decision(plan: Plan = PLAN, mode: str = "acted", role: str = "leader") -> Decision:

@@ -26,7 +26,7 @@ Standbys run 1, 2, 3 (their planning part) and 5, but never write commands or th
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import redis
 import structlog
@@ -35,7 +35,7 @@ from sparkscale.config import AppConfig, AppMode, Config
 from sparkscale.control.act import ActionExecutor, RequestDesk
 from sparkscale.control.clock import Clock
 from sparkscale.control.collect import SnapshotCollector
-from sparkscale.control.cycle_costs import collect_parts_s, helper_cpu_s
+from sparkscale.control.cycle_costs import collect_parts_s, decide_parts_s, helper_cpu_s
 from sparkscale.control.decide import ClusterPlanning, Planner
 from sparkscale.control.decision import Decision, Mode, Role, app_mode
 from sparkscale.control.events import (
@@ -80,6 +80,8 @@ class _Run:
     shaped_at: float | None = None  # the app's executor shape read
     led_at: float | None = None  # leadership tried
     collected_at: float | None = None
+    # After the collect: when each step ended (requests, history, plan, write), for the cycle line.
+    marks: list[tuple[str, float]] = field(default_factory=list)
     executors: int | None = None
     parallelism: dict[str, int] | None = None
     blocked: int | None = None
@@ -212,6 +214,7 @@ class Autoscaler:
         else:
             decision = self._decide(app, st, leadership, snapshots, merged, run)
         decision_id = self._act(app, st, leadership, decision) if leader and decision.mode != "observe" else None
+        run.marks.append(("write", self.clock.monotonic()))
         self._record(st, decision, decision_id, run)
         return "ok"
 
@@ -238,11 +241,14 @@ class Autoscaler:
         if run.leader:
             self._serve_requests(app, st, leadership, snapshot)
             self._judge_due(app, st, snapshot)
+        run.marks.append(("requests", self.clock.monotonic()))
         now = snapshot.taken_at
         partitions = {s.query: self.stores.apps.partitions(app, s.query) for s in snapshots}
         history = self._history(app, st, leadership, snapshots, snapshot, partitions, run)
+        run.marks.append(("history", self.clock.monotonic()))
         cluster = self.cluster.plan(now) if run.leader else None
         plan = self.planner(snapshots, history, self.cfg, app, now, cluster=cluster)
+        run.marks.append(("plan", self.clock.monotonic()))
         st.history = st.history.with_decision(max(now, st.history.last_decided_at), plan).trimmed(now - HISTORY_S)
         return Decision(app.name, run.role or "standby", leadership.epoch, tuple(snapshots), snapshot, partitions,
                         plan, expectation_for(plan, snapshot, app), self._mode(app, plan, run.leader))
@@ -254,6 +260,7 @@ class Autoscaler:
         if run.leader:
             self._serve_requests(app, st, leadership, snapshot)
             self._judge_due(app, st, snapshot)
+        run.marks.append(("requests", self.clock.monotonic()))
         self.cluster.observe(app, snapshot, None)  # its executors still count for the other apps' room
         partitions = {s.query: self.stores.apps.partitions(app, s.query) for s in snapshots}
         plan = Plan(self.cfg.policy.name, app.name,
@@ -278,7 +285,8 @@ class Autoscaler:
         self.sink.emit(Decided(decision, decision_id, duration_s=self.clock.monotonic() - run.started,
                                collect_s=(run.collected_at or run.started) - run.started,
                                cpu_s=self.clock.thread_cpu() - run.cpu_started + helper_cpu_s(decision.snapshot),
-                               collect_parts_s=self._collect_parts_s(run, decision.snapshot)))
+                               collect_parts_s=self._collect_parts_s(run, decision.snapshot),
+                               decide_parts_s=decide_parts_s(run.collected_at or run.started, run.marks)))
         cluster = self.cluster.plan(decision.decided_at) if run.leader else None
         placement = [] if cluster is None else [f"placement {cluster.policy}: {w.message}" for w in cluster.warnings]
         run.decision, run.warnings = decision, short_warnings(decision.plan) + tuple(placement)

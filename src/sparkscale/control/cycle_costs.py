@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from sparkscale.model.snapshot import Snapshot
 
@@ -15,6 +15,18 @@ def collect_parts_s(shape_s: float, leadership_s: float, snapshot: Snapshot) -> 
     measured = _spark(snapshot).get("collect_parts_s")
     if isinstance(measured, Mapping):
         parts.update({str(k): float(v) for k, v in measured.items() if isinstance(v, (int, float))})
+    return parts
+
+
+def decide_parts_s(collected_at: float, marks: Sequence[tuple[str, float]]) -> dict[str, float]:
+    """Where the cycle's time after the collect went, in seconds, from the monotonic times its
+    steps ended: `requests` (the operator's requests, due judgements), `history` (the partition
+    counts and the history from the stores), `plan` (the cluster view, policy, guards and
+    mapping), `write` (the decision logged, its actions handed over, the feeds)."""
+    parts, since = {}, collected_at
+    for name, at in marks:
+        parts[name] = round(max(at - since, 0.0), 4)
+        since = at
     return parts
 
 

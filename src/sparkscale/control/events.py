@@ -51,6 +51,9 @@ class Decided:
     # collect_s by part, in seconds: the app's shape and leadership, then the collector's own parts
     # (the driver's URL and REST round, Redis, the stages, the cluster view: monitors/collector.py)
     collect_parts_s: Mapping[str, float] = field(default_factory=dict)
+    # The rest of duration_s by step (control/cycle_costs.py `decide_parts_s`): requests, history,
+    # plan, write.
+    decide_parts_s: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def app(self) -> str:

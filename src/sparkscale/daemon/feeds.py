@@ -162,7 +162,7 @@ def _decided(event: Decided) -> None:
         reasons=[a.reason for a in plan.actions],
         explanation=list(plan.explanation), observation=plan.observation.to_dict(),
         duration_s=round(event.duration_s, 4), collect_s=round(event.collect_s, 4), cpu_s=round(event.cpu_s, 4),
-        collect_parts_s=dict(event.collect_parts_s),
+        collect_parts_s=dict(event.collect_parts_s), decide_parts_s=dict(event.decide_parts_s),
     )
 
 
