@@ -64,6 +64,7 @@ class PipelineRecord:
 # The allocation manager's timeouts while it runs at the start only (`_dynamic_allocation_conf`).
 START_ONLY_TIMEOUT = "365d"
 
+
 def stored_shape(client: redis.Redis, prefix: str, app: str) -> ExecutorShape | None:
     return RedisShapes(client, prefix).stored_shape(app)
 
@@ -158,24 +159,19 @@ def _dynamic_allocation_conf(app: AppConfig) -> dict[str, str]:
     (agent/executors.py); the manager's timeouts are a year, so that it removes nothing before.
     A `spark_conf` of the operator's own wins (barrier-mode jobs need `enabled: false`)."""
     dra = app.dynamic_allocation
-    if not dra.enabled:
-        return {
-            "spark.dynamicAllocation.enabled": "true",
-            "spark.dynamicAllocation.shuffleTracking.enabled": "true",
-            "spark.dynamicAllocation.minExecutors": "0",
-            "spark.dynamicAllocation.maxExecutors": str(app.max_executors + 1),
-            "spark.dynamicAllocation.initialExecutors": str(app.initial_executors),
-            "spark.dynamicAllocation.executorIdleTimeout": START_ONLY_TIMEOUT,
-            "spark.dynamicAllocation.schedulerBacklogTimeout": START_ONLY_TIMEOUT,
-        }
+    if dra.enabled:
+        least, most = app.min_executors, app.max_executors
+        idle, backlog = f"{dra.executor_idle_timeout_s:g}s", f"{dra.scheduler_backlog_timeout_s:g}s"
+    else:  # for the start only: the agent stops the manager; until then it removes and asks for nothing
+        least, most, idle, backlog = 0, app.max_executors + 1, START_ONLY_TIMEOUT, START_ONLY_TIMEOUT
     return {
         "spark.dynamicAllocation.enabled": "true",
         "spark.dynamicAllocation.shuffleTracking.enabled": "true",
-        "spark.dynamicAllocation.minExecutors": str(app.min_executors),
-        "spark.dynamicAllocation.maxExecutors": str(app.max_executors),
+        "spark.dynamicAllocation.minExecutors": str(least),
+        "spark.dynamicAllocation.maxExecutors": str(most),
         "spark.dynamicAllocation.initialExecutors": str(app.initial_executors),
-        "spark.dynamicAllocation.executorIdleTimeout": f"{dra.executor_idle_timeout_s:g}s",
-        "spark.dynamicAllocation.schedulerBacklogTimeout": f"{dra.scheduler_backlog_timeout_s:g}s",
+        "spark.dynamicAllocation.executorIdleTimeout": idle,
+        "spark.dynamicAllocation.schedulerBacklogTimeout": backlog,
     }
 
 
