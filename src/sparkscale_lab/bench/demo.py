@@ -38,7 +38,7 @@ from sparkscale.protocol.streams import read_source_status
 from sparkscale.redisconn import connect_as
 from sparkscale.store.redis_queries import read_queries
 from sparkscale_lab.bench.daemon_process import DaemonProcess
-from sparkscale_lab.bench.environment import queries_ran
+from sparkscale_lab.bench.environment import queries_ran, wait_for
 from sparkscale_lab.bench.measures import SloLimits, measure, segments
 from sparkscale_lab.bench.scaling import logged_actions
 from sparkscale_lab.bench.timeline import Recorder
@@ -191,9 +191,10 @@ def forget_app(cfg: Config, app_name: str) -> None:
 
 
 def _wait_settled(cfg: Config, app_name: str, limit_s: float) -> None:
-    """Standalone mode launches executors up to spark.cores.max before the agent's initial target
-    trims them (ControlAgent.start); load that meets the app mid-trim (JVMs starting on every core)
-    would make the first step a start-up test. Waits for the initial count, then returns either way."""
+    """A managed app starts at its initial executors (apps/submit.py), but a driver whose own conf
+    turns Spark's dynamic allocation off launches up to spark.cores.max first and the agent trims
+    them (ControlAgent.start); load that meets the app mid-trim (JVMs starting on every core) would
+    make the first step a start-up test. Waits for the initial count, then returns either way."""
     app = cfg.app(app_name)
     deadline = time.monotonic() + limit_s
     since: float | None = None  # when the count last became the initial one
@@ -223,12 +224,10 @@ def _warm_up(cfg: Config, app_name: str, rate: int, batches: int, limit_s: float
                               kwargs={"seed": seed, "stop": stop_load}, daemon=True)
     loader.start()
     client = connect_as(cfg, OPERATOR)
-    deadline = time.monotonic() + limit_s
     try:
-        while time.monotonic() < deadline and not queries_ran(client, cfg, app_name, batches):
-            time.sleep(1.0)  # polling the agent's progress reports
-        if time.monotonic() >= deadline:
-            log.warning("demo.warm_up_limit", app=app_name, limit_s=limit_s, batches=batches)
+        wait_for(lambda: queries_ran(client, cfg, app_name, batches), limit_s, "the warm-up's batches", poll_s=1.0)
+    except TimeoutError:
+        log.warning("demo.warm_up_limit", app=app_name, limit_s=limit_s, batches=batches)
     finally:
         stop_load.set()
         loader.join()
@@ -260,9 +259,9 @@ def throughput(reports: list[ProgressReport]) -> float | None:
 
 def sized_spec(spec: DemoSpec, lines_per_s: float | None, echo: Callable[[str], None]) -> DemoSpec:
     low, high = demo_rates(lines_per_s)
-    echo(f"one executor processed {lines_per_s:,.0f} lines/s: " if lines_per_s else
-         "the probe measured nothing (too few batches): ")
-    echo(f"load {low} lines/s, then {high}, then {low} (--low/--high choose them)")
+    measured = (f"one executor processed {lines_per_s:,.0f} lines/s" if lines_per_s
+                else "the probe measured nothing (too few batches)")
+    echo(f"{measured}: load {low} lines/s, then {high}, then {low} (--low/--high choose them)")
     return replace(spec, low_rate=low, high_rate=high, sized=False)
 
 
@@ -277,13 +276,8 @@ def _probe_capacity(cfg: Config, app_name: str, seed: int) -> float | None:
         queries = list(read_queries(client, prefix, app_name))
         client.set(paused_key(prefix, app_name), "1")
         try:
-            deadline = time.monotonic() + PROBE_LIMIT_S
-            # A source writes paused=1 from a call that admitted nothing: its batches are done by then.
-            while not all(read_source_status(client, prefix, app_name, q).paused for q in queries):
-                if time.monotonic() > deadline:
-                    log.warning("demo.probe_not_paused", app=app_name, limit_s=PROBE_LIMIT_S)
-                    return None
-                time.sleep(0.5)  # polling the sources' status
+            if not _sources_paused(client, prefix, app_name, queries):
+                return None
             run_loadgen(cfg, app_name, f"constant:{PROBE_RATE}", seed=seed, max_duration_s=PROBE_LINES / PROBE_RATE)
             since = time.time()
         finally:
@@ -295,6 +289,18 @@ def _probe_capacity(cfg: Config, app_name: str, seed: int) -> float | None:
         client.close()
     known = [r for r in rates if r is not None]
     return min(known) if known and len(known) == len(rates) else None
+
+
+def _sources_paused(client: redis.Redis, prefix: str, app_name: str, queries: list[str]) -> bool:
+    """Wait until every query's source saw the pause (it writes paused=1 from a call that admitted
+    nothing: its batches are done by then); False after PROBE_LIMIT_S."""
+    try:
+        wait_for(lambda: all(read_source_status(client, prefix, app_name, q).paused for q in queries),
+                 PROBE_LIMIT_S, "the sources to pause")
+    except TimeoutError:
+        log.warning("demo.probe_not_paused", app=app_name, limit_s=PROBE_LIMIT_S)
+        return False
+    return True
 
 
 def _drain(client: redis.Redis, cfg: Config, app_name: str, limit_s: float) -> int:
