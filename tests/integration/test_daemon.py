@@ -134,10 +134,12 @@ def test_a_partition_bound_stage_makes_the_daemon_migrate_its_query(setup):
         with ThreadPoolExecutor(1) as pool:
             # Each stage's task takes 5 ms per record: 1 partition carries at most 200 records/s, and
             # batches of at most 200 records (3 s over the 3 stages) finish within the 15 s window.
-            # The load ends once the migration starts: the backlog it left keeps the query busy through
-            # the migration, and each record more is 0.025 s of drain (batches carry 40 records/s).
+            # At 90 records/s the 3 stages need 3 x 90 x 0.005 / 0.8 = 1.7 windows on one partition
+            # (partition-bound). The load ends once the migration starts: the backlog it left keeps the
+            # query busy through the migration, and each record more is 0.025 s of drain (batches
+            # carry 40 records/s): at 150 records/s the drain took 135 s of the test's 224.
             stop_load = threading.Event()
-            loading = pool.submit(run_loadgen, cfg, "dpart", "constant:150@120s", seed=9, stop=stop_load)
+            loading = pool.submit(run_loadgen, cfg, "dpart", "constant:90@120s", seed=9, stop=stop_load)
             try:
                 wait_until(lambda: daemon.events("migration.start", app="dpart"), 240, "dpart's query to migrate")
             finally:
