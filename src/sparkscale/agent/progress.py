@@ -4,7 +4,8 @@ Spark's REST API serves no Structured Streaming progress, and the daemon's monit
 durations, input and processing rates, state sizes and partitions, each source's backlog): the
 agent registers a `StreamingQueryListener` in the driver and writes each progress event under the
 query's progress keys (`protocol.keys.progress_key` and its `:history` stream), and each query's
-`QueryInfo` (checkpoint, whether it can be migrated) under `protocol.queries.queries_key`.
+`QueryInfo` (checkpoint, whether it can be migrated) under `protocol.queries.queries_key`. An idle
+trigger (Spark's `QueryIdleEvent`) adds an idle sample to the `:history` stream only (idle_samples.py).
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ from pyspark.sql.streaming.listener import (
 
 from sparkscale.agent.checkpoint import is_temporary, last_committed_batch, state_store_provider
 from sparkscale.agent.hooks import QueryHooks
+from sparkscale.agent.idle_samples import IdleSampler, LastBatch, idle_fields
 from sparkscale.agent.sources import SourceReporter, as_json
-from sparkscale.protocol.keys import progress_key
+from sparkscale.protocol.keys import paused_key, progress_history_key, progress_key
 from sparkscale.protocol.queries import RELOAD_FIGURES_RESET_BY, STATE_LOAD_FIELDS, QueryInfo, queries_key
 from sparkscale.redisconn import to_write
 
@@ -57,6 +59,7 @@ class ProgressPublisher(StreamingQueryListener):
         self._hooks = hooks
         self._reporters: dict[str, SourceReporter] = {}
         self._infos: dict[str, QueryInfo] = {}
+        self.idle = IdleSampler()
         if hooks is not None:
             hooks.on_record.append(self._on_recorded)
 
@@ -157,6 +160,8 @@ class ProgressPublisher(StreamingQueryListener):
             pipe.hset(key, mapping=redis_fields)
             pipe.xadd(f"{key}:history", redis_fields, maxlen=HISTORY_MAXLEN, approximate=True)
             pipe.execute()
+            self.idle.published(LastBatch(label, str(progress.id), str(progress.runId), int(progress.batchId),
+                                          tuple(reports)))
             pausable = bool(reports) and all(r.kind == "redis_streams" for r in reports)
             partitions = fields.get("state_partitions")
             partitions = partitions if isinstance(partitions, int) else None  # progress_fields: an int or absent
@@ -178,7 +183,26 @@ class ProgressPublisher(StreamingQueryListener):
             log.warning("agent.progress_publish_failed", error=str(exc))
 
     def onQueryIdle(self, event: QueryIdleEvent) -> None:
-        pass
+        try:
+            self.publish_idle(str(event.id), str(event.runId), event.timestamp)
+        except Exception as exc:  # a listener that raises is dropped by Spark
+            log.warning("agent.idle_publish_failed", query_id=str(event.id), error=str(exc))
+
+    def publish_idle(self, query_id: str, run_id: str, timestamp: str | None) -> bool:
+        """An idle sample of the query, where one is due (`IdleSampler.due`) and honest: not while
+        the app's pause key holds a Redis streams source back (its trigger is idle with input waiting)."""
+        last = self.idle.due(query_id, run_id)
+        if last is None:
+            return False
+        if any(s.kind == "redis_streams" for s in last.sources) and self._client.exists(
+                paused_key(self._prefix, self._app)):
+            log.debug("agent.idle_sample_skipped", query=last.query, reason="sources paused")
+            return False
+        fields = idle_fields(last, timestamp, time.time())
+        self._client.xadd(progress_history_key(self._prefix, self._app, last.query), to_write(fields),
+                          maxlen=HISTORY_MAXLEN, approximate=True)
+        self.idle.sent(query_id)
+        return True
 
     def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
         log.info("agent.query_terminated", query_id=str(event.id), exception=event.exception)

@@ -34,6 +34,7 @@ def query_view(snapshot: Snapshot, partitions: int | None) -> QueryView:
         backlog_records=sum(op.backlog or 0.0 for op in sources) if backlog_known else None,
         backlog_estimate=str(estimates.get("backlog_estimate", "unknown")) if backlog_known else "unknown",
         partitions=partitions,
+        idle=estimates.get("idle") is True,
     )
 
 

@@ -32,6 +32,7 @@ class QueryView:
     backlog_records: float | None
     backlog_estimate: str
     partitions: int | None  # state/shuffle partitions now
+    idle: bool = False  # caught up: its latest report was an idle sample (Spark found no new data)
 
     @classmethod
     def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
@@ -46,12 +47,14 @@ class QueryView:
         return QUERY_VIEW_JSON.load(data)
 
     def summary(self) -> str:
-        """One line: `counts: 2000 rec/s (position), backlog 12 (source_metrics), 4 partitions`."""
+        """One line: `counts: 2000 rec/s (position), backlog 12 (source_metrics), 4 partitions`
+        (`, idle` after the backlog while the query is caught up and finds no new data)."""
         rate = "-" if self.arrival_rate is None else f"{self.arrival_rate:.4g} rec/s"
         backlog = ("backlog unknown" if self.backlog_records is None
                    else f"backlog {self.backlog_records:g} ({self.backlog_estimate})")
+        idle = ", idle" if self.idle else ""
         parts = "" if self.partitions is None else f", {self.partitions} partitions"
-        return f"{self.query}: {rate} ({self.arrival_estimate}), {backlog}{parts}"
+        return f"{self.query}: {rate} ({self.arrival_estimate}), {backlog}{idle}{parts}"
 
 
 _UNKNOWN_FIGURES = {"arrival_rate": None, "arrival_estimate": "unknown", "backlog_records": None,

@@ -158,8 +158,8 @@ def _collect(cfg: Config, app_name: str, query: str | None, opts: CollectOptions
     owner: dict[int, str] = {}  # stage id -> the first query whose window names it (its fetch counts there)
     for info in queries:  # every query's stages: the executors' figures cover all of them
         reports = progress[info.name]
-        batches_of[info.name] = finished_batches(jobs, info.name, [(r.run_id, r.batch_id) for r in reports],
-                                                 query_id=info.id)
+        reported = [(r.run_id, r.batch_id) for r in reports if not r.idle]  # an idle sample reports no batch
+        batches_of[info.name] = finished_batches(jobs, info.name, reported, query_id=info.id)
         for batch in window_batches(batches_of[info.name], taken_at, window_s):
             for stage_id in batch.stage_ids:
                 owner.setdefault(stage_id, info.name)
@@ -202,6 +202,7 @@ def _collect(cfg: Config, app_name: str, query: str | None, opts: CollectOptions
                  arrival_estimate=snapshot.extensions["source"]["arrival_estimate"],
                  backlog=source.backlog if source.backlog is not None else "unknown",
                  backlog_estimate=snapshot.extensions["source"]["backlog_estimate"],
+                 idle=snapshot.extensions["source"]["idle"],
                  executor_hosts=app_figures["hosts"], cpu_fraction=app_figures["cpu_fraction"],
                  driver_round_age_s=_rounded(round_age_s))
         snapshots.append(snapshot)
@@ -263,11 +264,13 @@ def _stream_min(since_s: float) -> str:
 
 
 def progress_reports(key: str, raw: RawEntries, partitions: int | None = None) -> list[ProgressReport]:
-    """The reports in an XRANGE answer of `key`; a bad entry is logged and left out."""
+    """The reports in an XRANGE answer of `key`; a bad entry (a bad idle sample: `BadIdleSample`)
+    is logged and left out."""
     reports: list[ProgressReport] = []
-    for _entry_id, fields in stream_entries(raw):
+    for entry_id, fields in stream_entries(raw):
         try:
             reports.append(ProgressReport.from_fields(fields, partitions))
         except (KeyError, ValueError) as exc:
-            log.warning("monitor.bad_progress_entry", key=key, error=str(exc))
+            log.warning("monitor.bad_progress_entry", key=key, entry=entry_id, problem=type(exc).__name__,
+                        error=str(exc))
     return reports

@@ -3,7 +3,8 @@ output), catch-up, recovery and rate stabilisation, each in seconds from the mig
 
 They come from the agent's per-batch progress history (`P{app}:progress:{query}:history`, one entry
 per batch: run id, input rows, each source's end and latest positions, when it was published; each
-a `BatchPoint`, batch_points.py), read from before the request on. The agent samples every batch
+a `BatchPoint`, batch_points.py; the agent's idle samples there are no batches and are left out),
+read from before the request on. The agent samples every batch
 whatever the runner is doing, so the figures follow the real timeline (a catch-up reached while the
 runner was still in `restored` is dated there) even when `measure_after` reads them once the
 migration ended. The pure part is `follow_up` (batches + the journal's times and marks -> figures);
@@ -246,9 +247,11 @@ class HistoryReader:
                 continue  # XRANGE's start is inclusive
             self.last_id = entry_id
             try:
-                self.points.append(BatchPoint.from_report(ProgressReport.from_fields(fields)))
+                report = ProgressReport.from_fields(fields)
+                if not report.idle:  # an idle sample is no batch: no commit, no output, no rate knot
+                    self.points.append(BatchPoint.from_report(report))
             except (KeyError, ValueError, TypeError) as exc:
-                log.warning("migration.bad_progress_entry", key=self.key, error=str(exc))
+                log.warning("migration.bad_progress_entry", key=self.key, entry=entry_id, error=str(exc))
         return self.points
 
 

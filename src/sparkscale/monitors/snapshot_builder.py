@@ -239,10 +239,13 @@ def _source_operator(source: SourceEstimate, window_s: float) -> OperatorFigures
 
 
 def _progress_by_batch(reports: Sequence[ProgressReport]) -> dict[tuple[str, int], ProgressReport]:
-    """The report of each batch: the one with the most input rows, the later one on a tie (an idle
-    sample may repeat the last batch's id with no rows)."""
+    """The report of each batch: the one with the most input rows, the later one on a tie (Spark's
+    own no-data progress may repeat the last batch's id with no rows). The agent's idle samples
+    (`idle`) are no batch's report: left out."""
     out: dict[tuple[str, int], ProgressReport] = {}
     for r in reports:
+        if r.idle:
+            continue
         key = (r.run_id, r.batch_id)
         if key not in out or r.num_input_rows >= out[key].num_input_rows:
             out[key] = r
@@ -261,11 +264,11 @@ def run_first_batch(reports: Sequence[ProgressReport]) -> int | None:
     """The first batch id of the query's current run (the newest report's), when the reports read
     show the run begin: a report of an earlier run among them, or the run's batch 0 (a new
     checkpoint); None otherwise. A restarted query keeps its checkpoint's batch ids, with a new run
-    id (policies/startup_grace.py reads it)."""
+    id (policies/startup_grace.py reads it). An idle sample tells the run, not a batch."""
     if not reports:
         return None
     newest = max(reports, key=lambda r: (r.published_at_s or r.at_s or 0.0, r.batch_id))
-    first = min(r.batch_id for r in reports if r.run_id == newest.run_id)
+    first = min((r.batch_id for r in reports if r.run_id == newest.run_id and not r.idle), default=None)
     began = first == 0 or any(r.run_id != newest.run_id for r in reports)
     return first if began else None
 

@@ -10,9 +10,14 @@ report carries one `SourceReport` per source of the query (`protocol/queries.py`
   Δ over Δt between the window's first and last report: exact where a source can tell);
   `processed_plus_backlog_change` (rows taken in plus the backlog's change, over the span between
   the two backlogs' measurements: `ProgressReport.backlog_at_s`);
-  `input_rate` (the mean `input_rows_per_s` of the window's reports: a lower bound when behind).
+  `input_rate` (the mean `input_rows_per_s` of the window's batches: a lower bound when behind;
+  0 over a window of idle samples only, no input came).
 - Backlog: the latest report's sum of `backlog_records`; None (unknown) when any source cannot
   tell. DS2 then sizes from rates without catch-up, and the snapshot says "backlog unknown".
+- Idle: the latest report is an idle sample (the agent's, on Spark's `QueryIdleEvent`): the query
+  is caught up, its backlog the sample's (0 where its sources can tell); `idle_since_s` is the
+  first idle sample after the last batch read. Idle samples date positions and backlogs; they are
+  no batches and carry no rows or rate.
 """
 
 from __future__ import annotations
@@ -76,6 +81,7 @@ class SourceEstimate:
     backlog_estimate: str  # the weakest of the sources' estimates (BACKLOG_ESTIMATES)
     sources: tuple[SourceSummary, ...] = ()
     records_from: Mapping[str, int] = field(default_factory=dict)  # batches counted from progress / tasks
+    idle_since_s: float | None = None  # the latest report is an idle sample: idle since then
 
     @property
     def backlog_known(self) -> bool:
@@ -87,7 +93,10 @@ class SourceEstimate:
             "arrival_estimate": self.arrival_estimate, "arrival_detail": self.arrival_detail,
             "backlog_known": self.backlog_known, "backlog_estimate": self.backlog_estimate,
             "backlog_records": self.backlog_records, "sources": [s.to_dict() for s in self.sources],
+            "idle": self.idle_since_s is not None,
         }
+        if self.idle_since_s is not None:
+            out["idle_since_s"] = self.idle_since_s
         if not self.backlog_known:
             kinds = ", ".join(sorted({s.kind for s in self.sources if s.backlog_records is None})) or "the sources"
             out["note"] = (f"backlog unknown: {kinds} report no backlog; arrival rate from "
@@ -115,7 +124,8 @@ def estimate_sources(batches: Sequence[WindowBatch], reports: Sequence[ProgressR
                 read[keys[index % len(keys)]] += rows
     backlog, estimate, summaries = _backlog(latest)
     rate, how, detail = _arrival(samples, sum(read.values()), window_s)
-    return SourceEstimate(tuple(read.items()), rate, how, detail, backlog, estimate, summaries, counted)
+    return SourceEstimate(tuple(read.items()), rate, how, detail, backlog, estimate, summaries, counted,
+                          _idle_since(reports, latest))
 
 
 # -- offsets ------------------------------------------------------------------------------------------
@@ -224,6 +234,16 @@ def _latest(reports: Sequence[ProgressReport], taken_at: float) -> ProgressRepor
     return untimed[-1] if untimed else None
 
 
+def _idle_since(reports: Sequence[ProgressReport], latest: ProgressReport | None) -> float | None:
+    """When the query went idle: the first idle sample after the last batch read, where the latest
+    report is an idle sample; None otherwise."""
+    if latest is None or not latest.idle:
+        return None
+    last_batch = max((r.at_s or 0.0 for r in reports if not r.idle and r.at_s is not None), default=None)
+    idle = [r.at_s for r in reports if r.idle and r.at_s is not None and (last_batch is None or r.at_s > last_batch)]
+    return min(idle, default=latest.at_s)
+
+
 def _backlog_of(report: ProgressReport) -> int | None:
     if not report.sources or any(s.backlog_records is None for s in report.sources):
         return None
@@ -269,10 +289,12 @@ def _arrival(samples: Sequence[ProgressReport], rows_read: int, window_s: float)
         if span > 0 and rows + b1 - b0 >= 0:
             return ((rows + b1 - b0) / span, "processed_plus_backlog_change",
                     f"{rows} rows taken in, backlog {b0} -> {b1}, over {span:.1f} s")
-    rates = [r.input_rows_per_s for r in samples if r.input_rows_per_s is not None]
+    rates = [r.input_rows_per_s for r in samples if r.input_rows_per_s is not None and not r.idle]
     if rates:
         return (statistics.fmean(rates), "input_rate",
                 f"mean input rate of {len(rates)} reports (a lower bound while the query is behind)")
+    if samples and all(r.idle for r in samples):
+        return 0.0, "input_rate", f"idle: {len(samples)} idle samples and no batch in the window, no input"
     return rows_read / window_s, "input_rate", f"{rows_read} rows read over the {window_s:g} s window"
 
 
@@ -282,6 +304,6 @@ def _rows_between(samples: Sequence[ProgressReport], first: ProgressReport, last
     rows: dict[tuple[str, int], int] = {}
     for r in samples:
         key = (r.run_id, r.batch_id)
-        if t0 < (r.at_s or 0.0) <= t1 and key != (first.run_id, first.batch_id):
+        if t0 < (r.at_s or 0.0) <= t1 and key != (first.run_id, first.batch_id) and not r.idle:
             rows[key] = max(rows.get(key, 0), r.num_input_rows)
     return sum(rows.values())

@@ -61,7 +61,7 @@ def progress_key(prefix: str, app: str, query: str) -> str:
 
 
 def progress_history_key(prefix: str, app: str, query: str) -> str:
-    """The query's progress reports over time (a stream, capped)."""
+    """The query's progress reports over time (a stream, capped), with its idle samples (`idle=1`)."""
     return f"{progress_key(prefix, app, query)}:history"
 
 

@@ -130,7 +130,7 @@ def reload_figures(reports: Sequence[ProgressReport], fault_at: float, until: fl
     before: list[float] = []
     for r in reports:
         end = _end_s(r)
-        if (r.run_id, r.batch_id) in seen or end is None:
+        if (r.run_id, r.batch_id) in seen or end is None or r.idle:  # an idle sample is no batch
             continue
         seen.add((r.run_id, r.batch_id))
         if fault_at - PRE_FAULT_WINDOW_S < end <= fault_at and r.batch_duration_ms is not None:
