@@ -31,6 +31,7 @@ RATE = 2000
 MAX_LOAD_S = 150
 MIN_BATCHES = 3
 WINDOW_S = 20.0
+IDLE_WINDOW_S = 12.0  # longer than Spark's 10 s between idle events (noDataProgressEventInterval)
 EDGE_S = 5.0
 
 CONFIG = f"""
@@ -131,6 +132,15 @@ def test_live_wordcount_snapshot_matches_load_progress_and_executors(setup, tmp_
         # thread has stopped logging is its stdout the snapshot alone.
         cli = CliRunner().invoke(snapshot_command, ["--app", APP, "--config", path,
                                                     *[a for o in overrides for a in ("--set", o)]])
+
+        # The input stopped: once the last batch is older than a window, that window holds only
+        # the agent's idle samples (Spark posts a QueryIdleEvent, not a progress event, for a trigger
+        # that finds nothing new). The backlog is still known, 0, and the query says it is idle.
+        def idle_window() -> Snapshot | None:
+            quiet = collect_snapshot(cfg, APP, CollectOptions(window_s=IDLE_WINDOW_S))
+            return quiet if quiet.extensions["source"]["idle"] and not quiet.extensions["monitor"]["batches"] else None
+
+        quiet = wait_until(idle_window, 120, "a window of idle samples only")
     finally:
         stop(cfg, APP)
 
@@ -179,6 +189,10 @@ def test_live_wordcount_snapshot_matches_load_progress_and_executors(setup, tmp_
     assert Snapshot.from_json(cli.stdout).query == QUERY
     plan = get_policy("ds2").decide(snap, DecisionHistory.empty(), cfg.policy, cfg.app(APP))
     assert set(plan.parallelism) == {"source", "stage0", "stage1"}
+
+    # Idle: a known backlog of 0 and no input, from idle samples alone.
+    assert quiet.operators[0].backlog == 0 and quiet.extensions["source"]["backlog_known"], quiet.extensions["source"]
+    assert quiet.operators[0].arrival_rate == 0
 
 
 def test_snapshot_command_says_when_the_app_does_not_run(setup):

@@ -128,9 +128,9 @@ def pause_then_resume(cfg: Config, client) -> None:
 
 
 def test_wordcount_under_steps_loses_and_duplicates_nothing(setup):
-    summary, result, client = run_and_verify(setup, "wc", "steps:150@20s,500@20s,150@20s", seed=1,
+    summary, result, client = run_and_verify(setup, "wc", "steps:150@15s,500@15s,150@15s", seed=1,
                                              while_loading=pause_then_resume)
-    assert summary.duration_s >= 60
+    assert summary.duration_s >= 45
     assert summary.records_sent >= 0.95 * summary.target_records > 0
     assert result.total_expected > 5 * summary.records_sent  # counted words, 5-12 a sentence
     assert (result.lost, result.duplicated, result.unexpected) == (0, 0, 0), result.summary()
@@ -164,9 +164,9 @@ def crash_the_driver(cfg: Config, client) -> None:
 
 
 def test_dag_linear_under_steps_loses_and_duplicates_nothing_across_a_driver_crash(setup):
-    summary, result, _ = run_and_verify(setup, "dagl", "steps:100@20s,400@20s,100@20s", seed=2,
+    summary, result, _ = run_and_verify(setup, "dagl", "steps:100@15s,400@15s,100@15s", seed=2,
                                         while_loading=crash_the_driver)
-    assert summary.duration_s >= 60
+    assert summary.duration_s >= 45
     # Selectivity 1.5 at each of 4 tasks: about 1.5^4 = 5 counted records per input record.
     assert result.total_expected > 3 * summary.records_sent
     assert (result.lost, result.duplicated, result.unexpected) == (0, 0, 0), result.summary()

@@ -4,7 +4,6 @@ path) and the problem, where each was a traceback, a hang or a silently accepted
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +70,7 @@ def test_a_snapshot_whose_app_is_no_app_name_is_refused(tmp_path, policy):
     (("executors", 0, "cores"), 10**400, "executors[0].cores"),
     (("operators", 1, "parallelism"), 10**9, "operators[1].parallelism"),
 ])
+@pytest.mark.timeout(120)  # some searched for ever before: a hang fails the test, a slow machine does not
 def test_extreme_numbers_are_refused_naming_the_field(tmp_path, policy, field, value, path):
     def change(data: dict[str, Any]) -> None:
         node = data
@@ -79,9 +79,7 @@ def test_extreme_numbers_are_refused_naming_the_field(tmp_path, policy, field, v
         node[field[-1]] = value
 
     file = snapshot_with(tmp_path, change)
-    started = time.monotonic()
     refused(invoke("plan", str(file), "--policy", policy), f"invalid snapshot: {file}: {path}: expected ")
-    assert time.monotonic() - started < 5
 
 
 def test_extension_figures_the_policies_read_are_checked(tmp_path):
@@ -185,13 +183,12 @@ def test_a_history_round_trips():
     (b"policy:\n  target_utilization: 1.0e-300\n", "policy.target_utilization: expected greater than or equal to 0.01"),
     (b"guards:\n  partitions_per_core_min: 20\n", "guards: partitions_per_core_min (20) is above"),  # an empty band
 ])
+@pytest.mark.timeout(120)  # a hang fails, not a slow machine: 1e12 max_executors made loading search divisors for ever
 def test_a_bad_config_is_refused_in_one_line_naming_the_key(tmp_path, text, fragment):
     path = tmp_path / "c.yaml"
     path.write_bytes(text)
     for args in (["check-config", str(path)], ["plan", str(FIXTURE), "--config", str(path)]):
-        started = time.monotonic()
         refused(invoke(*args), f"invalid config: {path}", fragment)
-        assert time.monotonic() - started < 5  # 1e12 max_executors made loading search divisors for ever
 
 
 def test_a_duplicate_key_in_a_set_value_is_refused():
@@ -214,20 +211,18 @@ def test_the_derived_shuffle_partitions_stay_within_their_bound():
 # -- arithmetic that an extreme (valid) input made endless ------------------------------------------
 
 
+@pytest.mark.timeout(60)  # endless before: a hang fails the test, a slow machine does not
 def test_many_divisor_count_beyond_its_range_answers_at_once():
-    started = time.monotonic()
     assert many_divisor_count(10**30, at_most=64) == 10**30
-    assert time.monotonic() - started < 0.1
     assert many_divisor_count(7, at_most=10) == 7 and many_divisor_count(5) == 6
 
 
+@pytest.mark.timeout(60)  # endless before: a hang fails the test, a slow machine does not
 def test_a_two_tier_band_far_above_the_cap_answers_at_once():
     snapshot = load_snapshot(FIXTURE)
     app = AppConfig(name="wordcount", shuffle_partitions=2)
     plan = Plan("ds2", "wordcount")
-    started = time.monotonic()
     out = band_migrations(plan, snapshot, app, {"counts": 2}, 1e12, 1e13, {})
-    assert time.monotonic() - started < 0.5
     assert [(a.from_, a.to) for a in out.actions] == [(2, 4096)]
 
 

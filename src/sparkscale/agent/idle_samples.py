@@ -11,7 +11,9 @@ rate and never as a batch (monitors/progress_reports.py). The progress hash keep
 
 Only where it is honest: after a batch of the same run that this agent published (the sources'
 positions are that batch's), and at most one sample per query every `IDLE_SAMPLE_EVERY_S` (Spark
-may post an idle event every trigger), the first one after a batch at once. A source whose backlog
+posts one idle event per `spark.sql.streaming.noDataProgressEventInterval`, 10 s by default, the
+first that long after the last batch: ProgressReporter.updateIdleness; a shorter interval is
+capped here), the first one after a batch at once. A source whose backlog
 was unknown stays unknown: an idle trigger only says it admitted nothing.
 """
 
