@@ -64,12 +64,6 @@ class MiniRedis(StreamRedis):
     def lrange(self, key: str, start: int, end: int) -> list[str]:
         return self.lists.get(key, [])[start:end + 1]
 
-    def pipeline(self) -> MiniRedis:
-        return self
-
-    def execute(self) -> list[object]:
-        return []
-
 
 @pytest.fixture(params=["memory", "live"])
 def store(request: pytest.FixtureRequest) -> Iterator[Store]:
