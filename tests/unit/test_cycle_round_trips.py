@@ -15,12 +15,16 @@ from sparkscale.config import ActionLogConfig, Config
 from sparkscale.control.autoscaler import Autoscaler
 from sparkscale.control.events import CycleEnded, Decided
 from sparkscale.daemon.wiring import ActuationContexts, RequestDesk, loop_stores
+from sparkscale.policies.outcomes import BlockedAction
+from sparkscale.protocol.keys import partitions_key, progress_key
+from sparkscale.store.action_records import BlocklistEntry
 from sparkscale.store.live import live_store
 from tests.unit.fakezk import FakeZk
 from tests.unit.test_autoscaler import (
     APP,
     NO_CHANGE,
     SCALE_UP,
+    TAKEN_AT,
     FakeClock,
     FakeCluster,
     FakeCollector,
@@ -137,7 +141,35 @@ def world(*plans: Any) -> World:
     return World(autoscaler, counting, zk, planner, executor, sink, woken)
 
 
+PARTITIONS_AND_BLOCKLIST = ("get", "hget", "hgetall")
 DECISION = ("xadd", "xtrim")
+
+
+def test_the_partitions_come_from_the_last_migration_else_the_progress_else_the_config():
+    w = world()
+    client = w.redis.client
+    w.cycle()
+    configured = w.autoscaler.cfg.app(APP).shuffle_partitions
+    assert w.planner.seen[-1].partitions == {"q": configured}
+    client.hashes[progress_key(PREFIX, APP, "q")] = {"state_partitions": "6"}
+    w.cycle()
+    assert w.planner.seen[-1].partitions == {"q": 6}
+    client.strings[partitions_key(PREFIX, APP, "q")] = "8"
+    w.cycle()
+    assert w.planner.seen[-1].partitions == {"q": 8}
+    client.strings[partitions_key(PREFIX, APP, "q")] = "eight"  # unreadable: as if never migrated
+    trips, _ops = w.cycle()
+    assert w.planner.seen[-1].partitions == {"q": 6} and trips[1] == PARTITIONS_AND_BLOCKLIST
+
+
+def test_a_blocklist_entry_another_daemon_writes_is_seen_by_the_next_cycle():
+    w = world()
+    w.cycle()
+    blocked = BlockedAction(APP, "under_provisioned", "scale_executors", TAKEN_AT + 600, "ds2")
+    live_store(w.redis.client, PREFIX, w.other(), ROOT).blocklist.block(  # type: ignore[arg-type]
+        BlocklistEntry(blocked, TAKEN_AT, "1-0", "unmet"))
+    w.cycle()
+    assert w.planner.seen[-1].blocklist.entries == (blocked,) and w.ended()[-1].blocked == 1
 
 
 # -- the decision write -----------------------------------------------------------------------------
@@ -167,4 +199,4 @@ def test_a_refused_decision_write_ends_the_cycle_with_nothing_done():
 def test_a_decision_without_actions_is_written_in_one_round_trip():
     w = world()
     trips, _ops = w.cycle()
-    assert trips[-1] == DECISION
+    assert trips[-2:] == [PARTITIONS_AND_BLOCKLIST, DECISION]  # the history's reads, then the decision

@@ -4,8 +4,9 @@ Action log: one stream, `<prefix>actions`, entries `{kind, app, json}`, trimmed 
 (`action_log.*`); the snapshot behind each logged decision in `<prefix><app>:snapshots` (a short
 stream). An append is one round trip (its snapshot, the entry and the trim, pipelined; a reply in
 error raises once all are read). Blocklist: a hash `<prefix>blocklist`, field
-`app|diagnosis|action_type`, value the entry as JSON; expired entries are dropped when read. An
-entry that does not parse is skipped and logged once (store/bad_records.py).
+`app|diagnosis|action_type`, value the entry as JSON; expired entries are dropped when read (also
+from a hash read in another pipeline: `blocklist_from`). An entry that does not parse is skipped and
+logged once (store/bad_records.py).
 """
 
 from __future__ import annotations
@@ -126,9 +127,19 @@ class RedisBlocklist:
         self.client.hset(self.key, blocklist_field(entry.blocked), json.dumps(entry.to_dict()))
 
     def entries(self, now: float, app: str | None = None) -> list[BlocklistEntry]:
+        return self._entries(cast(Hash, self.client.hgetall(self.key)), now, app)
+
+    def blocklist(self, now: float, app: str | None = None) -> Blocklist:
+        return self.blocklist_from(cast(Hash, self.client.hgetall(self.key)), now, app)
+
+    def blocklist_from(self, raw: Hash, now: float, app: str | None = None) -> Blocklist:
+        """The blocklist from the hash as HGETALL of `key` answered (in a caller's pipeline)."""
+        return Blocklist(tuple(e.blocked for e in self._entries(raw, now, app)))
+
+    def _entries(self, raw: Hash, now: float, app: str | None) -> list[BlocklistEntry]:
         out: list[BlocklistEntry] = []
         expired: list[str] = []
-        for raw_field, raw_value in cast(Hash, self.client.hgetall(self.key)).items():
+        for raw_field, raw_value in raw.items():
             try:
                 entry = BLOCKLIST_ENTRY_JSON.load(load_json(raw_value))
             except PROBLEMS as exc:
@@ -141,9 +152,6 @@ class RedisBlocklist:
         if expired:
             self.client.hdel(self.key, *expired)
         return sorted(out, key=lambda e: e.blocked_at)
-
-    def blocklist(self, now: float, app: str | None = None) -> Blocklist:
-        return Blocklist(tuple(e.blocked for e in self.entries(now, app)))
 
 
 def text(value: object) -> str:
