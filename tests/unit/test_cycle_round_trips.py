@@ -1,7 +1,9 @@
 """What one cycle asks Redis and ZooKeeper (issue 33: after the collect, the p99 was the stores'
 round trips on a saturated machine): the loop over the daemon's own store adapters
 (daemon/wiring.py, store/), with counting fakes of both services and the other collaborators of
-tests/unit/test_autoscaler.py."""
+tests/unit/test_autoscaler.py. An ordinary cycle of a leader with nothing to do reads the partition
+counts and the blocklist in one pipeline and writes its decision in another; the journal and the
+request list come from memory while their watches hold, and never staler than ZooKeeper says."""
 
 from __future__ import annotations
 
@@ -9,16 +11,26 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 import redis
+from kazoo.client import KazooState
 
+from sparkscale.actuators.migration import JournalStore
 from sparkscale.config import ActionLogConfig, Config
 from sparkscale.control.autoscaler import Autoscaler
 from sparkscale.control.events import CycleEnded, Decided
+from sparkscale.daemon import manual
 from sparkscale.daemon.wiring import ActuationContexts, RequestDesk, loop_stores
+from sparkscale.model.journal import Journal
+from sparkscale.model.manual_request import ManualResult
 from sparkscale.policies.outcomes import BlockedAction
 from sparkscale.protocol.keys import partitions_key, progress_key
+from sparkscale.protocol.znodes import journal_path, requests_path, results_path
+from sparkscale.store import zk_watch
 from sparkscale.store.action_records import BlocklistEntry
 from sparkscale.store.live import live_store
+from sparkscale.store.zk_journal import ZkJournals
+from sparkscale.store.zk_requests import ZkRequests
 from tests.unit.fakezk import FakeZk
 from tests.unit.test_autoscaler import (
     APP,
@@ -141,8 +153,26 @@ def world(*plans: Any) -> World:
     return World(autoscaler, counting, zk, planner, executor, sink, woken)
 
 
+def journal(status: str = "running") -> Journal:
+    return Journal(id="mig-1", app=APP, query="q", strategy="ccr", from_partitions=4, to_partitions=8,
+                   requested_at=100.0, by="t", epoch=3, status=status)
+
+
 PARTITIONS_AND_BLOCKLIST = ("get", "hget", "hgetall")
 DECISION = ("xadd", "xtrim")
+
+
+# -- an ordinary cycle ------------------------------------------------------------------------------
+
+
+def test_an_ordinary_cycle_makes_three_redis_round_trips_and_no_zookeeper_call():
+    w = world()
+    w.cycle()  # elected: the action log recalled, the watches set
+    for _ in range(3):
+        trips, ops = w.cycle()
+        # The executor shape (before the collect), the partitions with the blocklist, the decision.
+        assert trips == ["hgetall", PARTITIONS_AND_BLOCKLIST, DECISION]
+        assert ops == []  # the journal and the request list are kept while their watches hold
 
 
 def test_the_partitions_come_from_the_last_migration_else_the_progress_else_the_config():
@@ -184,6 +214,12 @@ def test_a_decision_with_actions_is_written_in_one_round_trip_before_its_actions
     assert decided.decision_id is not None and w.executor.started == [(decided.decision_id, SCALE_UP.changes)]
 
 
+def test_a_decision_without_actions_is_written_in_one_round_trip():
+    w = world()
+    trips, _ops = w.cycle()
+    assert trips[-2:] == [PARTITIONS_AND_BLOCKLIST, DECISION]  # the history's reads, then the decision
+
+
 def test_a_refused_decision_write_ends_the_cycle_with_nothing_done():
     w = world(NO_CHANGE, SCALE_UP)
     w.cycle()
@@ -196,7 +232,79 @@ def test_a_refused_decision_write_ends_the_cycle_with_nothing_done():
     assert isinstance(ended, CycleEnded) and ended.result == "unreachable" and "Redis went away" in str(ended.error)
 
 
-def test_a_decision_without_actions_is_written_in_one_round_trip():
+# -- the journal's watch ----------------------------------------------------------------------------
+
+
+def test_a_journal_another_process_writes_is_read_by_the_next_cycle():
     w = world()
-    trips, _ops = w.cycle()
-    assert trips[-2:] == [PARTITIONS_AND_BLOCKLIST, DECISION]  # the history's reads, then the decision
+    w.cycle()
+    assert not w.planner.seen[-1].migration_running
+    JournalStore(w.other(), ROOT, APP).write(journal())  # another daemon's migration: the watch fires
+    _trips, ops = w.cycle()
+    assert ops == [("get", journal_path(ROOT, APP))]  # read once, the watch set again
+    assert w.planner.seen[-1].migration_running
+    _trips, ops = w.cycle()
+    assert ops == [] and w.planner.seen[-1].migration_running
+
+
+def test_a_journal_this_process_writes_is_read_again_before_the_watch_event_is_handled():
+    zk = FakeZk()
+    journals = ZkJournals(zk, ROOT)
+    assert journals.watched(APP) is None
+    zk.hold_events = True  # kazoo's event thread has not run the watch yet
+    JournalStore(zk, ROOT, APP).write(journal())
+    assert journals.watched(APP) == journal()
+    zk.deliver()
+    assert journals.watched(APP) == journal()
+
+
+@pytest.mark.parametrize("state", [KazooState.SUSPENDED, KazooState.LOST])
+def test_a_suspended_or_lost_connection_makes_the_next_cycle_read_the_journal(state: str):
+    w = world()
+    w.cycle()
+    w.zk.hold_events = True  # what changed while the connection was down was never told
+    JournalStore(w.other(), ROOT, APP).write(journal("needs_attention"))
+    w.zk.change_state(state)
+    w.zk.change_state(KazooState.CONNECTED)
+    _trips, ops = w.cycle()
+    assert ("get", journal_path(ROOT, APP)) in ops and w.ended()[-1].needing_attention == 1
+
+
+def test_a_read_a_change_overtakes_is_returned_but_not_kept():
+    reads: list[int] = []
+    watch: zk_watch.ZnodeWatch[int]
+
+    def read(_watcher: zk_watch.Watcher) -> int:
+        reads.append(len(reads))
+        if len(reads) == 1:
+            watch.forget()  # the watch fired while the read was under way
+        return reads[-1]
+
+    watch = zk_watch.ZnodeWatch(read)
+    assert watch.get() == 0 and not watch.holds
+    assert watch.get() == 1 and watch.holds
+    assert watch.get() == 1 and len(reads) == 2
+
+
+# -- the operator's requests ------------------------------------------------------------------------
+
+
+def test_a_request_wakes_the_leader_whose_next_cycle_lists_and_serves_it():
+    w = world()
+    w.cycle()
+    path = requests_path(ROOT, APP)
+    kept = zk_watch.watched(w.zk, path, lambda _w: [])
+    assert kept.holds
+    held: list[bool] = []
+    w.autoscaler.wake = lambda app: held.append(kept.holds)  # what the woken cycle would find
+    name = manual.submit_request(ZkRequests(w.other(), ROOT), APP, None, "op", 60, type="abort_migration",
+                                 migration="mig-9")
+    assert held == [False]  # the wake-up watch dropped the kept list before it woke the leader
+    _trips, ops = w.cycle()
+    assert ("get_children", path) in ops
+    answer = ManualResult.from_json(w.zk.get(f"{results_path(ROOT, APP)}/{name}")[0])
+    assert not answer.ok and "no migration mig-9" in answer.detail
+    _trips, ops = w.cycle()
+    assert ops == [("get_children", path)]  # answered here: the list is read again once, and watched
+    _trips, ops = w.cycle()
+    assert ops == []

@@ -7,7 +7,8 @@ A decision is written before its actions start, and the write gives it its id; i
 the cycle ends and nothing is done (no unrecorded action).
 
 Each is read every cycle, so each is one round trip at most: the partition counts and the blocklist
-together (`AppRecords.read`), the decision in one write.
+together (`AppRecords.read`), the decision in one write; the journal is kept while a ZooKeeper
+watch vouches for it, and asked for again once it changed or the connection faltered.
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ class Journals(Protocol):
         ...
 
     def read(self, app: str) -> Journal | None:
-        """The app's journal (None: none)."""
+        """The app's journal (None: none), never older than ZooKeeper's (it may be kept in memory
+        while a watch says it has not changed)."""
         ...
 
     def follow_up(self, cfg: Config, epoch: int | None, journal: Journal | None) -> Journal | None:

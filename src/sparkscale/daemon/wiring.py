@@ -111,7 +111,7 @@ class ZooKeeperJournals:
         return self.journals.connected
 
     def read(self, app: str) -> Journal | None:
-        return self.journals.journal(app).read()
+        return self.journals.watched(app)
 
     def follow_up(self, cfg: Config, epoch: int | None, journal: Journal | None) -> Journal | None:
         return followup.finish(cfg, self.zk, self.redis, epoch, journal)
