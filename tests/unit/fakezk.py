@@ -3,13 +3,20 @@ check and the migration journal make: znodes with versions, sessions (ephemeral 
 names per parent, and multi-op transactions answered as ZooKeeper answers them (the failing op's
 error, the others rolled back); and ACLs: kept per znode, and checked as ZooKeeper checks them
 (CREATE and DELETE on the parent, READ and WRITE on the znode) against the digest identities the
-client authenticated as (`auth_data`, as kazoo's), world entries open to all."""
+client authenticated as (`auth_data`, as kazoo's), world entries open to all.
+
+Watches as ZooKeeper sets them (`get`/`exists` a data watch, `get_children` a child watch, each
+fired once), delivered at once or, with `hold_events`, when `deliver()` runs them (kazoo's event
+thread); connection states told to the listeners (`change_state`), a lost session firing every
+watch as kazoo does; and `ops`, every call made, for counting round trips."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kazoo.client import KazooState
 from kazoo.exceptions import (
     BadVersionError,
     NoAuthError,
@@ -18,7 +25,7 @@ from kazoo.exceptions import (
     RolledBackError,
     RuntimeInconsistency,
 )
-from kazoo.protocol.states import ZnodeStat
+from kazoo.protocol.states import EventType, WatchedEvent, ZnodeStat
 from kazoo.security import ACL, Permissions, make_digest_acl_credential
 
 
@@ -40,6 +47,74 @@ class FakeZk:
         self.now_ms = now_ms
         self._seq: dict[str, int] = {}
         self.writes: list[tuple[str, bytes]] = []  # every data write (set, create), in order
+        self.ops: list[tuple[str, str]] = []  # every call, (operation, path), in order
+        self.state = KazooState.CONNECTED
+        self.listeners: list[Callable[[str], object]] = []
+        self.data_watches: dict[str, list[Callable[[WatchedEvent], object]]] = {}
+        self.child_watches: dict[str, list[Callable[[WatchedEvent], object]]] = {}
+        self.hold_events = False  # True: fired watches wait for `deliver()`
+        self.held: list[tuple[Callable[[WatchedEvent], object], WatchedEvent]] = []
+
+    # -- watches and connection states ------------------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        return self.state == KazooState.CONNECTED
+
+    @connected.setter
+    def connected(self, up: bool) -> None:
+        self.state = KazooState.CONNECTED if up else KazooState.SUSPENDED
+
+    def add_listener(self, listener: Callable[[str], object]) -> None:
+        self.listeners.append(listener)
+
+    def change_state(self, state: str) -> None:
+        """The connection goes `state`: the listeners are told; a lost session fires every watch."""
+        self.state = state
+        for listener in list(self.listeners):
+            listener(state)
+        if state == KazooState.LOST:
+            watches = [w for ws in (*self.data_watches.values(), *self.child_watches.values()) for w in ws]
+            self.data_watches, self.child_watches = {}, {}
+            for watch in watches:
+                self._dispatch(watch, WatchedEvent(EventType.NONE, state, None))
+
+    def ChildrenWatch(self, path: str, func: Callable[[list[str]], object]) -> None:  # noqa: N802 (kazoo's name)
+        """kazoo's recipe: `func(children)` now, then after each change of the list."""
+        def fired(_event: WatchedEvent) -> None:
+            if path in self.nodes:
+                func(self.get_children(path, watch=fired))
+
+        func(self.get_children(path, watch=fired))
+
+    def reads(self) -> list[tuple[str, str]]:
+        return [op for op in self.ops if op[0] in ("get", "get_children", "exists")]
+
+    def deliver(self) -> None:
+        held, self.held = self.held, []
+        for watch, event in held:
+            watch(event)
+
+    def _watch(self, watches: dict[str, list[Callable[[WatchedEvent], object]]], path: str, watch: Any) -> None:
+        if watch is not None and watch not in watches.setdefault(path, []):
+            watches[path].append(watch)
+
+    def _fire(self, watches: dict[str, list[Callable[[WatchedEvent], object]]], path: str, kind: str) -> None:
+        for watch in watches.pop(path, []):
+            self._dispatch(watch, WatchedEvent(kind, self.state, path))
+
+    def _dispatch(self, watch: Callable[[WatchedEvent], object], event: WatchedEvent) -> None:
+        if self.hold_events:
+            self.held.append((watch, event))
+        else:
+            watch(event)
+
+    def _changed(self, path: str, kind: str) -> None:
+        self._fire(self.data_watches, path, kind)
+        if kind == EventType.DELETED:
+            self._fire(self.child_watches, path, kind)
+        if kind in (EventType.CREATED, EventType.DELETED):
+            self._fire(self.child_watches, path.rsplit("/", 1)[0] or "/", EventType.CHILD)
 
     # -- sessions ---------------------------------------------------------------------------------
 
@@ -89,20 +164,26 @@ class FakeZk:
         return [p[len(prefix):] for p in self.nodes if p.startswith(prefix) and "/" not in p[len(prefix):]]
 
     def exists(self, path: str, watch: Any = None) -> ZnodeStat | None:
+        self.ops.append(("exists", path))
+        self._watch(self.data_watches, path, watch)
         node = self.nodes.get(path)
         return None if node is None else self._stat(node, path)
 
     def get(self, path: str, watch: Any = None) -> tuple[bytes, ZnodeStat]:
+        self.ops.append(("get", path))
         if path not in self.nodes:
             raise NoNodeError(path)
         self._allowed(path, Permissions.READ)
+        self._watch(self.data_watches, path, watch)
         node = self.nodes[path]
         return node.data, self._stat(node, path)
 
     def get_children(self, path: str, watch: Any = None) -> list[str]:
+        self.ops.append(("get_children", path))
         if path not in self.nodes:
             raise NoNodeError(path)
         self._allowed(path, Permissions.READ)
+        self._watch(self.child_watches, path, watch)
         return sorted(self._children(path))
 
     def get_acls(self, path: str) -> tuple[list[ACL], ZnodeStat]:
@@ -123,15 +204,18 @@ class FakeZk:
     # -- writes -----------------------------------------------------------------------------------
 
     def ensure_path(self, path: str, acl: list[ACL] | None = None) -> None:
+        self.ops.append(("ensure_path", path))
         parts = [p for p in path.split("/") if p]
         for i in range(1, len(parts) + 1):
             sub = "/" + "/".join(parts[:i])
             if sub not in self.nodes:
                 self._allowed(sub.rsplit("/", 1)[0] or "/", Permissions.CREATE)
                 self.nodes[sub] = Node(b"", ctime_ms=self.now_ms, acl=acl or self.default_acl)
+                self._changed(sub, EventType.CREATED)
 
     def create(self, path: str, value: bytes = b"", acl: Any = None, ephemeral: bool = False,
                sequence: bool = False, makepath: bool = False) -> str:
+        self.ops.append(("create", path))
         parent = path.rsplit("/", 1)[0] or "/"
         if parent not in self.nodes:
             if not makepath:
@@ -146,9 +230,11 @@ class FakeZk:
         self._allowed(parent, Permissions.CREATE)
         self.nodes[path] = Node(value, 0, self.session if ephemeral else 0, self.now_ms, acl or self.default_acl)
         self.writes.append((path, value))
+        self._changed(path, EventType.CREATED)
         return path
 
     def set(self, path: str, value: bytes, version: int = -1) -> ZnodeStat:
+        self.ops.append(("set", path))
         if path not in self.nodes:
             raise NoNodeError(path)
         node = self.nodes[path]
@@ -157,13 +243,16 @@ class FakeZk:
             raise BadVersionError(path)
         node.data, node.version = value, node.version + 1
         self.writes.append((path, value))
+        self._changed(path, EventType.CHANGED)
         return self._stat(node, path)
 
     def delete(self, path: str, version: int = -1, recursive: bool = False) -> bool:
+        self.ops.append(("delete", path))
         if path not in self.nodes:
             raise NoNodeError(path)
         self._allowed(path.rsplit("/", 1)[0] or "/", Permissions.DELETE)
         del self.nodes[path]
+        self._changed(path, EventType.DELETED)
         return True
 
     def transaction(self) -> FakeTransaction:

@@ -28,7 +28,7 @@ from sparkscale.control.events import (
 )
 from sparkscale.control.judge import PendingOutcome
 from sparkscale.control.state import AppState
-from sparkscale.control.stores import Recalled, Stores
+from sparkscale.control.stores import AppReads, Recalled, Stores
 from sparkscale.daemon import background
 from sparkscale.daemon.background import BackgroundExecutor
 from sparkscale.model.action_result import ActionResult
@@ -207,11 +207,6 @@ class FakeDecisions:
         return self.recalled
 
 
-class FakeBlocklist:
-    def blocklist(self, now: float, app: str | None = None) -> Blocklist:
-        return Blocklist()
-
-
 class FakeJournals:
     connected = True
     journal: Journal | None = None
@@ -227,8 +222,8 @@ class FakeApps:
     def with_shape(self, app: AppConfig) -> AppConfig:
         return app
 
-    def partitions(self, app: AppConfig, query: str) -> int:
-        return 4
+    def read(self, app: AppConfig, queries: Sequence[str], now: float) -> AppReads:
+        return AppReads(dict.fromkeys(queries, 4), Blocklist())
 
 
 @dataclass
@@ -277,7 +272,7 @@ def loop(*plans: Plan, leader: bool = True, dry_run: bool = False, executor: Any
     woken: list[str] = []
     autoscaler = Autoscaler(
         cfg, "me", collector=collector, planner=planner, cluster=FakeCluster(), judge=judge, executor=executor,
-        requests=desk, stores=Stores(decisions, FakeBlocklist(), FakeJournals(), FakeApps()),
+        requests=desk, stores=Stores(decisions, FakeJournals(), FakeApps()),
         elections={APP: lock}, clock=clock, sink=sink, wake=woken.append)
     autoscaler.add_app(APP)
     if elected:

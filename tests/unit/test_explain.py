@@ -134,12 +134,36 @@ def test_anything_else_is_not_a_decision_id():
         parse_decision_id("d-000123")
 
 
+class QueuedPipeline:
+    """A pipeline over a fake client: commands queued, run in order by `execute` (one round trip)."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.queued: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        def queue(*args: Any, **kwargs: Any) -> QueuedPipeline:
+            self.queued.append((name, args, kwargs))
+            return self
+        return queue
+
+    def execute(self, raise_on_error: bool = True) -> list[Any]:
+        self.client.round_trips += 1
+        queued, self.queued = self.queued, []
+        return [getattr(self.client, name)(*args, **kwargs) for name, args, kwargs in queued]
+
+
 class StreamRedis:
-    """The stream commands ActionLog uses (xadd, xtrim, xrange, xrevrange) over lists, ids `<ms>-<seq>`."""
+    """The stream commands ActionLog uses (xadd, xtrim, xrange, xrevrange) over lists, ids `<ms>-<seq>`,
+    and pipelines of them (`round_trips` counts the pipelines executed)."""
 
     def __init__(self) -> None:
         self.streams: dict[str, list[tuple[str, dict[str, str]]]] = {}
         self.ms = int(T * 1000)
+        self.round_trips = 0
+
+    def pipeline(self, transaction: bool = True) -> QueuedPipeline:
+        return QueuedPipeline(self)
 
     def xadd(self, key: str, fields: dict[str, Any], maxlen: int | None = None, approximate: bool = True) -> str:
         self.ms += 1

@@ -64,12 +64,6 @@ class MiniRedis(StreamRedis):
     def lrange(self, key: str, start: int, end: int) -> list[str]:
         return self.lists.get(key, [])[start:end + 1]
 
-    def pipeline(self) -> MiniRedis:
-        return self
-
-    def execute(self) -> list[object]:
-        return []
-
 
 @pytest.fixture(params=["memory", "live"])
 def store(request: pytest.FixtureRequest) -> Iterator[Store]:
@@ -119,9 +113,9 @@ def test_the_blocklist_drops_expired_entries_and_filters_by_app(store: Store) ->
 
 def test_a_journal_is_written_by_compare_and_set_and_fenced_by_the_epoch(store: Store) -> None:
     mine, theirs = store.journals.journal("clicks"), store.journals.journal("clicks")
-    assert mine.read() is None and theirs.read() is None
+    assert mine.read() is None and theirs.read() is None and store.journals.watched("clicks") is None
     mine.write(journal())
-    assert theirs.read() == journal()
+    assert theirs.read() == journal() and store.journals.watched("clicks") == journal()
     stale = store.journals.journal("clicks")
     stale.read()
     mine.write(journal(epoch=4))
@@ -130,7 +124,7 @@ def test_a_journal_is_written_by_compare_and_set_and_fenced_by_the_epoch(store: 
     with pytest.raises(WriteFenced):  # nobody holds the lock at epoch 9
         store.journals.journal("other", epoch=9).write(journal())
     fresh = store.journals.journal("clicks").read()
-    assert fresh is not None and fresh.epoch == 4
+    assert fresh is not None and fresh.epoch == 4 and store.journals.watched("clicks") == fresh
 
 
 def test_a_stored_shape_is_the_one_every_later_submit_starts_with(store: Store) -> None:

@@ -50,7 +50,7 @@ from sparkscale.control.judge import OutcomeJudge
 from sparkscale.control.leadership import Leadership
 from sparkscale.control.sink import EventSink
 from sparkscale.control.state import AppState
-from sparkscale.control.stores import Stores
+from sparkscale.control.stores import AppReads, Stores
 from sparkscale.model.journal import Journal
 from sparkscale.model.plan import Plan
 from sparkscale.model.snapshot import Snapshot
@@ -243,15 +243,15 @@ class Autoscaler:
             self._judge_due(app, st, snapshot)
         run.marks.append(("requests", self.clock.monotonic()))
         now = snapshot.taken_at
-        partitions = {s.query: self.stores.apps.partitions(app, s.query) for s in snapshots}
-        history = self._history(app, st, leadership, snapshots, snapshot, partitions, run)
+        reads = self.stores.apps.read(app, [s.query for s in snapshots], now)
+        history = self._history(app, st, leadership, snapshots, snapshot, reads, run)
         run.marks.append(("history", self.clock.monotonic()))
         cluster = self.cluster.plan(now) if run.leader else None
         plan = self.planner(snapshots, history, self.cfg, app, now, cluster=cluster)
         run.marks.append(("plan", self.clock.monotonic()))
         st.history = st.history.with_decision(max(now, st.history.last_decided_at), plan).trimmed(now - HISTORY_S)
-        return Decision(app.name, run.role or "standby", leadership.epoch, tuple(snapshots), snapshot, partitions,
-                        plan, expectation_for(plan, snapshot, app), self._mode(app, plan, run.leader))
+        return Decision(app.name, run.role or "standby", leadership.epoch, tuple(snapshots), snapshot,
+                        reads.partitions, plan, expectation_for(plan, snapshot, app), self._mode(app, plan, run.leader))
 
     def _observe(self, app: AppConfig, st: AppState, leadership: Leadership, snapshots: list[Snapshot],
                  snapshot: Snapshot, run: _Run) -> Decision:
@@ -262,7 +262,7 @@ class Autoscaler:
             self._judge_due(app, st, snapshot)
         run.marks.append(("requests", self.clock.monotonic()))
         self.cluster.observe(app, snapshot, None)  # its executors still count for the other apps' room
-        partitions = {s.query: self.stores.apps.partitions(app, s.query) for s in snapshots}
+        partitions = self.stores.apps.read(app, [s.query for s in snapshots], snapshot.taken_at).partitions
         plan = Plan(self.cfg.policy.name, app.name,
                     explanation=("mode observe (apps[].mode): snapshots only, no plan is made",))
         return Decision(app.name, run.role or "standby", leadership.epoch, tuple(snapshots), snapshot, partitions,
@@ -355,23 +355,22 @@ class Autoscaler:
             st.history = st.history.with_scaling(learned)
 
     def _history(self, app: AppConfig, st: AppState, leadership: Leadership, snapshots: list[Snapshot],
-                 snapshot: Snapshot, partitions: dict[str, int], run: _Run) -> DecisionHistory:
+                 snapshot: Snapshot, reads: AppReads, run: _Run) -> DecisionHistory:
         """The history the planner reads: the app's own, with what the stores and the cluster say now."""
-        blocklist = self.stores.blocklist.blocklist(snapshot.taken_at, app.name)
-        run.blocked = len(blocklist.entries)
+        run.blocked = len(reads.blocklist.entries)
         journal = self._journal(app, run)
         if run.leader and st.in_flight is None:  # a done migration's pending figures (no action writes the journal now)
             journal = self.stores.journals.follow_up(self.cfg, leadership.epoch, journal)
         self.cluster.observe(app, snapshot, snapshots if run.leader else None)
         held_cores, held_memory_mb = self.cluster.held_elsewhere(app.name)
-        return replace(st.history, blocklist=blocklist, last_action_at=st.last_action_at or 0.0,
+        return replace(st.history, blocklist=reads.blocklist, last_action_at=st.last_action_at or 0.0,
                        cores_claimed_elsewhere=self.cluster.claimed_elsewhere(app.name),
                        cores_held_elsewhere=held_cores, memory_mb_held_elsewhere=held_memory_mb,
                        change_costs=self.cluster.change_costs(app.name, self.cfg.migration.strategy),
                        migration_strategy=self.cfg.migration.strategy,
                        migration_running=journal is not None and journal.open,
                        last_migration_end=journal.phases.get("done") if journal else None,
-                       partitions=partitions, last_action_direction=st.last_action_direction,
+                       partitions=reads.partitions, last_action_direction=st.last_action_direction,
                        action_in_progress=st.in_flight.summary if st.in_flight else None)
 
     def _journal(self, app: AppConfig, run: _Run) -> Journal | None:

@@ -5,10 +5,15 @@ Redis. The daemon implements them over Redis and ZooKeeper (daemon/wiring.py).
 
 A decision is written before its actions start, and the write gives it its id; if the write fails
 the cycle ends and nothing is done (no unrecorded action).
+
+Each is read every cycle, so each is one round trip at most: the partition counts and the blocklist
+together (`AppRecords.read`), the decision in one write; the journal is kept while a ZooKeeper
+watch vouches for it, and asked for again once it changed or the connection faltered.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -41,13 +46,6 @@ class DecisionLog(Protocol):
         ...
 
 
-class BlocklistReader(Protocol):
-    """daemon/action_log.py's BlocklistStore."""
-
-    def blocklist(self, now: float, app: str | None = None) -> Blocklist:
-        ...
-
-
 class Journals(Protocol):
     """Each app's migration journal in ZooKeeper."""
 
@@ -57,7 +55,8 @@ class Journals(Protocol):
         ...
 
     def read(self, app: str) -> Journal | None:
-        """The app's journal (None: none)."""
+        """The app's journal (None: none), never older than ZooKeeper's (it may be kept in memory
+        while a watch says it has not changed)."""
         ...
 
     def follow_up(self, cfg: Config, epoch: int | None, journal: Journal | None) -> Journal | None:
@@ -65,21 +64,28 @@ class Journals(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class AppReads:
+    """What a cycle reads of the app after the operator's requests (one round trip)."""
+
+    partitions: dict[str, int]  # each query's state partitions now
+    blocklist: Blocklist  # the app's unexpired entries (daemon/action_log.py's BlocklistStore)
+
+
 class AppRecords(Protocol):
-    """What the app's agent and its migrations published in Redis."""
+    """What the app's agent and its migrations published in Redis, and the app's blocklist."""
 
     def with_shape(self, app: AppConfig) -> AppConfig:
         """`app` with the executor shape a migration gave it (what its executors really have)."""
         ...
 
-    def partitions(self, app: AppConfig, query: str) -> int:
-        """The query's state partitions now."""
+    def read(self, app: AppConfig, queries: Sequence[str], now: float) -> AppReads:
+        """Each of `queries`' state partitions and the app's blocklist at `now`, read together."""
         ...
 
 
 @dataclass(frozen=True)
 class Stores:
     decisions: DecisionLog
-    blocklist: BlocklistReader
     journals: Journals
     apps: AppRecords

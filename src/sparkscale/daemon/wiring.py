@@ -7,7 +7,7 @@ keys the agent and the migrations write.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypedDict, Unpack
 
@@ -20,7 +20,7 @@ from sparkscale.config import AppConfig, AppMode, Config
 from sparkscale.control.decision import Decision, Mode, app_mode
 from sparkscale.control.judge import PendingOutcome
 from sparkscale.control.leadership import Leadership
-from sparkscale.control.stores import Recalled, Stores
+from sparkscale.control.stores import AppReads, Recalled, Stores
 from sparkscale.daemon import followup, manual
 from sparkscale.daemon.action_log import DecisionMode, DecisionRecord, executed, past_decisions, snapshot_id
 from sparkscale.daemon.action_log import Mode as LoggedMode
@@ -30,8 +30,9 @@ from sparkscale.model.executor_shape import ExecutorShape
 from sparkscale.model.journal import Journal
 from sparkscale.model.snapshot import Snapshot
 from sparkscale.policies.history import DecisionHistory
-from sparkscale.protocol.streams import query_partitions
+from sparkscale.protocol.streams import partitions_from, queue_partitions
 from sparkscale.store.base import ActionLogStore, JournalStores, RequestStore, ShapeStore, Store
+from sparkscale.store.redis_action_log import RedisBlocklist
 
 # A leader's modes as the action log has them (a leader's decision is never "standby").
 _LOGGED_MODES: dict[Mode, LoggedMode] = {"no_change": DecisionMode.NO_CHANGE, "dry_run": DecisionMode.DRY_RUN,
@@ -92,10 +93,11 @@ class ActionLogDecisions:
 
 
 def loop_stores(store: Store, identity: str, zk: KazooClient, client: redis.Redis, prefix: str) -> Stores:
-    """What the control loop reads and writes (control/stores.py), over the daemon's one store."""
-    return Stores(decisions=ActionLogDecisions(store.actions, identity), blocklist=store.blocklist,
+    """What the control loop reads and writes (control/stores.py), over the daemon's one store; the
+    blocklist is read by the loop alone, in the round trip that reads the partitions."""
+    return Stores(decisions=ActionLogDecisions(store.actions, identity),
                   journals=ZooKeeperJournals(store.journals, zk, client),
-                  apps=RedisAppRecords(client, prefix, store.shapes))
+                  apps=RedisAppRecords(client, prefix, store.shapes, RedisBlocklist(client, prefix)))
 
 
 @dataclass(frozen=True)
@@ -109,7 +111,7 @@ class ZooKeeperJournals:
         return self.journals.connected
 
     def read(self, app: str) -> Journal | None:
-        return self.journals.journal(app).read()
+        return self.journals.watched(app)
 
     def follow_up(self, cfg: Config, epoch: int | None, journal: Journal | None) -> Journal | None:
         return followup.finish(cfg, self.zk, self.redis, epoch, journal)
@@ -120,13 +122,22 @@ class RedisAppRecords:
     redis: redis.Redis
     prefix: str
     shapes: ShapeStore
+    blocklist: RedisBlocklist
 
     def with_shape(self, app: AppConfig) -> AppConfig:
         return with_shape(app, self.shapes)
 
-    def partitions(self, app: AppConfig, query: str) -> int:
+    def read(self, app: AppConfig, queries: Sequence[str], now: float) -> AppReads:
+        """One pipeline: each query's two partition reads (protocol/streams.py), then the blocklist."""
         assert app.shuffle_partitions is not None  # set when the config is validated
-        return query_partitions(self.redis, self.prefix, app.name, query, app.shuffle_partitions)
+        pipe = self.redis.pipeline(transaction=False)
+        for query in queries:
+            queue_partitions(pipe, self.prefix, app.name, query)
+        pipe.hgetall(self.blocklist.key)
+        replies = pipe.execute()
+        partitions = {query: partitions_from(replies[2 * i], replies[2 * i + 1], app.shuffle_partitions, app.name,
+                                             query) for i, query in enumerate(queries)}
+        return AppReads(partitions, self.blocklist.blocklist_from(replies[-1], now, app.name))
 
 
 @dataclass(frozen=True)

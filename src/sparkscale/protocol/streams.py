@@ -136,7 +136,10 @@ def read_source_status(client: redis.Redis, prefix: str, app: str, query: str) -
 
 def stored_partitions(client: redis.Redis, key_prefix: str, app: str, query: str) -> int | None:
     """The partition count of the query's last migration, or None (never migrated, or unreadable)."""
-    value = client.get(partitions_key(key_prefix, app, query))
+    return _stored_count(client.get(partitions_key(key_prefix, app, query)), app, query)
+
+
+def _stored_count(value: str | bytes | None, app: str, query: str) -> int | None:
     if value is None:
         return None
     try:
@@ -153,5 +156,20 @@ def query_partitions(client: redis.Redis, key_prefix: str, app: str, query: str,
     stored = stored_partitions(client, key_prefix, app, query)
     if stored is not None:
         return stored
-    progress = client.hget(progress_key(key_prefix, app, query), "state_partitions")
+    return partitions_from(None, client.hget(progress_key(key_prefix, app, query), "state_partitions"),
+                           configured, app, query)
+
+
+def queue_partitions(pipe: redis.client.Pipeline, key_prefix: str, app: str, query: str) -> None:
+    """Queue on `pipe` the two reads `partitions_from` takes, for several queries in one round trip."""
+    pipe.get(partitions_key(key_prefix, app, query))
+    pipe.hget(progress_key(key_prefix, app, query), "state_partitions")
+
+
+def partitions_from(stored: str | bytes | None, progress: str | bytes | None, configured: int, app: str,
+                    query: str) -> int:
+    """`query_partitions` from the replies to `queue_partitions`' reads."""
+    count = _stored_count(stored, app, query)
+    if count is not None:
+        return count
     return int(progress) if progress else configured

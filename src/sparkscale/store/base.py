@@ -93,6 +93,11 @@ class JournalStores(Protocol):
         """The app's journal, for a writer leading at `epoch` (None: not fenced by a lock)."""
         ...
 
+    def watched(self, app: str) -> Journal | None:
+        """The app's journal as `journal(app).read()` gives it, for a reader that asks every cycle:
+        kept from the last read while a watch vouches for it (store/zk_watch.py), never older."""
+        ...
+
 
 class ShapeStore(Protocol):
     """The executor shape a migration gave each app (it outlives the config's)."""

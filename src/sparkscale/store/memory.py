@@ -150,6 +150,10 @@ class MemoryJournals:
     def journal(self, app: str, epoch: int | None = None) -> MemoryJournal:
         return MemoryJournal(self, app, epoch)
 
+    def watched(self, app: str) -> Journal | None:
+        """The journal as it is now: reading memory costs nothing, so nothing is kept."""
+        return self.kept.get(app, (None, ABSENT))[0]
+
 
 @dataclass
 class MemoryShapes:

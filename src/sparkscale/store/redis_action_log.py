@@ -2,16 +2,18 @@
 
 Action log: one stream, `<prefix>actions`, entries `{kind, app, json}`, trimmed by length and age
 (`action_log.*`); the snapshot behind each logged decision in `<prefix><app>:snapshots` (a short
-stream). Blocklist: a hash `<prefix>blocklist`, field `app|diagnosis|action_type`, value the entry
-as JSON; expired entries are dropped when read. An entry that does not parse is skipped and logged
-once (store/bad_records.py).
+stream). An append is one round trip (its snapshot, the entry and the trim, pipelined; a reply in
+error raises once all are read). Blocklist: a hash `<prefix>blocklist`, field
+`app|diagnosis|action_type`, value the entry as JSON; expired entries are dropped when read (also
+from a hash read in another pipeline: `blocklist_from`). An entry that does not parse is skipped and
+logged once (store/bad_records.py).
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -54,19 +56,24 @@ class RedisActionLog:
     def key(self) -> str:
         return actions_key(self.prefix)
 
-    def _append(self, kind: Kind, app: str, body: dict[str, Any]) -> str:
-        entry_id = self.client.xadd(self.key, {"kind": kind, "app": app, "json": json.dumps(body, default=str)},
-                                    maxlen=self.cfg.max_entries, approximate=True)
+    def _append(self, kind: Kind, app: str, body: dict[str, Any],
+                before: Callable[[redis.client.Pipeline], object] | None = None) -> str:
+        """Append the entry, trim the log by age, and run `before` ahead of both: one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        if before is not None:
+            before(pipe)
+        pipe.xadd(self.key, {"kind": kind, "app": app, "json": json.dumps(body, default=str)},
+                  maxlen=self.cfg.max_entries, approximate=True)
         oldest_ms = int((time.time() - self.cfg.max_age_days * 86400) * 1000)
-        self.client.xtrim(self.key, minid=f"{max(oldest_ms, 0)}-0", approximate=True)
-        return text(entry_id)
+        pipe.xtrim(self.key, minid=f"{max(oldest_ms, 0)}-0", approximate=True)
+        return text(pipe.execute()[-2])
 
     def append_decision(self, record: DecisionRecord, snapshot: Snapshot | None = None) -> str:
-        if snapshot is not None and self.cfg.snapshots_kept > 0:
-            self.client.xadd(snapshots_key(self.prefix, record.app),
-                             {"id": record.snapshot_id, "json": snapshot.to_json()},
-                             maxlen=self.cfg.snapshots_kept, approximate=False)
-        return self._append("decision", record.app, record.to_dict())
+        if snapshot is None or self.cfg.snapshots_kept <= 0:
+            return self._append("decision", record.app, record.to_dict())
+        return self._append("decision", record.app, record.to_dict(), lambda pipe: pipe.xadd(
+            snapshots_key(self.prefix, record.app), {"id": record.snapshot_id, "json": snapshot.to_json()},
+            maxlen=self.cfg.snapshots_kept, approximate=False))
 
     def append_results(self, decision_id: str, app: str, results: Iterable[ActionResult]) -> str:
         return self._append("result", app, ResultsEntry(decision_id, time.time(), tuple(results)).to_dict())
@@ -120,9 +127,19 @@ class RedisBlocklist:
         self.client.hset(self.key, blocklist_field(entry.blocked), json.dumps(entry.to_dict()))
 
     def entries(self, now: float, app: str | None = None) -> list[BlocklistEntry]:
+        return self._entries(cast(Hash, self.client.hgetall(self.key)), now, app)
+
+    def blocklist(self, now: float, app: str | None = None) -> Blocklist:
+        return self.blocklist_from(cast(Hash, self.client.hgetall(self.key)), now, app)
+
+    def blocklist_from(self, raw: Hash, now: float, app: str | None = None) -> Blocklist:
+        """The blocklist from the hash as HGETALL of `key` answered (in a caller's pipeline)."""
+        return Blocklist(tuple(e.blocked for e in self._entries(raw, now, app)))
+
+    def _entries(self, raw: Hash, now: float, app: str | None) -> list[BlocklistEntry]:
         out: list[BlocklistEntry] = []
         expired: list[str] = []
-        for raw_field, raw_value in cast(Hash, self.client.hgetall(self.key)).items():
+        for raw_field, raw_value in raw.items():
             try:
                 entry = BLOCKLIST_ENTRY_JSON.load(load_json(raw_value))
             except PROBLEMS as exc:
@@ -135,9 +152,6 @@ class RedisBlocklist:
         if expired:
             self.client.hdel(self.key, *expired)
         return sorted(out, key=lambda e: e.blocked_at)
-
-    def blocklist(self, now: float, app: str | None = None) -> Blocklist:
-        return Blocklist(tuple(e.blocked for e in self.entries(now, app)))
 
 
 def text(value: object) -> str:

@@ -5,6 +5,9 @@ Writes are fenced: a compare-and-set on the version last read or written and, fo
 transaction with a check of its own lock znode, so a deposed leader cannot overwrite its successor's
 journal (`WriteFenced`, logged as `migration.fenced`). A journal that does not parse is read as
 none (logged once, store/bad_records.py): the next write replaces it.
+
+`ZkJournals.watched` serves each app's journal from memory while a watch vouches for it
+(store/zk_watch.py); every write here, fenced or not, makes the next watched read ask ZooKeeper.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from sparkscale.model.journal import Journal, JournalError
 from sparkscale.protocol.fencing import LiveLock, read_live_lock, refusal
 from sparkscale.protocol.znodes import app_path, journal_path
 from sparkscale.store.bad_records import PROBLEMS, BadRecords
+from sparkscale.store.zk_watch import Watcher, forget, watched
 
 log = structlog.get_logger("sparkscale.actuators.migration.journal")  # where `migration.fenced` always came from
 
@@ -48,10 +52,13 @@ class ZkJournal:
         self.version: int | None = None  # of the journal last read or written here (ABSENT: none)
         self._lock: LiveLock | None = None
 
-    def read(self) -> Journal | None:
+    def read(self, watcher: Watcher | None = None) -> Journal | None:
+        """The journal (None: none); with `watcher`, set on the znode whether or not it exists."""
         try:
-            data, stat = self.zk.get(self.path)
+            data, stat = self.zk.get(self.path, watch=watcher)
         except NoNodeError:
+            if watcher is not None and self.zk.exists(self.path, watch=watcher) is not None:
+                return self.read(watcher)  # created between the two reads
             self.version = ABSENT
             return None
         self.version = stat.version
@@ -73,6 +80,8 @@ class ZkJournal:
             log.error("migration.fenced", app=self.app, id=journal.id, epoch=self.epoch, phase=journal.next,
                       status=journal.status, reason=str(exc), action="not written")
             raise
+        finally:
+            forget(self.zk, self.path)  # written, or changed by another: the next watched read asks
 
     def _cas(self, data: bytes) -> int:
         assert self.version is not None
@@ -154,3 +163,7 @@ class ZkJournals:
 
     def journal(self, app: str, epoch: int | None = None) -> ZkJournal:
         return ZkJournal(self.zk, self.root, app, epoch, self.bad)
+
+    def watched(self, app: str) -> Journal | None:
+        """The app's journal, asked of ZooKeeper only when a watch no longer vouches for the last read."""
+        return watched(self.zk, journal_path(self.root, app), self.journal(app).read).get()

@@ -5,6 +5,10 @@ name>` (the records are model/manual_request.py; daemon/manual.py serves them).
 A request znode that does not parse (bad JSON, NaN or Infinity, not an object, a field wrong) is
 answered "not a valid request" and removed, logged once (store/bad_records.py); an answer that does
 not parse is read as a refusal saying so.
+
+The leader asks for the pending requests every cycle: the list of request znodes is kept from the
+last read while a watch vouches for it (store/zk_watch.py), so a cycle with no request asks ZooKeeper
+nothing. The wake-up watch (`watch`) drops the kept list before it wakes the leader.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from sparkscale.model.manual_request import RESULT_JSON, ManualRequest, ManualRe
 from sparkscale.protocol.commands import wait_for_znode
 from sparkscale.protocol.znodes import requests_path, results_path
 from sparkscale.store.bad_records import PROBLEMS, BadRecords, describe, load_json
+from sparkscale.store.zk_watch import Watcher, forget, watched
 
 REQUEST_PREFIX = "req-"
 INVALID = "not a valid request"
@@ -39,6 +44,7 @@ class ZkRequests:
         self.zk.ensure_path(results_path(self.root, app))
         path = str(self.zk.create(f"{requests_path(self.root, app)}/{REQUEST_PREFIX}", request.to_json(),
                                   sequence=True, makepath=True))
+        forget(self.zk, requests_path(self.root, app))  # this process changed the list: read it again
         return path.rsplit("/", 1)[1]
 
     def wait_result(self, app: str, name: str, timeout_s: float) -> ManualResult | None:
@@ -51,23 +57,30 @@ class ZkRequests:
                 return ManualResult(False, f"the leader's answer does not parse: {describe(exc)}")
         with contextlib.suppress(NoNodeError):
             self.zk.delete(f"{requests_path(self.root, app)}/{name}")
+        forget(self.zk, requests_path(self.root, app))
         return None
 
     def pending(self, app: str) -> list[ManualRequest]:
-        try:
-            names = sorted(self.zk.get_children(requests_path(self.root, app)))
-        except NoNodeError:
-            return []
-        out = []
-        for name in names:
+        path = requests_path(self.root, app)
+
+        def listed(watcher: Watcher) -> list[str]:
             try:
-                data, _stat = self.zk.get(f"{requests_path(self.root, app)}/{name}")
+                return sorted(self.zk.get_children(path, watch=watcher))
+            except NoNodeError:
+                if self.zk.exists(path, watch=watcher) is None:  # no request yet: watched for the list's creation
+                    return []
+                return listed(watcher)
+
+        out = []
+        for name in watched(self.zk, path, listed).get():
+            try:
+                data, _stat = self.zk.get(f"{path}/{name}")
             except NoNodeError:
                 continue
             try:
                 out.append(parse_request(name, data))
             except PROBLEMS as exc:
-                self.bad.skip(requests_path(self.root, app), name, exc)
+                self.bad.skip(path, name, exc)
                 self.answer(app, name, ManualResult(False, INVALID))
         return out
 
@@ -78,6 +91,7 @@ class ZkRequests:
             self.zk.create(f"{results_path(self.root, app)}/{name}", result.to_json(), makepath=True)
         with contextlib.suppress(NoNodeError):
             self.zk.delete(f"{requests_path(self.root, app)}/{name}")
+        forget(self.zk, requests_path(self.root, app))
 
     def watch(self, app: str, on_request: Callable[[], object]) -> None:
         """Call `on_request()` whenever the request list changes (kazoo ChildrenWatch, kept for life)."""
@@ -86,6 +100,7 @@ class ZkRequests:
 
         def changed(children: list[str]) -> bool:
             if children:
+                forget(self.zk, path)  # the cycle it wakes lists them again, whichever watch kazoo ran first
                 on_request()
             return True
 
