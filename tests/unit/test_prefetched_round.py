@@ -4,10 +4,12 @@ driver round on loaded drivers was the rest of the 10-app cycle p99)."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from sparkscale.monitors import collector, driver_round
-from sparkscale.monitors.spark_rest import RestApplication, RestJob, SparkRestError
+from sparkscale.monitors.spark_rest import RestApplication, RestJob, RestStage, SparkRestError
 from sparkscale.monitors.stage_cache import StageCache
 from sparkscale.monitors.stage_prefetch import LATE, LEAD, ROUND_MAX_AGE
 from tests.unit.test_collector import T0 as COLLECT_T0
@@ -140,3 +142,46 @@ def test_a_cycle_run_out_of_turn_gets_no_round_asked_before_it_was_called():
                         cycle_started_s=clock.now_s - LATE * INTERVAL_S)
     prefetcher.run_due(clock.now_s)  # a pass asked after the wake-up: its round is handed out
     assert prefetcher.take_round("wc", rest.base_url, INTERVAL_S) is not None
+
+
+def test_the_round_is_kept_before_the_pass_fetches_its_stages():
+    """A pass's stage fetches on a loaded driver outlasted the tenth of the interval before the
+    cycle, and the cycle found no round: it is kept as soon as the executors and jobs answer."""
+    rest = Counting([job(1, "SUCCEEDED", (1, 2))])
+    clock = Clock()
+    prefetcher = manual(StageCache(), clock)
+    start_s = clock.now_s
+    taken_during_the_pass: list[object] = []
+
+    def stage_attempts(app_id: str, stage_id: int) -> list[RestStage]:  # the cycle comes mid-pass
+        clock.now_s = start_s + (1 - LATE) * INTERVAL_S
+        taken_during_the_pass.append(prefetcher.take_round("wc", rest.base_url, INTERVAL_S))
+        return FakeRest.stage_attempts(rest, app_id, stage_id)
+
+    rest.stage_attempts = stage_attempts  # type: ignore[method-assign]
+    prefetcher.register(rest, APP_ID, "wc", INTERVAL_S, since_s=T0, application=APPLICATION,
+                        cycle_started_s=start_s - LATE * INTERVAL_S)  # the last pass is due now
+    prefetcher.run_due(clock.now_s)
+    first, second = taken_during_the_pass
+    assert first is not None and first[0].jobs == rest.jobs_list and second is None  # handed out once
+
+
+def test_the_pass_asks_for_the_executors_and_the_jobs_side_by_side():
+    both = threading.Barrier(2, timeout=5)  # each request waits until the other is in flight
+
+    class SideBySide(Counting):
+        def executors(self, app_id: str) -> list[object]:
+            both.wait()
+            return super().executors(app_id)
+
+        def jobs(self, app_id: str) -> list[RestJob]:
+            both.wait()
+            return super().jobs(app_id)
+
+    rest = SideBySide([job(1, "SUCCEEDED", (1,))])
+    clock = Clock()
+    prefetcher = manual(StageCache(), clock)
+    prefetcher.register(rest, APP_ID, "wc", INTERVAL_S, since_s=T0, application=APPLICATION,
+                        cycle_started_s=clock.now_s - LATE * INTERVAL_S)  # the last pass is due now
+    prefetcher.run_due(clock.now_s)
+    assert not both.broken and prefetcher.take_round("wc", rest.base_url, INTERVAL_S) is not None

@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 
 import structlog
 
-from sparkscale.monitors.driver_round import DriverRest, DriverRound
+from sparkscale.monitors.driver_round import DriverRest, DriverRound, executors_and_jobs
 from sparkscale.monitors.spark_rest import RestApplication, RestJob
 from sparkscale.monitors.stage_cache import STAGES, StageCache, switched_on
 
@@ -188,17 +188,17 @@ class StagePrefetcher:
         return IDLE_WAIT_S if next_s is None else min(max(next_s - self._monotonic(), 0.0), IDLE_WAIT_S)
 
     def prefetch(self, app_name: str, entry: Registered, keep_round: bool = False) -> int:
-        """One pass for the app: its jobs (and with `keep_round`, its executors first: the round
-        its next cycle takes), then its finished stages not kept; the stage requests made.
-        A failure (an error, a timeout, a bad answer) ends the pass: the next one tries again."""
+        """One pass for the app: its jobs (with `keep_round`, its executors and jobs side by side,
+        kept at once as the round its next cycle takes), then its finished stages not kept; the
+        stage requests made. A failure (an error, a timeout, a bad answer) ends the pass: the next
+        one tries again."""
         if not self.cache.enabled:  # nothing would be kept (SPARKSCALE_STAGE_CACHE=off)
             return 0
         started_s, cpu_started_s, fetched = time.monotonic(), time.thread_time(), 0
         application = entry.application if keep_round and self.keep_rounds else None
         try:
-            asked_at_s, taken_at = self._monotonic(), self._clock()
-            executors = entry.rest.executors(entry.app_id) if application is not None else None
-            jobs = entry.rest.jobs(entry.app_id)
+            jobs = (entry.rest.jobs(entry.app_id) if application is None
+                    else self._keep_round(app_name, entry, application))
             for stage_id in finished_stage_ids(jobs, entry.since_s):
                 if fetched >= self.max_stages_per_pass:
                     break
@@ -208,14 +208,22 @@ class StagePrefetcher:
         except Exception as exc:  # the thread outlives any answer a driver gives
             log.debug("stage_prefetch.failed", app=app_name, app_id=entry.app_id, fetched=fetched, error=repr(exc))
             return fetched
-        if application is not None and executors is not None:
-            kept = KeptRound(DriverRound(application, taken_at, executors, jobs, 0), entry.rest.base_url, asked_at_s)
-            with self._lock:
-                if app_name in self._apps:  # not forgotten (or stopped) meanwhile
-                    self._rounds[app_name] = kept
         log.debug("stage_prefetch.pass", app=app_name, app_id=entry.app_id, fetched=fetched,
                   took_s=round(time.monotonic() - started_s, 4), cpu_s=round(time.thread_time() - cpu_started_s, 4))
         return fetched
+
+    def _keep_round(self, app_name: str, entry: Registered, application: RestApplication) -> list[RestJob]:
+        """The app's executors and jobs, asked side by side as the cycle does, kept as its next
+        cycle's round as soon as they answer (the pass's stage fetches come after: a cycle due
+        meanwhile does not wait for them); the jobs."""
+        asked_at_s, taken_at = self._monotonic(), self._clock()
+        with ThreadPoolExecutor(2, "sparkscale-prefetch-round") as pool:
+            executors, jobs = executors_and_jobs(entry.rest, entry.app_id, pool)
+        kept = KeptRound(DriverRound(application, taken_at, executors, jobs, 0), entry.rest.base_url, asked_at_s)
+        with self._lock:
+            if app_name in self._apps:  # not forgotten (or stopped) meanwhile
+                self._rounds[app_name] = kept
+        return jobs
 
     def take_round(self, app_name: str, base_url: str, interval_s: float) -> tuple[DriverRound, float] | None:
         """The driver round the last pass read for the app, and its age in seconds, when it was read
