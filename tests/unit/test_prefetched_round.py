@@ -14,7 +14,7 @@ from sparkscale.monitors.stage_cache import StageCache
 from sparkscale.monitors.stage_prefetch import LATE, LEAD, ROUND_MAX_AGE
 from tests.unit.test_collector import T0 as COLLECT_T0
 from tests.unit.test_collector import world  # noqa: F401  (the collector's handmade app, as a fixture)
-from tests.unit.test_stage_prefetch import APP_ID, INTERVAL_S, T0, Clock, FakeRest, job, manual
+from tests.unit.test_stage_prefetch import APP_ID, INTERVAL_S, T0, Clock, FakeRest, Started, job, manual
 
 APPLICATION = RestApplication(APP_ID, "wc")
 ROUND_TAKEN_AT = 1_800_000_100.0  # epoch seconds: when the last pass asked (the prefetcher's clock)
@@ -185,3 +185,67 @@ def test_the_pass_asks_for_the_executors_and_the_jobs_side_by_side():
                         cycle_started_s=clock.now_s - LATE * INTERVAL_S)  # the last pass is due now
     prefetcher.run_due(clock.now_s)
     assert not both.broken and prefetcher.take_round("wc", rest.base_url, INTERVAL_S) is not None
+
+
+def test_a_slow_pass_holds_back_neither_the_next_pass_nor_its_round():
+    """A pass on a loaded driver (many stages) held the thread until it ended, and the next apps' last
+    passes came after their cycles: each pass runs on a thread of its own, and a last pass reads its
+    round even while every stage-fetching slot is taken."""
+    clock, started = Clock(), Started()
+    slow, fast = Counting([job(1, "SUCCEEDED", (1,))]), Counting([job(1, "SUCCEEDED", (2,))])
+    round_asked = threading.Event()
+    waited: list[bool] = []
+
+    def stage_attempts(app_id: str, stage_id: int) -> list[RestStage]:  # holds the one slot
+        waited.append(round_asked.wait(5))
+        return FakeRest.stage_attempts(slow, app_id, stage_id)
+
+    def executors(app_id: str) -> list[object]:
+        round_asked.set()
+        return Counting.executors(fast, app_id)
+
+    slow.stage_attempts = stage_attempts  # type: ignore[method-assign]
+    fast.executors = executors  # type: ignore[method-assign]
+    prefetcher = manual(StageCache(), clock, start_pass=started, pass_concurrency=1)
+    prefetcher.register(slow, "app-slow", "slow", INTERVAL_S, since_s=T0,
+                        cycle_started_s=clock.now_s - LEAD * INTERVAL_S)
+    prefetcher.run_due(clock.now_s)  # the slow app's first pass: it waits on the fast app's round
+    clock.now_s += 1.0
+    prefetcher.register(fast, "app-fast", "fast", INTERVAL_S, since_s=T0, application=APPLICATION,
+                        cycle_started_s=clock.now_s - LATE * INTERVAL_S)
+    prefetcher.run_due(clock.now_s)  # the fast app's last pass, a second later
+    started.join()
+    assert waited == [True] and slow.stage_calls() == [1] and fast.stage_calls() == [2]
+    clock.now_s += (1 - LATE) * INTERVAL_S
+    assert prefetcher.take_round("fast", fast.base_url, INTERVAL_S) is not None
+
+
+def test_a_last_pass_while_the_apps_first_is_under_way_reads_its_round_and_no_stage_twice():
+    rest = Counting([job(1, "SUCCEEDED", (1, 2))])
+    entered, release = threading.Event(), threading.Event()
+    asked: list[int] = []
+
+    def stage_attempts(app_id: str, stage_id: int) -> list[RestStage]:
+        asked.append(stage_id)
+        if stage_id == 2:  # the first pass's first stage (newest first): stuck on a loaded driver
+            entered.set()
+            release.wait(5)
+        return FakeRest.stage_attempts(rest, app_id, stage_id)
+
+    rest.stage_attempts = stage_attempts  # type: ignore[method-assign]
+    clock, started = Clock(), Started()
+    prefetcher = manual(StageCache(), clock, start_pass=started)
+    start_s = clock.now_s
+    prefetcher.register(rest, APP_ID, "wc", INTERVAL_S, since_s=T0, application=APPLICATION)
+    clock.now_s = start_s + LEAD * INTERVAL_S
+    prefetcher.run_due(clock.now_s)
+    assert entered.wait(5)
+    clock.now_s = start_s + LATE * INTERVAL_S
+    prefetcher.run_due(clock.now_s)
+    started.threads[1].join(5)  # the last pass: its round, no stage (the first pass's to fetch)
+    assert rest.calls.count("executors") == 1 and asked == [2]
+    clock.now_s = start_s + INTERVAL_S
+    assert prefetcher.take_round("wc", rest.base_url, INTERVAL_S) is not None
+    release.set()
+    started.join()
+    assert asked == [2, 1]

@@ -49,8 +49,9 @@ LEAD = 0.7
 # cycles' p99 (about 1 s for the newest batch's stages on a loaded driver: docs/results/daemon_cycle_primed.md).
 LATE = 0.9
 MAX_STAGES_PER_PASS = 64  # stage requests one pass makes at most
-# Passes due together run side by side, at most this many: one thread for 10 apps on loaded drivers
+# Passes fetching jobs and stages at once, at most this many: one thread for 10 apps on loaded drivers
 # ran its passes one after another, later than due, and the cycles fetched what they had not (issue 33).
+# A last pass's round (executors and jobs) is read outside this bound: it never queues behind stages.
 PASS_CONCURRENCY = 4
 FORGET_AFTER_INTERVALS = 3
 # A kept driver round is taken by the cycle while at most this fraction of the interval old: the
@@ -59,13 +60,16 @@ FORGET_AFTER_INTERVALS = 3
 ROUND_MAX_AGE = 0.2
 IDLE_WAIT_S = 60.0  # the thread's wait with nothing due (a registration or `stop` wakes it sooner)
 
-Spawn = Callable[[Callable[[], None]], threading.Thread | None]
+Spawn = Callable[[Callable[[], object]], threading.Thread | None]
 
 
-def daemon_thread(target: Callable[[], None]) -> threading.Thread:
-    thread = threading.Thread(target=target, name="sparkscale-stage-prefetch", daemon=True)
+def daemon_thread(target: Callable[[], object], name: str = "sparkscale-stage-prefetch") -> threading.Thread:
+    thread = threading.Thread(target=target, name=name, daemon=True)
     thread.start()
     return thread
+
+
+pass_thread: Spawn = functools.partial(daemon_thread, name="sparkscale-prefetch-pass")  # one per pass
 
 
 @dataclass(frozen=True)
@@ -105,7 +109,8 @@ class StagePrefetcher:
     def __init__(self, cache: StageCache | None = None, monotonic: Callable[[], float] = time.monotonic,
                  spawn: Spawn = daemon_thread, lead: float = LEAD, late: float | None = LATE,
                  max_stages_per_pass: int = MAX_STAGES_PER_PASS, pass_concurrency: int = PASS_CONCURRENCY,
-                 keep_rounds: bool | None = None, clock: Callable[[], float] = time.time) -> None:
+                 keep_rounds: bool | None = None, clock: Callable[[], float] = time.time,
+                 start_pass: Spawn = pass_thread) -> None:
         self.cache = STAGES if cache is None else cache
         self._monotonic = monotonic
         self._clock = clock  # epoch seconds: a kept round's `taken_at`
@@ -113,14 +118,17 @@ class StagePrefetcher:
         self.keep_rounds = switched_on("SPARKSCALE_PREFETCH_ROUND") if keep_rounds is None else keep_rounds
         self.round_max_age = ROUND_MAX_AGE
         self._spawn = spawn  # tests pass one that starts nothing and drive `run_due` themselves
+        self._start_pass = start_pass  # each pass on a thread of its own (tests: run at once)
         self.lead = lead
         self.late = late
         self.max_stages_per_pass = max_stages_per_pass
         self.pass_concurrency = max(1, pass_concurrency)
+        self._fetching = threading.BoundedSemaphore(self.pass_concurrency)  # passes fetching jobs and stages
         self._lock = threading.Lock()  # held for dictionary work only, never across a request
         self._apps: dict[str, Registered] = {}
         self._rounds: dict[str, KeptRound] = {}
         self._stale_before: dict[str, float] = {}  # app -> monotonic: a round asked earlier is not handed out
+        self._passing: dict[str, int] = {}  # app -> its passes under way
         self._wake = threading.Event()
         self._stop: threading.Event | None = None
         self.thread: threading.Thread | None = None
@@ -174,41 +182,49 @@ class StagePrefetcher:
             return dict(self._apps)
 
     def run_due(self, now_s: float) -> float:
-        """Every pass due at `now_s` (monotonic), side by side (at most `pass_concurrency` at once);
-        the seconds until the next one."""
-        due = self._take_due(now_s)
-        if len(due) > 1 and self.pass_concurrency > 1:
-            with ThreadPoolExecutor(min(self.pass_concurrency, len(due)), "sparkscale-stage-prefetch") as pool:
-                list(pool.map(lambda item: self.prefetch(*item), due))
-        else:
-            for app_name, entry, last in due:
-                self.prefetch(app_name, entry, last)
+        """Start every pass due at `now_s` (monotonic), each on a thread of its own (`start_pass`),
+        without waiting for them; the seconds until the next one. Passes waited for held back every
+        pass due after them: on loaded drivers the apps' last passes came late, after their cycles
+        had read the driver themselves (issue 33)."""
+        for app_name, entry, last in self._take_due(now_s):
+            self._start_pass(functools.partial(self.prefetch, app_name, entry, last))
         with self._lock:
             next_s = min((e.due_at_s for e in self._apps.values()), default=None)
         return IDLE_WAIT_S if next_s is None else min(max(next_s - self._monotonic(), 0.0), IDLE_WAIT_S)
 
     def prefetch(self, app_name: str, entry: Registered, keep_round: bool = False) -> int:
-        """One pass for the app: its jobs (with `keep_round`, its executors and jobs side by side,
-        kept at once as the round its next cycle takes), then its finished stages not kept; the
-        stage requests made. A failure (an error, a timeout, a bad answer) ends the pass: the next
-        one tries again."""
+        """One pass for the app: with `keep_round`, its executors and jobs side by side, kept at once
+        as the round its next cycle takes; then its jobs' finished stages not kept, with at most
+        `pass_concurrency` passes fetching at once, unless another pass of the app is under way
+        (they are its to fetch: no stage asked twice of a loaded driver); the stage requests made.
+        A failure (an error, a timeout, a bad answer) ends the pass: the next one tries again."""
         if not self.cache.enabled:  # nothing would be kept (SPARKSCALE_STAGE_CACHE=off)
             return 0
         started_s, cpu_started_s, fetched = time.monotonic(), time.thread_time(), 0
         application = entry.application if keep_round and self.keep_rounds else None
+        with self._lock:
+            under_way = self._passing.get(app_name, 0)
+            self._passing[app_name] = under_way + 1
         try:
-            jobs = (entry.rest.jobs(entry.app_id) if application is None
-                    else self._keep_round(app_name, entry, application))
-            for stage_id in finished_stage_ids(jobs, entry.since_s):
-                if fetched >= self.max_stages_per_pass:
-                    break
-                fetch = functools.partial(entry.rest.stage_attempts, entry.app_id, stage_id)
-                if self.cache.get(entry.app_id, stage_id, fetch)[1]:
-                    fetched += 1
+            jobs = None if application is None else self._keep_round(app_name, entry, application)
+            if not under_way:
+                with self._fetching:
+                    for stage_id in finished_stage_ids(entry.rest.jobs(entry.app_id) if jobs is None else jobs,
+                                                       entry.since_s):
+                        if fetched >= self.max_stages_per_pass:
+                            break
+                        fetch = functools.partial(entry.rest.stage_attempts, entry.app_id, stage_id)
+                        if self.cache.get(entry.app_id, stage_id, fetch)[1]:
+                            fetched += 1
         except Exception as exc:  # the thread outlives any answer a driver gives
             log.debug("stage_prefetch.failed", app=app_name, app_id=entry.app_id, fetched=fetched, error=repr(exc))
             return fetched
-        log.debug("stage_prefetch.pass", app=app_name, app_id=entry.app_id, fetched=fetched,
+        finally:
+            with self._lock:
+                self._passing[app_name] -= 1
+                if not self._passing[app_name]:
+                    del self._passing[app_name]
+        log.debug("stage_prefetch.pass", app=app_name, app_id=entry.app_id, fetched=fetched, alongside=under_way,
                   took_s=round(time.monotonic() - started_s, 4), cpu_s=round(time.thread_time() - cpu_started_s, 4))
         return fetched
 
