@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from typing import Literal
 
 import structlog
 
@@ -58,9 +59,19 @@ FORGET_AFTER_INTERVALS = 3
 # last pass runs at LATE, a tenth of the interval before the cycle; a round older than this is one
 # of a pass that ran late, or of a cycle that came late, and the cycle asks the driver itself.
 ROUND_MAX_AGE = 0.2
+# A cycle whose round a pass is asking the driver for waits for it, at most this fraction of the
+# interval (and never past ROUND_MAX_AGE of the ask), rather than ask the same loaded driver again:
+# the 10-app run's in-line rounds took 0.32 s at the p50 and 0.73 s at the p90 at a 10 s interval
+# (docs/results/daemon_cycle_decide_parts.md), and an answer already asked for comes before theirs.
+ROUND_WAIT = 0.1
 IDLE_WAIT_S = 60.0  # the thread's wait with nothing due (a registration or `stop` wakes it sooner)
 
 Spawn = Callable[[Callable[[], object]], threading.Thread | None]
+WaitRound = Callable[[threading.Condition, float], object]  # Condition.wait; tests move their clock instead
+# Why a cycle got no round: none kept nor asked for (the app's first cycle, a failed or late pass),
+# still being asked when the wait ended, asked of another driver, asked before the cycle was
+# called out of turn (`outdate_rounds`), or too old.
+Missed = Literal["none", "asking", "other_driver", "outdated", "stale"]
 
 
 def daemon_thread(target: Callable[[], object], name: str = "sparkscale-stage-prefetch") -> threading.Thread:
@@ -87,12 +98,31 @@ class Registered:
 
 
 @dataclass(frozen=True)
+class RoundAsk:
+    """A pass asking `base_url` for the app's next round since `asked_at_s` (monotonic)."""
+
+    base_url: str
+    asked_at_s: float
+
+
+@dataclass(frozen=True)
 class KeptRound:
     """A driver round a pass read for the app's next cycle: from `base_url`, asked at `asked_at_s` (monotonic)."""
 
     round: DriverRound
     base_url: str
     asked_at_s: float
+
+
+@dataclass(frozen=True)
+class TakenRound:
+    """What `take_round` gives a cycle: the round and its age in seconds, or None and why (`missed`:
+    the cycle reads the driver itself); and how long it waited for a pass asking for it."""
+
+    round: DriverRound | None
+    age_s: float | None
+    waited_s: float
+    missed: Missed | None
 
 
 def finished_stage_ids(jobs: Sequence[RestJob], since_s: float) -> list[int]:
@@ -104,19 +134,22 @@ def finished_stage_ids(jobs: Sequence[RestJob], since_s: float) -> list[int]:
 
 
 class StagePrefetcher:
-    """One background thread filling `cache` with the registered apps' finished stages."""
+    """A background thread starting the registered apps' passes, each on a thread of its own, that
+    fill `cache` with their finished stages and keep the driver round of each app's next cycle."""
 
     def __init__(self, cache: StageCache | None = None, monotonic: Callable[[], float] = time.monotonic,
                  spawn: Spawn = daemon_thread, lead: float = LEAD, late: float | None = LATE,
                  max_stages_per_pass: int = MAX_STAGES_PER_PASS, pass_concurrency: int = PASS_CONCURRENCY,
                  keep_rounds: bool | None = None, clock: Callable[[], float] = time.time,
-                 start_pass: Spawn = pass_thread) -> None:
+                 start_pass: Spawn = pass_thread, wait_round: WaitRound = threading.Condition.wait) -> None:
         self.cache = STAGES if cache is None else cache
         self._monotonic = monotonic
         self._clock = clock  # epoch seconds: a kept round's `taken_at`
         # SPARKSCALE_PREFETCH_ROUND=off: every cycle reads its driver round itself (benchmarks/daemon_cycle.py).
         self.keep_rounds = switched_on("SPARKSCALE_PREFETCH_ROUND") if keep_rounds is None else keep_rounds
         self.round_max_age = ROUND_MAX_AGE
+        self.round_wait = ROUND_WAIT
+        self._wait_round = wait_round
         self._spawn = spawn  # tests pass one that starts nothing and drive `run_due` themselves
         self._start_pass = start_pass  # each pass on a thread of its own (tests: run at once)
         self.lead = lead
@@ -127,6 +160,8 @@ class StagePrefetcher:
         self._lock = threading.Lock()  # held for dictionary work only, never across a request
         self._apps: dict[str, Registered] = {}
         self._rounds: dict[str, KeptRound] = {}
+        self._asking: dict[str, RoundAsk] = {}  # app -> the round a pass is asking for
+        self._ready = threading.Condition(self._lock)  # notified when an ask ends (a round kept or not)
         self._stale_before: dict[str, float] = {}  # app -> monotonic: a round asked earlier is not handed out
         self._passing: dict[str, int] = {}  # app -> its passes under way
         self._wake = threading.Event()
@@ -153,6 +188,7 @@ class StagePrefetcher:
             self._apps.clear()
             self._rounds.clear()
             self._stale_before.clear()
+            self._ready.notify_all()  # a cycle waiting on an ask reads the driver itself
         self._wake.set()
 
     def register(self, rest: DriverRest, app_id: str, app_name: str, interval_s: float, since_s: float,
@@ -231,34 +267,66 @@ class StagePrefetcher:
     def _keep_round(self, app_name: str, entry: Registered, application: RestApplication) -> list[RestJob]:
         """The app's executors and jobs, asked side by side as the cycle does, kept as its next
         cycle's round as soon as they answer (the pass's stage fetches come after: a cycle due
-        meanwhile does not wait for them); the jobs."""
-        asked_at_s, taken_at = self._monotonic(), self._clock()
-        with ThreadPoolExecutor(2, "sparkscale-prefetch-round") as pool:
-            executors, jobs = executors_and_jobs(entry.rest, entry.app_id, pool)
-        kept = KeptRound(DriverRound(application, taken_at, executors, jobs, 0), entry.rest.base_url, asked_at_s)
+        meanwhile does not wait for them), a cycle waiting on the ask woken; the jobs."""
+        ask, taken_at, kept = RoundAsk(entry.rest.base_url, self._monotonic()), self._clock(), None
         with self._lock:
-            if app_name in self._apps:  # not forgotten (or stopped) meanwhile
-                self._rounds[app_name] = kept
+            self._asking[app_name] = ask
+        try:
+            with ThreadPoolExecutor(2, "sparkscale-prefetch-round") as pool:
+                executors, jobs = executors_and_jobs(entry.rest, entry.app_id, pool)
+            kept = KeptRound(DriverRound(application, taken_at, executors, jobs, 0), ask.base_url, ask.asked_at_s)
+        finally:
+            with self._ready:
+                if self._asking.get(app_name) is ask:
+                    del self._asking[app_name]
+                if kept is not None and app_name in self._apps:  # not forgotten (or stopped) meanwhile
+                    self._rounds[app_name] = kept
+                self._ready.notify_all()
         return jobs
 
-    def take_round(self, app_name: str, base_url: str, interval_s: float) -> tuple[DriverRound, float] | None:
-        """The driver round the last pass read for the app, and its age in seconds, when it was read
-        from `base_url` at most `round_max_age` of `interval_s` ago; else None (the cycle asks the
-        driver). A kept round is handed out once."""
-        with self._lock:
+    def take_round(self, app_name: str, base_url: str, interval_s: float) -> TakenRound:
+        """The driver round the last pass read for the app, when read from `base_url`, after the
+        last `outdate_rounds`, at most `round_max_age` of `interval_s` ago; else none, and why. While
+        a pass is asking for it, waits for its answer (at most `round_wait` of `interval_s`, never
+        past the age it is handed out at) rather than ask the same loaded driver again. A kept round
+        is handed out once."""
+        called_s = self._monotonic()
+        with self._ready:
+            while app_name not in self._rounds:
+                ask = self._asking.get(app_name)
+                if ask is None or self._unusable(ask, app_name, base_url) is not None:
+                    break
+                left_s = min(called_s + self.round_wait * interval_s,
+                             ask.asked_at_s + self.round_max_age * interval_s) - self._monotonic()
+                if left_s <= 0:
+                    break
+                self._wait_round(self._ready, left_s)
             kept = self._rounds.pop(app_name, None)
-            stale_before_s = self._stale_before.get(app_name, -math.inf)
-        if kept is None or kept.base_url != base_url or kept.asked_at_s < stale_before_s:
-            return None
-        age_s = self._monotonic() - kept.asked_at_s
-        return (kept.round, age_s) if 0 <= age_s <= self.round_max_age * interval_s else None
+            ask = self._asking.get(app_name)
+            missed = self._unusable(kept or ask, app_name, base_url)
+        now_s = self._monotonic()
+        waited_s = now_s - called_s
+        if kept is None or missed is not None:
+            return TakenRound(None, None, waited_s, missed or "asking")  # "asking": the ask outlasted the wait
+        age_s = now_s - kept.asked_at_s
+        if 0 <= age_s <= self.round_max_age * interval_s:
+            return TakenRound(kept.round, age_s, waited_s, None)
+        return TakenRound(None, None, waited_s, "stale")
+
+    def _unusable(self, round_or_ask: KeptRound | RoundAsk | None, app_name: str, base_url: str) -> Missed | None:
+        """Why a kept (or asked-for) round is not the cycle's, its age aside; None: it is. Under the lock."""
+        if round_or_ask is None:
+            return "none"
+        if round_or_ask.base_url != base_url:
+            return "other_driver"
+        return "outdated" if round_or_ask.asked_at_s <= self._stale_before.get(app_name, -math.inf) else None
 
     def outdate_rounds(self, app_name: str) -> None:
         """No round asked before now is handed out for the app: its next cycle runs out of turn
         (an action ended, a request came) and must see the driver as it is after that."""
-        with self._lock:
-            self._rounds.pop(app_name, None)
+        with self._ready:  # a round kept before is not handed out (`take_round` says "outdated")
             self._stale_before[app_name] = self._monotonic()
+            self._ready.notify_all()  # a cycle waiting on an ask made before now stops waiting
 
     def _take_due(self, now_s: float) -> list[tuple[str, Registered, bool]]:
         """The apps due at `now_s`, earliest first, each moved on to its next pass (and whether this
