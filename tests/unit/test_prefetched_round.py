@@ -357,3 +357,18 @@ def test_no_wait_for_an_ask_made_before_a_cycle_out_of_turn_or_of_another_driver
     cycle.join(5)
     started.join()
     assert [t.missed for t in taken] == ["none"]
+
+
+def test_stop_ends_a_cycles_wait_on_an_ask():
+    rest = Asking([job(1, "SUCCEEDED", (1,))])
+    prefetcher, _clock, started = asking(rest)
+    taken: list[TakenRound] = []
+    cycle = threading.Thread(target=lambda: taken.append(prefetcher.take_round("wc", rest.base_url, INTERVAL_S)))
+    cycle.start()
+    prefetcher.stop()
+    cycle.join(5)
+    waiting_after_stop = cycle.is_alive()
+    rest.release.set()
+    started.join()
+    cycle.join(5)
+    assert not waiting_after_stop and [t.missed for t in taken] == ["none"]

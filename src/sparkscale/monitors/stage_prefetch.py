@@ -4,23 +4,31 @@ cycle's p99 was its fetch of the window's new stages, docs/results/daemon_cycle_
 A stage of a finished job never changes and `stage_cache.STAGES` keeps it, so fetching it earlier
 changes no figure: the cycle still reads exactly its window's stages, most of them now kept. After
 a successful collect the collector registers the app (`monitors/collector.py`); at `LEAD` of the
-app's interval after its cycle began, and again at `LATE` of it, one daemon thread asks the driver
-for its jobs and fetches, one request at a time and at most `MAX_STAGES_PER_PASS` per pass (newest
-first), the stages of the jobs that finished since the registered window began and are not kept;
-the passes of apps due together run side by side (`PASS_CONCURRENCY`). Every fetch goes through the cache's
-`get` (a kept stage is never asked again), whose lock is held for dictionary work only: a pass stuck
-on a driver never delays a cycle. An app not registered again within `FORGET_AFTER_INTERVALS` of
-its interval is forgotten (its driver may be gone). The daemon starts and stops the process's
-`PREFETCH` (daemon/service.py); where it is not running (a one-shot command) registering does nothing.
+app's interval after its cycle began, and again at `LATE` of it, a pass asks the driver for its
+jobs and fetches, one request at a time and at most `MAX_STAGES_PER_PASS` per pass (newest
+first), the stages of the jobs that finished since the registered window began and are not kept.
+One daemon thread starts each pass due on a thread of its own and never waits for it (a pass slow
+on a loaded driver held back the passes due after it, and apps' last passes came after their
+cycles); at most `PASS_CONCURRENCY` passes fetch at once, and a pass that finds another of its app
+under way leaves the stages to it. Every fetch goes through the cache's `get` (a kept stage is
+never asked again), whose lock is held for dictionary work only: a pass stuck on a driver never
+delays a cycle. An app not registered again within `FORGET_AFTER_INTERVALS` of its interval is
+forgotten (its driver may be gone). The daemon starts and stops the process's `PREFETCH`
+(daemon/service.py); where it is not running (a one-shot command) registering does nothing.
 
 The driver round too (issue 33: on loaded drivers it was the rest of the 10-app p99,
 docs/results/daemon_cycle_late_pass.md): the last pass before an app's next cycle asks for its
-executors as well as its jobs and keeps that round; the cycle takes it (`take_round`, once) instead
-of asking the driver, when it is at most `ROUND_MAX_AGE` of the interval old. The cycle's window
-then ends when that pass asked (every figure is cut at the round's `taken_at`), up to a tenth of
-the interval earlier; what finished since is the next cycle's. Without a fresh round (an app's
-first cycle, a failed or late pass, a cycle run out of turn: `outdate_rounds`) the cycle reads
-the driver itself, as before.
+executors and its jobs side by side, outside the `PASS_CONCURRENCY` bound, and keeps that round as
+soon as they answer, before its stage fetches; the cycle takes it (`take_round`, once) instead of
+asking the driver, when it is at most `ROUND_MAX_AGE` of the interval old. While that pass is still
+asking, the cycle waits for its answer (at most `ROUND_WAIT` of the interval, never past
+`ROUND_MAX_AGE` of the ask) rather than send the same requests to the same loaded driver. The
+cycle's window then ends when that pass asked (every figure is cut at the round's `taken_at`),
+about a tenth of the interval earlier (at most a fifth); what finished since is the next cycle's.
+Without a fresh round (an app's first cycle, a failed or late pass, an ask that outlasts the wait,
+a cycle run out of turn: `outdate_rounds`, whose cycle never waits on an ask made before it) the
+cycle reads the driver itself, as before; `take_round` says why (`Missed`: the `monitor.snapshot`
+event's `driver_round_missed`).
 """
 
 from __future__ import annotations
@@ -188,6 +196,7 @@ class StagePrefetcher:
             self._apps.clear()
             self._rounds.clear()
             self._stale_before.clear()
+            self._asking.clear()
             self._ready.notify_all()  # a cycle waiting on an ask reads the driver itself
         self._wake.set()
 
