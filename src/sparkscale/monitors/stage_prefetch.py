@@ -189,7 +189,8 @@ class StagePrefetcher:
         self.thread = self._spawn(lambda: self._run(stop, wake))
 
     def stop(self) -> None:
-        """Forget every app and ask the thread to end (after its current request, if one is under way)."""
+        """Forget every app and ask the thread to end; a pass under way ends on its own thread, and
+        the round it reads is not kept."""
         with self._lock:  # a registration under way lands before it (and is cleared) or finds it stopped
             if self._stop is not None:
                 self._stop.set()
