@@ -25,6 +25,7 @@ every figure comes from.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import shutil
@@ -145,6 +146,9 @@ def run_daemon(env, queries: int, cycles: int, variant: str, interval_s: float,
     # Snapshots built on the driver round the prefetcher read (`driver_round_age_s` set), of all.
     snaps = [json.loads(line) for line in lines if '"event": "monitor.snapshot"' in line]
     prefetched = [s["driver_round_age_s"] for s in snaps if s.get("driver_round_age_s") is not None]
+    # The waits for a round a pass was still asking for, and why the other snapshots had none.
+    waited = [s["driver_round_waited_s"] for s in snaps if s.get("driver_round_waited_s")]
+    missed = collections.Counter(s["driver_round_missed"] for s in snaps if s.get("driver_round_missed"))
     timed = [e for e in events if e.get("event") == "cycle" and "duration_s" in e]
     durations = [e["duration_s"] for e in timed]
     # Each app's first cycle is the daemon's start (leadership, nothing kept yet): the p99 without it too.
@@ -173,6 +177,9 @@ def run_daemon(env, queries: int, cycles: int, variant: str, interval_s: float,
         "decide_parts_p99_s": _parts_p99(timed, "decide_parts_s"),
         "snapshots": len(snaps), "snapshots_on_prefetched_round": len(prefetched),
         "prefetched_round_age_p99_s": round(percentile(prefetched, 0.99), 4) if prefetched else None,
+        "snapshots_waiting_for_a_round": len(waited),
+        "round_wait_p99_s": round(percentile(waited, 0.99), 4) if waited else None,
+        "snapshots_without_a_round_by_reason": dict(sorted(missed.items())),
         "exit_code": proc.returncode,
     }
 

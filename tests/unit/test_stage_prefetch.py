@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 from unittest.mock import ANY
 
 import pytest
@@ -76,8 +78,15 @@ class Clock:
         return self.now_s
 
 
-def manual(cache: StageCache, clock: Clock, **kwargs: int) -> StagePrefetcher:
-    """A running prefetcher with no thread: the test runs its passes (`run_due`) itself."""
+def run_now(target: Callable[[], object]) -> None:
+    """A pass started at once on the caller's thread: `run_due` returns when it is over."""
+    target()
+
+
+def manual(cache: StageCache, clock: Clock, **kwargs: Any) -> StagePrefetcher:
+    """A running prefetcher with no thread: the test runs its passes (`run_due`) itself, each at once
+    (unless `start_pass` says otherwise)."""
+    kwargs.setdefault("start_pass", run_now)
     prefetcher = StagePrefetcher(cache, monotonic=clock, spawn=lambda target: None, **kwargs)
     prefetcher.start()
     return prefetcher
@@ -229,6 +238,24 @@ def test_the_first_pass_is_timed_from_the_cycles_start_and_comes_at_once_after_a
     assert prefetcher.registered()["slow"].due_at_s == clock.now_s  # outlasted LEAD: at once
 
 
+class Started:
+    """Starts each pass on a thread of its own, as the daemon does, and joins them for the test."""
+
+    def __init__(self) -> None:
+        self.threads: list[threading.Thread] = []
+
+    def __call__(self, target: Callable[[], object]) -> threading.Thread:
+        thread = threading.Thread(target=target, daemon=True)
+        self.threads.append(thread)
+        thread.start()
+        return thread
+
+    def join(self) -> None:
+        for thread in self.threads:
+            thread.join(10)
+        assert not any(thread.is_alive() for thread in self.threads)
+
+
 def test_passes_due_together_run_side_by_side():
     """One thread for 10 apps ran their passes one after another, later than due, on loaded drivers."""
     both = threading.Barrier(2, timeout=5)  # each app's jobs request waits until the other's is in flight
@@ -238,12 +265,13 @@ def test_passes_due_together_run_side_by_side():
             both.wait()
             return super().jobs(app_id)
 
-    cache, clock = StageCache(), Clock()
+    cache, clock, started = StageCache(), Clock(), Started()
     rests = {name: Waiting([job(1, "SUCCEEDED", (1,))]) for name in ("a", "b")}
-    prefetcher = manual(cache, clock)
+    prefetcher = manual(cache, clock, start_pass=started)
     for name, rest in rests.items():
         prefetcher.register(rest, f"{APP_ID}-{name}", name, INTERVAL_S, since_s=T0)
     prefetcher.run_due(clock.now_s + FIRST_PASS_S)
+    started.join()
     assert not both.broken and all(rest.stage_calls() == [1] for rest in rests.values())
 
 

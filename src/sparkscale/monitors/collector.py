@@ -132,8 +132,9 @@ def _collect(cfg: Config, app_name: str, query: str | None, opts: CollectOptions
             raise AppNotRunningError(app_name, exc.url, exc.cause) from None
         raise
     # The round the prefetcher's last pass read for this cycle, when fresh (`stage_prefetch.py`); else ours.
-    kept = PREFETCH.take_round(app.name, rest.base_url, cfg.loop.interval_s)
-    driver, round_age_s = kept if kept is not None else (_read_round(rest, app.name, pool), None)
+    taken = PREFETCH.take_round(app.name, rest.base_url, cfg.loop.interval_s)
+    driver = taken.round if taken.round is not None else _read_round(rest, app.name, pool)
+    round_age_s = taken.age_s
     rest_done = time.monotonic()
     spark_app, taken_at, executors, jobs = driver.application, driver.taken_at, driver.executors, driver.jobs
 
@@ -204,7 +205,8 @@ def _collect(cfg: Config, app_name: str, query: str | None, opts: CollectOptions
                  backlog_estimate=snapshot.extensions["source"]["backlog_estimate"],
                  idle=snapshot.extensions["source"]["idle"],
                  executor_hosts=app_figures["hosts"], cpu_fraction=app_figures["cpu_fraction"],
-                 driver_round_age_s=_rounded(round_age_s))
+                 driver_round_age_s=_rounded(round_age_s), driver_round_waited_s=_rounded(taken.waited_s),
+                 driver_round_missed=taken.missed)
         snapshots.append(snapshot)
     # The next window's finished stages fetched before the next cycle asks (`stage_prefetch.py`).
     PREFETCH.register(rest, spark_app.id, app.name, cfg.loop.interval_s, since_s=taken_at - window_s,

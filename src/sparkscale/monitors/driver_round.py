@@ -121,7 +121,7 @@ def read_round(rest: DriverRest, app_name: str, pool: Executor, app_ids: AppIds 
     if kept is not None:
         taken_at = clock()
         try:
-            executors, jobs = _executors_and_jobs(rest, kept.id, pool)
+            executors, jobs = executors_and_jobs(rest, kept.id, pool)
             return DriverRound(kept, taken_at, executors, jobs, 2)
         except SparkRestError as exc:
             if exc.unreachable:
@@ -138,11 +138,12 @@ def read_round(rest: DriverRest, app_name: str, pool: Executor, app_ids: AppIds 
         raise
     app_ids.keep(rest.base_url, app_name, application)
     taken_at = clock()
-    executors, jobs = _executors_and_jobs(rest, application.id, pool)
+    executors, jobs = executors_and_jobs(rest, application.id, pool)
     return DriverRound(application, taken_at, executors, jobs, asked + 3)
 
 
-def _executors_and_jobs(rest: DriverRest, app_id: str, pool: Executor) -> tuple[list[RestExecutor], list[RestJob]]:
+def executors_and_jobs(rest: DriverRest, app_id: str, pool: Executor) -> tuple[list[RestExecutor], list[RestJob]]:
+    """The app's executors and jobs, asked side by side on `pool`."""
     executors = pool.submit(rest.executors, app_id)
     jobs = pool.submit(rest.jobs, app_id)
     return executors.result(), jobs.result()

@@ -4,23 +4,31 @@ cycle's p99 was its fetch of the window's new stages, docs/results/daemon_cycle_
 A stage of a finished job never changes and `stage_cache.STAGES` keeps it, so fetching it earlier
 changes no figure: the cycle still reads exactly its window's stages, most of them now kept. After
 a successful collect the collector registers the app (`monitors/collector.py`); at `LEAD` of the
-app's interval after its cycle began, and again at `LATE` of it, one daemon thread asks the driver
-for its jobs and fetches, one request at a time and at most `MAX_STAGES_PER_PASS` per pass (newest
-first), the stages of the jobs that finished since the registered window began and are not kept;
-the passes of apps due together run side by side (`PASS_CONCURRENCY`). Every fetch goes through the cache's
-`get` (a kept stage is never asked again), whose lock is held for dictionary work only: a pass stuck
-on a driver never delays a cycle. An app not registered again within `FORGET_AFTER_INTERVALS` of
-its interval is forgotten (its driver may be gone). The daemon starts and stops the process's
-`PREFETCH` (daemon/service.py); where it is not running (a one-shot command) registering does nothing.
+app's interval after its cycle began, and again at `LATE` of it, a pass asks the driver for its
+jobs and fetches, one request at a time and at most `MAX_STAGES_PER_PASS` per pass (newest
+first), the stages of the jobs that finished since the registered window began and are not kept.
+One daemon thread starts each pass due on a thread of its own and never waits for it (a pass slow
+on a loaded driver held back the passes due after it, and apps' last passes came after their
+cycles); at most `PASS_CONCURRENCY` passes fetch at once, and a pass that finds another of its app
+under way leaves the stages to it. Every fetch goes through the cache's `get` (a kept stage is
+never asked again), whose lock is held for dictionary work only: a pass stuck on a driver never
+delays a cycle. An app not registered again within `FORGET_AFTER_INTERVALS` of its interval is
+forgotten (its driver may be gone). The daemon starts and stops the process's `PREFETCH`
+(daemon/service.py); where it is not running (a one-shot command) registering does nothing.
 
 The driver round too (issue 33: on loaded drivers it was the rest of the 10-app p99,
 docs/results/daemon_cycle_late_pass.md): the last pass before an app's next cycle asks for its
-executors as well as its jobs and keeps that round; the cycle takes it (`take_round`, once) instead
-of asking the driver, when it is at most `ROUND_MAX_AGE` of the interval old. The cycle's window
-then ends when that pass asked (every figure is cut at the round's `taken_at`), up to a tenth of
-the interval earlier; what finished since is the next cycle's. Without a fresh round (an app's
-first cycle, a failed or late pass, a cycle run out of turn: `outdate_rounds`) the cycle reads
-the driver itself, as before.
+executors and its jobs side by side, outside the `PASS_CONCURRENCY` bound, and keeps that round as
+soon as they answer, before its stage fetches; the cycle takes it (`take_round`, once) instead of
+asking the driver, when it is at most `ROUND_MAX_AGE` of the interval old. While that pass is still
+asking, the cycle waits for its answer (at most `ROUND_WAIT` of the interval, never past
+`ROUND_MAX_AGE` of the ask) rather than send the same requests to the same loaded driver. The
+cycle's window then ends when that pass asked (every figure is cut at the round's `taken_at`),
+about a tenth of the interval earlier (at most a fifth); what finished since is the next cycle's.
+Without a fresh round (an app's first cycle, a failed or late pass, an ask that outlasts the wait,
+a cycle run out of turn: `outdate_rounds`, whose cycle never waits on an ask made before it) the
+cycle reads the driver itself, as before; `take_round` says why (`Missed`: the `monitor.snapshot`
+event's `driver_round_missed`).
 """
 
 from __future__ import annotations
@@ -32,10 +40,11 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from typing import Literal
 
 import structlog
 
-from sparkscale.monitors.driver_round import DriverRest, DriverRound
+from sparkscale.monitors.driver_round import DriverRest, DriverRound, executors_and_jobs
 from sparkscale.monitors.spark_rest import RestApplication, RestJob
 from sparkscale.monitors.stage_cache import STAGES, StageCache, switched_on
 
@@ -49,23 +58,37 @@ LEAD = 0.7
 # cycles' p99 (about 1 s for the newest batch's stages on a loaded driver: docs/results/daemon_cycle_primed.md).
 LATE = 0.9
 MAX_STAGES_PER_PASS = 64  # stage requests one pass makes at most
-# Passes due together run side by side, at most this many: one thread for 10 apps on loaded drivers
+# Passes fetching jobs and stages at once, at most this many: one thread for 10 apps on loaded drivers
 # ran its passes one after another, later than due, and the cycles fetched what they had not (issue 33).
+# A last pass's round (executors and jobs) is read outside this bound: it never queues behind stages.
 PASS_CONCURRENCY = 4
 FORGET_AFTER_INTERVALS = 3
 # A kept driver round is taken by the cycle while at most this fraction of the interval old: the
 # last pass runs at LATE, a tenth of the interval before the cycle; a round older than this is one
 # of a pass that ran late, or of a cycle that came late, and the cycle asks the driver itself.
 ROUND_MAX_AGE = 0.2
+# A cycle whose round a pass is asking the driver for waits for it, at most this fraction of the
+# interval (and never past ROUND_MAX_AGE of the ask), rather than ask the same loaded driver again:
+# the 10-app run's in-line rounds took 0.32 s at the p50 and 0.73 s at the p90 at a 10 s interval
+# (docs/results/daemon_cycle_decide_parts.md), and an answer already asked for comes before theirs.
+ROUND_WAIT = 0.1
 IDLE_WAIT_S = 60.0  # the thread's wait with nothing due (a registration or `stop` wakes it sooner)
 
-Spawn = Callable[[Callable[[], None]], threading.Thread | None]
+Spawn = Callable[[Callable[[], object]], threading.Thread | None]
+WaitRound = Callable[[threading.Condition, float], object]  # Condition.wait; tests move their clock instead
+# Why a cycle got no round: none kept nor asked for (the app's first cycle, a failed or late pass),
+# still being asked when the wait ended, asked of another driver, asked before the cycle was
+# called out of turn (`outdate_rounds`), or too old.
+Missed = Literal["none", "asking", "other_driver", "outdated", "stale"]
 
 
-def daemon_thread(target: Callable[[], None]) -> threading.Thread:
-    thread = threading.Thread(target=target, name="sparkscale-stage-prefetch", daemon=True)
+def daemon_thread(target: Callable[[], object], name: str = "sparkscale-stage-prefetch") -> threading.Thread:
+    thread = threading.Thread(target=target, name=name, daemon=True)
     thread.start()
     return thread
+
+
+pass_thread: Spawn = functools.partial(daemon_thread, name="sparkscale-prefetch-pass")  # one per pass
 
 
 @dataclass(frozen=True)
@@ -83,12 +106,31 @@ class Registered:
 
 
 @dataclass(frozen=True)
+class RoundAsk:
+    """A pass asking `base_url` for the app's next round since `asked_at_s` (monotonic)."""
+
+    base_url: str
+    asked_at_s: float
+
+
+@dataclass(frozen=True)
 class KeptRound:
     """A driver round a pass read for the app's next cycle: from `base_url`, asked at `asked_at_s` (monotonic)."""
 
     round: DriverRound
     base_url: str
     asked_at_s: float
+
+
+@dataclass(frozen=True)
+class TakenRound:
+    """What `take_round` gives a cycle: the round and its age in seconds, or None and why (`missed`:
+    the cycle reads the driver itself); and how long it waited for a pass asking for it."""
+
+    round: DriverRound | None
+    age_s: float | None
+    waited_s: float
+    missed: Missed | None
 
 
 def finished_stage_ids(jobs: Sequence[RestJob], since_s: float) -> list[int]:
@@ -100,27 +142,36 @@ def finished_stage_ids(jobs: Sequence[RestJob], since_s: float) -> list[int]:
 
 
 class StagePrefetcher:
-    """One background thread filling `cache` with the registered apps' finished stages."""
+    """A background thread starting the registered apps' passes, each on a thread of its own, that
+    fill `cache` with their finished stages and keep the driver round of each app's next cycle."""
 
     def __init__(self, cache: StageCache | None = None, monotonic: Callable[[], float] = time.monotonic,
                  spawn: Spawn = daemon_thread, lead: float = LEAD, late: float | None = LATE,
                  max_stages_per_pass: int = MAX_STAGES_PER_PASS, pass_concurrency: int = PASS_CONCURRENCY,
-                 keep_rounds: bool | None = None, clock: Callable[[], float] = time.time) -> None:
+                 keep_rounds: bool | None = None, clock: Callable[[], float] = time.time,
+                 start_pass: Spawn = pass_thread, wait_round: WaitRound = threading.Condition.wait) -> None:
         self.cache = STAGES if cache is None else cache
         self._monotonic = monotonic
         self._clock = clock  # epoch seconds: a kept round's `taken_at`
         # SPARKSCALE_PREFETCH_ROUND=off: every cycle reads its driver round itself (benchmarks/daemon_cycle.py).
         self.keep_rounds = switched_on("SPARKSCALE_PREFETCH_ROUND") if keep_rounds is None else keep_rounds
         self.round_max_age = ROUND_MAX_AGE
+        self.round_wait = ROUND_WAIT
+        self._wait_round = wait_round
         self._spawn = spawn  # tests pass one that starts nothing and drive `run_due` themselves
+        self._start_pass = start_pass  # each pass on a thread of its own (tests: run at once)
         self.lead = lead
         self.late = late
         self.max_stages_per_pass = max_stages_per_pass
         self.pass_concurrency = max(1, pass_concurrency)
+        self._fetching = threading.BoundedSemaphore(self.pass_concurrency)  # passes fetching jobs and stages
         self._lock = threading.Lock()  # held for dictionary work only, never across a request
         self._apps: dict[str, Registered] = {}
         self._rounds: dict[str, KeptRound] = {}
+        self._asking: dict[str, RoundAsk] = {}  # app -> the round a pass is asking for
+        self._ready = threading.Condition(self._lock)  # notified when an ask ends (a round kept or not)
         self._stale_before: dict[str, float] = {}  # app -> monotonic: a round asked earlier is not handed out
+        self._passing: dict[str, int] = {}  # app -> its passes under way
         self._wake = threading.Event()
         self._stop: threading.Event | None = None
         self.thread: threading.Thread | None = None
@@ -138,13 +189,16 @@ class StagePrefetcher:
         self.thread = self._spawn(lambda: self._run(stop, wake))
 
     def stop(self) -> None:
-        """Forget every app and ask the thread to end (after its current request, if one is under way)."""
+        """Forget every app and ask the thread to end; a pass under way ends on its own thread, and
+        the round it reads is not kept."""
         with self._lock:  # a registration under way lands before it (and is cleared) or finds it stopped
             if self._stop is not None:
                 self._stop.set()
             self._apps.clear()
             self._rounds.clear()
             self._stale_before.clear()
+            self._asking.clear()
+            self._ready.notify_all()  # a cycle waiting on an ask reads the driver itself
         self._wake.set()
 
     def register(self, rest: DriverRest, app_id: str, app_name: str, interval_s: float, since_s: float,
@@ -174,67 +228,115 @@ class StagePrefetcher:
             return dict(self._apps)
 
     def run_due(self, now_s: float) -> float:
-        """Every pass due at `now_s` (monotonic), side by side (at most `pass_concurrency` at once);
-        the seconds until the next one."""
-        due = self._take_due(now_s)
-        if len(due) > 1 and self.pass_concurrency > 1:
-            with ThreadPoolExecutor(min(self.pass_concurrency, len(due)), "sparkscale-stage-prefetch") as pool:
-                list(pool.map(lambda item: self.prefetch(*item), due))
-        else:
-            for app_name, entry, last in due:
-                self.prefetch(app_name, entry, last)
+        """Start every pass due at `now_s` (monotonic), each on a thread of its own (`start_pass`),
+        without waiting for them; the seconds until the next one. Passes waited for held back every
+        pass due after them: on loaded drivers the apps' last passes came late, after their cycles
+        had read the driver themselves (issue 33)."""
+        for app_name, entry, last in self._take_due(now_s):
+            self._start_pass(functools.partial(self.prefetch, app_name, entry, last))
         with self._lock:
             next_s = min((e.due_at_s for e in self._apps.values()), default=None)
         return IDLE_WAIT_S if next_s is None else min(max(next_s - self._monotonic(), 0.0), IDLE_WAIT_S)
 
     def prefetch(self, app_name: str, entry: Registered, keep_round: bool = False) -> int:
-        """One pass for the app: its jobs (and with `keep_round`, its executors first: the round
-        its next cycle takes), then its finished stages not kept; the stage requests made.
+        """One pass for the app: with `keep_round`, its executors and jobs side by side, kept at once
+        as the round its next cycle takes; then its jobs' finished stages not kept, with at most
+        `pass_concurrency` passes fetching at once, unless another pass of the app is under way
+        (they are its to fetch: no stage asked twice of a loaded driver); the stage requests made.
         A failure (an error, a timeout, a bad answer) ends the pass: the next one tries again."""
         if not self.cache.enabled:  # nothing would be kept (SPARKSCALE_STAGE_CACHE=off)
             return 0
         started_s, cpu_started_s, fetched = time.monotonic(), time.thread_time(), 0
         application = entry.application if keep_round and self.keep_rounds else None
+        with self._lock:
+            under_way = self._passing.get(app_name, 0)
+            self._passing[app_name] = under_way + 1
         try:
-            asked_at_s, taken_at = self._monotonic(), self._clock()
-            executors = entry.rest.executors(entry.app_id) if application is not None else None
-            jobs = entry.rest.jobs(entry.app_id)
-            for stage_id in finished_stage_ids(jobs, entry.since_s):
-                if fetched >= self.max_stages_per_pass:
-                    break
-                fetch = functools.partial(entry.rest.stage_attempts, entry.app_id, stage_id)
-                if self.cache.get(entry.app_id, stage_id, fetch)[1]:
-                    fetched += 1
+            jobs = None if application is None else self._keep_round(app_name, entry, application)
+            if not under_way:
+                with self._fetching:
+                    for stage_id in finished_stage_ids(entry.rest.jobs(entry.app_id) if jobs is None else jobs,
+                                                       entry.since_s):
+                        if fetched >= self.max_stages_per_pass:
+                            break
+                        fetch = functools.partial(entry.rest.stage_attempts, entry.app_id, stage_id)
+                        if self.cache.get(entry.app_id, stage_id, fetch)[1]:
+                            fetched += 1
         except Exception as exc:  # the thread outlives any answer a driver gives
             log.debug("stage_prefetch.failed", app=app_name, app_id=entry.app_id, fetched=fetched, error=repr(exc))
             return fetched
-        if application is not None and executors is not None:
-            kept = KeptRound(DriverRound(application, taken_at, executors, jobs, 0), entry.rest.base_url, asked_at_s)
+        finally:
             with self._lock:
-                if app_name in self._apps:  # not forgotten (or stopped) meanwhile
-                    self._rounds[app_name] = kept
-        log.debug("stage_prefetch.pass", app=app_name, app_id=entry.app_id, fetched=fetched,
+                self._passing[app_name] -= 1
+                if not self._passing[app_name]:
+                    del self._passing[app_name]
+        log.debug("stage_prefetch.pass", app=app_name, app_id=entry.app_id, fetched=fetched, alongside=under_way,
                   took_s=round(time.monotonic() - started_s, 4), cpu_s=round(time.thread_time() - cpu_started_s, 4))
         return fetched
 
-    def take_round(self, app_name: str, base_url: str, interval_s: float) -> tuple[DriverRound, float] | None:
-        """The driver round the last pass read for the app, and its age in seconds, when it was read
-        from `base_url` at most `round_max_age` of `interval_s` ago; else None (the cycle asks the
-        driver). A kept round is handed out once."""
+    def _keep_round(self, app_name: str, entry: Registered, application: RestApplication) -> list[RestJob]:
+        """The app's executors and jobs, asked side by side as the cycle does, kept as its next
+        cycle's round as soon as they answer (the pass's stage fetches come after: a cycle due
+        meanwhile does not wait for them), a cycle waiting on the ask woken; the jobs."""
+        ask, taken_at, kept = RoundAsk(entry.rest.base_url, self._monotonic()), self._clock(), None
         with self._lock:
+            self._asking[app_name] = ask
+        try:
+            with ThreadPoolExecutor(2, "sparkscale-prefetch-round") as pool:
+                executors, jobs = executors_and_jobs(entry.rest, entry.app_id, pool)
+            kept = KeptRound(DriverRound(application, taken_at, executors, jobs, 0), ask.base_url, ask.asked_at_s)
+        finally:
+            with self._ready:
+                if self._asking.get(app_name) is ask:
+                    del self._asking[app_name]
+                if kept is not None and app_name in self._apps:  # not forgotten (or stopped) meanwhile
+                    self._rounds[app_name] = kept
+                self._ready.notify_all()
+        return jobs
+
+    def take_round(self, app_name: str, base_url: str, interval_s: float) -> TakenRound:
+        """The driver round the last pass read for the app, when read from `base_url`, after the
+        last `outdate_rounds`, at most `round_max_age` of `interval_s` ago; else none, and why. While
+        a pass is asking for it, waits for its answer (at most `round_wait` of `interval_s`, never
+        past the age it is handed out at) rather than ask the same loaded driver again. A kept round
+        is handed out once."""
+        called_s = self._monotonic()
+        with self._ready:
+            while app_name not in self._rounds:
+                ask = self._asking.get(app_name)
+                if ask is None or self._unusable(ask, app_name, base_url) is not None:
+                    break
+                left_s = min(called_s + self.round_wait * interval_s,
+                             ask.asked_at_s + self.round_max_age * interval_s) - self._monotonic()
+                if left_s <= 0:
+                    break
+                self._wait_round(self._ready, left_s)
             kept = self._rounds.pop(app_name, None)
-            stale_before_s = self._stale_before.get(app_name, -math.inf)
-        if kept is None or kept.base_url != base_url or kept.asked_at_s < stale_before_s:
-            return None
-        age_s = self._monotonic() - kept.asked_at_s
-        return (kept.round, age_s) if 0 <= age_s <= self.round_max_age * interval_s else None
+            ask = self._asking.get(app_name)
+            missed = self._unusable(kept or ask, app_name, base_url)
+        now_s = self._monotonic()
+        waited_s = now_s - called_s
+        if kept is None or missed is not None:
+            return TakenRound(None, None, waited_s, missed or "asking")  # "asking": the ask outlasted the wait
+        age_s = now_s - kept.asked_at_s
+        if 0 <= age_s <= self.round_max_age * interval_s:
+            return TakenRound(kept.round, age_s, waited_s, None)
+        return TakenRound(None, None, waited_s, "stale")
+
+    def _unusable(self, round_or_ask: KeptRound | RoundAsk | None, app_name: str, base_url: str) -> Missed | None:
+        """Why a kept (or asked-for) round is not the cycle's, its age aside; None: it is. Under the lock."""
+        if round_or_ask is None:
+            return "none"
+        if round_or_ask.base_url != base_url:
+            return "other_driver"
+        return "outdated" if round_or_ask.asked_at_s <= self._stale_before.get(app_name, -math.inf) else None
 
     def outdate_rounds(self, app_name: str) -> None:
         """No round asked before now is handed out for the app: its next cycle runs out of turn
         (an action ended, a request came) and must see the driver as it is after that."""
-        with self._lock:
-            self._rounds.pop(app_name, None)
+        with self._ready:  # a round kept before is not handed out (`take_round` says "outdated")
             self._stale_before[app_name] = self._monotonic()
+            self._ready.notify_all()  # a cycle waiting on an ask made before now stops waiting
 
     def _take_due(self, now_s: float) -> list[tuple[str, Registered, bool]]:
         """The apps due at `now_s`, earliest first, each moved on to its next pass (and whether this
