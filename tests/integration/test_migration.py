@@ -286,8 +286,7 @@ def test_sigkill_at_each_ccr_phase_then_the_next_leader_completes_it(setup, tmp_
     root = cfg.zookeeper.root
     store = JournalStore(zk, root, app)
     quiet = ["policy.name=threshold", "policy.threshold.preset=custom", "loop.interval_s=1",
-             "zookeeper.session_timeout_s=4", "logging.level=info", "migration.measure_timeout_s=5",
-             "metrics.port=0"]  # two daemons at once: each its own free port
+             "zookeeper.session_timeout_s=4", "logging.level=info", "migration.measure_timeout_s=5"]
     daemon_setup = (cfg, path, [*overrides, *quiet], tmp_path)
     submit(cfg, app, path, overrides)
     daemons: list[DaemonProcess] = []
@@ -300,19 +299,13 @@ def test_sigkill_at_each_ccr_phase_then_the_next_leader_completes_it(setup, tmp_
         loader.start()
         wait_until(lambda: state_partitions(cfg, app, query) == 4, 90, "the query to run with 4 partitions")
         partitions = 4
-        # Each daemon starts while the one before still leads, as a standby: it takes the lead as
-        # soon as that one's lock goes (a SIGKILLed daemon's session expiring, a stopped one's
-        # release), without its own start-up in between (about 3 s each, 16 times).
-        leader = DaemonProcess(daemon_setup, "m0", env={FAULT_HOLD_ENV: CCR_PHASES_TO_KILL[0]})
-        daemons.append(leader)
+        leader = None
         for n, phase in enumerate(CCR_PHASES_TO_KILL):
             target = 8 if partitions != 8 else 2
             # This daemon stops right after the phase's step, before recording it; we kill it there.
+            leader = DaemonProcess(daemon_setup, f"m{n}", env={FAULT_HOLD_ENV: phase})
+            daemons.append(leader)
             wait_until(lambda leader=leader: leader.events("leader.elected", app=app), 90, f"m{n} to lead")
-            # The next daemon (no fault) waits for the lock, takes over, reads the journal and
-            # finishes the migration.
-            successor = DaemonProcess(daemon_setup, f"r{n}")
-            daemons.append(successor)
             manual.submit_request(ZkRequests(zk, root), app, target, "test", 600, type="migrate", query=query,
                                   strategy="ccr")
             wait_until(lambda leader=leader: leader.events("migration.fault_hold"), 180,
@@ -320,10 +313,9 @@ def test_sigkill_at_each_ccr_phase_then_the_next_leader_completes_it(setup, tmp_
             killed_id = store.read().id
             os.kill(leader.proc.pid, signal.SIGKILL)
             leader.proc.wait()
-            wait_until(lambda successor=successor: successor.events("leader.elected", app=app), 90, f"r{n} to lead")
-            if n + 1 < len(CCR_PHASES_TO_KILL):  # the next phase's daemon, a standby until r{n} stops
-                leader = DaemonProcess(daemon_setup, f"m{n + 1}", env={FAULT_HOLD_ENV: CCR_PHASES_TO_KILL[n + 1]})
-                daemons.append(leader)
+            # The next daemon (no fault) takes over, reads the journal and finishes the migration.
+            successor = DaemonProcess(daemon_setup, f"r{n}")
+            daemons.append(successor)
             final = wait_until(lambda killed_id=killed_id: (j := store.read()) is not None and j.id == killed_id
                                and j.status != "running" and j, 180, f"the migration killed at {phase} to end")
             successor.stop()
