@@ -39,18 +39,24 @@ _OOM = re.compile(rf"OutOfMemory|\bcode {OOM_EXIT_CODE}\b", re.IGNORECASE)
 
 @dataclass(frozen=True)
 class MemoryStateSizing:
-    """The memory row's figures. 48 KiB of state a record: with the run's 20 s warm-up at the first
-    rate, the 7200 records read by the end of the high step hold about 338 MiB, 84 MiB an executor
-    on 4 (fits the heap a 512 MB executor leaves beside Spark's 300 MB reserved, with room for an
-    earlier version), 338 MiB on 1 (does not); the low step adds 56 MiB. 50 ms a record: the high
+    """The memory row's figures. 112 KiB of state a record: with the run's 20 s warm-up at the first
+    rate, the 7200 records read by the end of the high step hold about 788 MiB, 197 MiB an executor
+    on 4 (fits the heap a 512 MB executor leaves, with room for an earlier version), 394 MiB on 2
+    and 788 MiB on 1 (do not); the low step adds 131 MiB. At 48 KiB a record (338 MiB) two
+    executors held the state, and the baseline stopped there: the HDFS store's upkeep kept 1.5-1.7
+    cores busy at the low rate (docs/results/bench_scaling_33/memory_220s). 50 ms a record: the high
     step (60/s) keeps 3 cores busy, 4 executors at DS2's 0.8 target utilisation; the low step (10/s)
-    needs half a core, 1 executor. The baseline's scale-down starts about 30 s into the low step
-    (the benchmark's guards.scale_down_delay_s), its second one about a minute in."""
+    needs half a core. A 10 s trigger: at the 1 s default each task of the stateful stage read 2-3
+    records at the low rate, the state store's fixed cost a task (loading and committing its
+    version) kept 3-4 cores busy, and the baseline never scaled down (the 112 KiB run of
+    2026-11-28); 10 s batches spread that cost over ten times the records. The baseline's
+    scale-down starts about 30 s into the low step (the benchmark's guards.scale_down_delay_s)."""
 
     profile: str = "steps:60@100s,10@120s"  # 220 s: the state built, then a long enough low step
-    state_bytes_per_record: int = 49152
+    state_bytes_per_record: int = 114688
     cost_ms_per_record: float = 50.0
     executor_memory_mb: int = 512
+    trigger_s: float = 10.0
 
     def spark_conf(self) -> dict[str, str]:
         return {"spark.sql.streaming.stateStore.providerClass": HDFS_PROVIDER,

@@ -217,6 +217,7 @@ class MemoryStateWorkload(PipelineWorkload):
     def __init__(self, name: str, sizing: MemoryStateSizing | None = None):
         super().__init__(name)
         self.sizing = sizing or MemoryStateSizing()
+        self.trigger_s = self.sizing.trigger_s
         self._watch: OomWatch | None = None
 
     def probe(self, cfg: Config) -> OomWatch:
@@ -230,6 +231,7 @@ class MemoryStateWorkload(PipelineWorkload):
         spread = AppShape(shape.min_executors, shape.max_executors, shape.max_executors,
                           shape.dynamic_allocation_idle_s)
         lines = [*self._pipeline_lines("memory_state", spread, self.sizing.executor_memory_mb),
+                 f"    trigger_interval_s: {self.sizing.trigger_s:g}",
                  f"    spark_conf: {json.dumps(self.sizing.spark_conf())}"]
         return "\n".join(lines) + "\n"
 
