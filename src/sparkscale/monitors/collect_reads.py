@@ -25,6 +25,11 @@ list is read just before the driver's round, where it was read just after: a que
 the round is read is observed by the next cycle, and one that ends meanwhile once more, with the
 reports it has (a kept round is older than the list anyway).
 
+Why so: the registration has to be read before the driver's round, so the list costs nothing
+beside it; the histories must be read after the round (their window ends at its time, and every
+batch its jobs name should have its report), which a kept round allows at once and a round read
+in the cycle does not.
+
 Replies are read with `raise_on_error=False`: an error reply of the registration (the driver is
 taken as unregistered) or of the query list (a bad record, logged once: no query) is the
 reader's to judge, as each was when read on its own; one of the target or a history raises, and
