@@ -96,25 +96,40 @@ class FakeLock:
 
 @dataclass
 class FakeCollector:
+    """The snapshots, with what the ride reads queued on `client`'s pipeline (None: a pipeline that
+    answers nothing), one round trip."""
+
     snapshots: list[Snapshot] = field(default_factory=lambda: [snapshot()])
     error: Exception | None = None
     calls: int = 0
+    client: Any = None
 
-    def __call__(self, cfg: Config, app_name: str, /) -> list[Snapshot]:
+    def __call__(self, cfg: Config, app_name: str, ride: Any, /) -> tuple[list[Snapshot], AppReads]:
         self.calls += 1
         if self.error is not None:
             raise self.error
-        return self.snapshots
+        pipe = self.client.pipeline(transaction=False) if self.client is not None else SilentPipeline()
+        ridden = ride(pipe, [s.query for s in self.snapshots])
+        return self.snapshots, ridden(pipe.execute(raise_on_error=False), self.snapshots[0].taken_at)
+
+
+class SilentPipeline:
+    def execute(self, raise_on_error: bool = True) -> list[Any]:
+        return []
 
 
 @dataclass
 class FakePlanner:
     plans: list[Plan]
     seen: list[DecisionHistory] = field(default_factory=list)
+    snapshots: list[Sequence[Snapshot]] = field(default_factory=list)  # each plan's
+    apps: list[AppConfig] = field(default_factory=list)  # each plan's
 
     def __call__(self, snapshots: Sequence[Snapshot], history: DecisionHistory, config: Config, app: AppConfig,
                  now: float | None = None, /, *, cluster: Any = None) -> Plan:
         self.seen.append(history)
+        self.snapshots.append(snapshots)
+        self.apps.append(app)
         return self.plans.pop(0) if len(self.plans) > 1 else self.plans[0]
 
 
@@ -203,6 +218,10 @@ class FakeDecisions:
         self.records.append(decision)
         return f"{len(self.records)}-0"
 
+    def write_later(self, decision: Decision, on_written: Callable[[str | None], None]) -> None:
+        """Written at once (the daemon's writer is tested in test_decision_writer.py); refused: None."""
+        on_written(None if self.refuse else self.write(decision))
+
     def recall(self, app: AppConfig, now: float, since: float, evaluate_after_s: float) -> Recalled:
         return self.recalled
 
@@ -222,8 +241,11 @@ class FakeApps:
     def with_shape(self, app: AppConfig) -> AppConfig:
         return app
 
+    def ride(self, app: AppConfig) -> Callable[[Any, Sequence[str]], Callable[[Any, float], AppReads]]:
+        return lambda pipe, queries: lambda replies, taken_at: self.read(app, queries, taken_at)
+
     def read(self, app: AppConfig, queries: Sequence[str], now: float) -> AppReads:
-        return AppReads(dict.fromkeys(queries, 4), Blocklist())
+        return AppReads(app, dict.fromkeys(queries, 4), Blocklist())
 
 
 @dataclass
@@ -263,11 +285,12 @@ class Loop:
 
 
 def loop(*plans: Plan, leader: bool = True, dry_run: bool = False, executor: Any = None,
-         sink: RecordingSink | None = None, elected: bool = True, policy: dict[str, Any] | None = None) -> Loop:
+         sink: RecordingSink | None = None, elected: bool = True, policy: dict[str, Any] | None = None,
+         decisions: FakeDecisions | None = None) -> Loop:
     cfg = Config.model_validate({"apps": [{"name": APP, "pipeline": "wordcount"}], "loop": {"dry_run": dry_run},
                                  "policy": policy or {}})
     collector, planner, desk, judge = FakeCollector(), FakePlanner(list(plans) or [NO_CHANGE]), FakeDesk(), FakeJudge()
-    decisions, sink, lock, clock = FakeDecisions(), sink or RecordingSink(), FakeLock(leader), FakeClock()
+    decisions, sink, lock, clock = decisions or FakeDecisions(), sink or RecordingSink(), FakeLock(leader), FakeClock()
     executor = executor if executor is not None else FakeExecutor()
     woken: list[str] = []
     autoscaler = Autoscaler(
@@ -381,6 +404,51 @@ def test_dry_run_writes_the_decision_keeps_the_cooldown_and_dispatches_nothing()
     assert run.state.last_action_at == TAKEN_AT
 
 
+@dataclass
+class LaterDecisions(FakeDecisions):
+    """A decision log whose writes off the cycle wait for `write_waiting` (the daemon's writer thread)."""
+
+    waiting: list[tuple[Decision, Callable[[str | None], None]]] = field(default_factory=list)
+
+    def write_later(self, decision: Decision, on_written: Callable[[str | None], None]) -> None:
+        self.waiting.append((decision, on_written))
+
+    def write_waiting(self) -> None:
+        waiting, self.waiting = self.waiting, []
+        for decision, on_written in waiting:
+            on_written(None if self.refuse else self.write(decision))
+
+
+@pytest.mark.parametrize(("plan", "dry_run"), [(NO_CHANGE, False), (SCALE_UP, True)])
+def test_a_decision_that_starts_nothing_is_written_off_the_cycle_and_logged_once_it_has_its_id(
+        plan: Plan, dry_run: bool):
+    later = LaterDecisions()
+    run = loop(plan, dry_run=dry_run, decisions=later)
+    assert run.autoscaler.cycle(APP) == "ok"
+    assert run.decided() == [] and later.records == [] and run.ended()[-1].result == "ok"  # the cycle did not wait
+    assert run.state.last_action_at == (TAKEN_AT if dry_run else None)  # a dry run keeps the cooldown at once
+    run.clock.mono += 5.0  # the write takes 5 s
+    later.write_waiting()
+    [decided] = run.decided()
+    assert decided.decision_id == "1-0" and decided.decision is later.records[0]
+    assert decided.duration_s == 0.0 and decided.decide_parts_s["write"] == 0.0  # timed to the hand-over
+    later.refuse = True  # a write that fails: the cycle line without an id
+    run.autoscaler.cycle(APP)
+    later.write_waiting()
+    assert [d.decision_id for d in run.decided()] == ["1-0", None]
+
+
+def test_a_decision_with_actions_is_written_in_the_cycle_and_a_standbys_is_logged_at_once():
+    later = LaterDecisions()
+    run = loop(SCALE_UP, decisions=later)
+    run.autoscaler.cycle(APP)
+    assert later.waiting == [] and [d.decision_id for d in run.decided()] == ["1-0"]
+    standby = loop(SCALE_UP, leader=False, elected=False, decisions=LaterDecisions())
+    standby.autoscaler.cycle(APP)
+    assert [(d.decision.mode, d.decision_id) for d in standby.decided()] == [("standby", None)]
+    assert standby.decisions.waiting == []  # type: ignore[attr-defined]
+
+
 def test_an_app_without_queries_is_reported_not_decided():
     run = loop(SCALE_UP)
     run.collector.error = NoQueriesYet(APP)
@@ -488,30 +556,30 @@ def test_every_app_counts_its_cycles(cycles: int):
 
 
 def test_the_cycle_line_says_where_the_collect_went():
-    """collect_s by part (issue 33): the shape and leadership steps, then the collector's own; cpu_s
-    with the CPU of the collector's helper threads."""
+    """collect_s by part (issue 33): the leadership step, then the collector's own (the shape is
+    read in its Redis round trip); cpu_s with the CPU of the collector's helper threads."""
     run = loop(NO_CHANGE)
     timed = snapshot().to_dict()
     timed["extensions"] = {"spark": {"app_id": "a", "collect_parts_s": {"driver": 0.25, "redis": 0.01},
                                      "rest_cpu_s": 0.125}}
     run.collector.snapshots = [Snapshot.from_dict(timed)]
-    clock, with_shape = run.clock, FakeApps.with_shape
+    clock, try_acquire = run.clock, run.lock.try_acquire
     collector = run.collector.__call__
 
-    def slow_shape(self: FakeApps, app: AppConfig) -> AppConfig:
+    def slow_lock() -> bool:
         clock.mono += 0.5
-        return with_shape(self, app)
+        return try_acquire()
 
-    def slow_collect(cfg: Config, app_name: str, /) -> list[Snapshot]:
+    def slow_collect(cfg: Config, app_name: str, ride: Any, /) -> tuple[list[Snapshot], AppReads]:
         clock.mono += 2.0
-        return collector(cfg, app_name)
+        return collector(cfg, app_name, ride)
 
-    run.autoscaler.stores.apps.with_shape = slow_shape.__get__(run.autoscaler.stores.apps)  # type: ignore[method-assign]
+    run.lock.try_acquire = slow_lock  # type: ignore[method-assign]
     run.autoscaler.collector = slow_collect
     assert run.autoscaler.cycle(APP) == "ok"
     [decided] = run.decided()
     assert decided.collect_s == 2.5
-    assert decided.collect_parts_s == {"shape": 0.5, "leadership": 0.0, "driver": 0.25, "redis": 0.01}
+    assert decided.collect_parts_s == {"leadership": 0.5, "driver": 0.25, "redis": 0.01}
     # The daemon's own CPU: the cycle thread's (0 on this clock) and the collector's REST threads'.
     assert decided.cpu_s == 0.125
 
@@ -519,7 +587,7 @@ def test_the_cycle_line_says_where_the_collect_went():
 def test_the_cycle_line_says_where_the_time_after_the_collect_went():
     """The rest of duration_s by step (issue 33: the 10-app p99 spent 0.43 s outside the collect):
     a slow policy shows under `plan`, a slow decision write under `write`, and the parts add up."""
-    run = loop(NO_CHANGE)
+    run = loop(SCALE_UP)  # a decision with actions: written in the cycle
     clock, planner, write = run.clock, run.planner.__call__, run.autoscaler.stores.decisions.write
 
     def slow_plan(*args: Any, **kwargs: Any) -> Plan:

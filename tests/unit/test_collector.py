@@ -13,14 +13,16 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import redis
 from click.testing import CliRunner
+from structlog.testing import capture_logs
 
 from sparkscale.cli import offline
 from sparkscale.config import AppConfig, Config
 from sparkscale.daemon.operator_view import AppLine, status_table
 from sparkscale.daemon.status import AppStatus, QueryView, query_view
 from sparkscale.model.snapshot import Snapshot
-from sparkscale.monitors import collector, driver_round
+from sparkscale.monitors import collect_reads, collector, driver_round
 from sparkscale.monitors.host import HostFigures
 from sparkscale.monitors.progress_reports import ProgressReport
 from sparkscale.monitors.spark_rest import (
@@ -31,7 +33,7 @@ from sparkscale.monitors.spark_rest import (
     parse_stage_attempts,
     parse_time_s,
 )
-from sparkscale.protocol.keys import progress_history_key
+from sparkscale.protocol.keys import driver_key, progress_history_key
 from sparkscale.protocol.queries import QueryInfo, queries_key
 
 HANDMADE = Path(__file__).parent / "fixtures" / "rest" / "handmade"
@@ -69,21 +71,30 @@ class FakeRest:
 
 class FakeRedis:
     """get, hgetall and xrange over dicts: what the collector reads; `round_trips` counts what it
-    asked the server (a pipeline's commands go in one)."""
+    asked the server (a pipeline's commands go in one). The driver's registration is any string:
+    `driver_rest_at` is the test's."""
 
     def __init__(self, hashes: dict[str, dict[str, str]], streams: dict[str, list[tuple[str, dict]]],
                  strings: dict[str, str] | None = None):
-        self.hashes, self.streams, self.strings = hashes, streams, strings or {}
+        self.hashes, self.streams = hashes, streams
+        self.strings = strings if strings is not None else {driver_key(PREFIX, "wc"): "registered"}
+        self.wrong_type: set[str] = set()  # keys that answer WRONGTYPE
         self.round_trips = 0
         self.closed = 0
 
     def get(self, key: str) -> str | None:
         self.round_trips += 1
+        self._check(key)
         return self.strings.get(key)
 
     def hgetall(self, key: str) -> dict[str, str]:
         self.round_trips += 1
+        self._check(key)
         return self.hashes.get(key, {})
+
+    def _check(self, key: str) -> None:
+        if key in self.wrong_type:
+            raise redis.ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value")
 
     def pipeline(self, transaction: bool = True) -> FakePipeline:
         return FakePipeline(self)
@@ -106,10 +117,32 @@ class FakePipeline:
     def __getattr__(self, name: str):
         return lambda *args, **kwargs: self.queued.append((name, args, kwargs))
 
-    def execute(self) -> list:
-        answers = [getattr(self.redis, name)(*args, **kwargs) for name, args, kwargs in self.queued]
+    def execute(self, raise_on_error: bool = True) -> list:
+        answers: list[Any] = []
+        for name, args, kwargs in self.queued:
+            try:
+                answers.append(getattr(self.redis, name)(*args, **kwargs))
+            except redis.ResponseError as exc:  # an error reply: in its place, or raised once all are read
+                if raise_on_error:
+                    raise
+                answers.append(exc)
         self.redis.round_trips -= len(self.queued) - 1
         return answers
+
+
+def registered(rest_of: Any) -> Any:
+    """`driver_rest_at` for the tests: the app's FakeRest where a registration was read, else what
+    a missing one raises."""
+    def driver_rest_at(cfg: Config, app: AppConfig, raw: object) -> Any:
+        if isinstance(raw, Exception):
+            raise SparkRestError(f"(driver of {app.name})", f"its registration in Redis is unreadable: {raw}",
+                                 unreachable=True)
+        if not raw:
+            raise SparkRestError(f"(driver of {app.name})", "its agent has not registered a REST URL",
+                                 unreachable=True)
+        return rest_of(app)
+
+    return driver_rest_at
 
 
 def info(name: str, status: str = "active", qid: str = "") -> str:
@@ -125,8 +158,9 @@ def world(monkeypatch):
     redis = FakeRedis({queries_key(PREFIX, "wc"): queries}, {progress_history_key(PREFIX, "wc", "counts"): history})
     rest = FakeRest()
     world = SimpleNamespace(rest=rest, redis=redis, cfg=Config(apps=[AppConfig(name="wc")]))
-    monkeypatch.setattr(collector, "driver_rest", lambda cfg, app, client=None: world.rest)
+    monkeypatch.setattr(collector, "driver_rest_at", registered(lambda app: world.rest))
     monkeypatch.setattr(driver_round, "APP_IDS", driver_round.AppIds())  # no application id kept from another test
+    monkeypatch.setattr(collector, "LAST_OBSERVED", collect_reads.LastObserved())  # nothing observed by another test
     monkeypatch.setattr(collector, "connect_as", lambda cfg: world.redis)
     monkeypatch.setattr(collector, "sample_host", lambda sample_s: HostFigures(0.5, 0.25, 2, sample_s, "head"))
     monkeypatch.setattr(collector, "time", SimpleNamespace(time=lambda: T0 + 40, monotonic=time.monotonic))
@@ -195,12 +229,9 @@ def test_no_queries_yet_and_an_unknown_query(world):
         collector.collect_snapshots(world.cfg, "wc")
 
 
-def test_a_driver_that_does_not_answer_is_not_running(world, monkeypatch):
-    def unreachable(cfg, app, client=None):
-        raise SparkRestError("(driver of wc)", "its agent has not registered a REST URL", unreachable=True)
-
-    monkeypatch.setattr(collector, "driver_rest", unreachable)
-    with pytest.raises(collector.AppNotRunningError, match="not running"):
+def test_a_driver_that_does_not_answer_is_not_running(world):
+    world.redis.strings.clear()  # no registration
+    with pytest.raises(collector.AppNotRunningError, match="not registered a REST URL"):
         collector.collect_snapshots(world.cfg, "wc")
 
 
@@ -317,6 +348,36 @@ def test_redis_is_read_in_two_round_trips_on_the_given_client(world, monkeypatch
     assert len(opened) == 1 and world.redis.closed == 1
 
 
+def test_a_ride_reads_for_the_observed_queries_in_the_collects_last_round_trip(world):
+    world.redis.hashes["extra"] = {"a": "1"}
+    asked: list[list[str]] = []
+
+    def ride(pipe: Any, queries: Any) -> Any:
+        asked.append(list(queries))
+        pipe.hgetall("extra")
+        return lambda replies, taken_at: (list(replies), taken_at)
+
+    snaps, ridden = collector.collect_riding(world.cfg, "wc", ride, options=collector.CollectOptions(window_s=30),
+                                             client=world.redis)  # type: ignore[arg-type]
+    assert asked == [["counts", "other"]] and ridden == ([{"a": "1"}], snaps[0].taken_at)
+    assert world.redis.round_trips == 2  # the registration and the list; the histories and the ride
+
+
+def test_error_replies_read_as_an_unregistered_driver_or_no_query_and_raise_for_a_history(world):
+    opts = collector.CollectOptions(window_s=30)
+    world.redis.wrong_type = {driver_key(PREFIX, "wc")}
+    with pytest.raises(collector.AppNotRunningError, match="registration in Redis is unreadable"):
+        collector.collect_snapshots(world.cfg, "wc", options=opts)
+    world.redis.wrong_type = {queries_key(PREFIX, "wc")}
+    with capture_logs() as events, pytest.raises(collector.NoQueriesYet):
+        collector.collect_snapshots(world.cfg, "wc", options=opts)
+    assert [e["key"] for e in events if e["event"] == "store.bad_record"] == [queries_key(PREFIX, "wc")]
+    world.redis.wrong_type = set()
+    world.redis.xrange = lambda key, min, max: (_ for _ in ()).throw(redis.ResponseError("WRONGTYPE"))
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        collector.collect_snapshots(world.cfg, "wc", options=opts)
+
+
 def test_n_apps_cycles_read_the_master_once(world, monkeypatch):
     from sparkscale.monitors import cluster_view
 
@@ -332,8 +393,9 @@ def test_n_apps_cycles_read_the_master_once(world, monkeypatch):
     names = [f"wc{i}" for i in range(5)]
     cfg = Config(apps=[AppConfig(name=n) for n in names], loop={"cluster_view_max_age_s": 60})
     rests = {n: FakeRest(f"http://127.0.0.{i + 1}:4040/api/v1") for i, n in enumerate(names)}
-    monkeypatch.setattr(collector, "driver_rest", lambda cfg, app, client=None: rests[app.name])
+    monkeypatch.setattr(collector, "driver_rest_at", registered(lambda app: rests[app.name]))
     for n in names:
+        world.redis.strings[driver_key(PREFIX, n)] = "registered"
         world.redis.hashes[queries_key(PREFIX, n)] = {"counts": info("counts", qid="qid-1")}
         world.redis.streams[progress_history_key(PREFIX, n, "counts")] = world.redis.streams[
             progress_history_key(PREFIX, "wc", "counts")]

@@ -1,14 +1,23 @@
-"""What one cycle asks Redis and ZooKeeper (issue 33: after the collect, the p99 was the stores'
-round trips on a saturated machine): the loop over the daemon's own store adapters
-(daemon/wiring.py, store/), with counting fakes of both services and the other collaborators of
-tests/unit/test_autoscaler.py. An ordinary cycle of a leader with nothing to do reads the partition
-counts and the blocklist in one pipeline and writes its decision in another; the journal and the
-request list come from memory while their watches hold, and never staler than ZooKeeper says."""
+"""What one cycle asks Redis and ZooKeeper, and what it waits on (issue 33: on a saturated machine
+each Redis round trip had a p99 of 0.1-0.16 s, and the cycle's p99 was their sum): the loop over
+the daemon's own collector (monitors/collector.py, with test_collector.py's handmade driver) and
+store adapters (daemon/wiring.py, store/), with counting fakes of both services and the other
+collaborators of tests/unit/test_autoscaler.py.
+
+An ordinary cycle of a leader with nothing to do waits on one Redis round trip when it takes the
+driver round the stage prefetcher kept for it (the driver's registration, the query list, the
+executor target, each query's progress, partitions, the shape and the blocklist), two when it reads
+its own round (the registration and the list before it, the rest after), and on no ZooKeeper call:
+the journal and the request list come from memory while their watches hold, never staler than
+ZooKeeper says. Its decision is written off the cycle, by the daemon's writer thread; a decision
+with actions is written in the cycle, in turn, before its actions start."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import pytest
@@ -17,14 +26,22 @@ from kazoo.client import KazooState
 
 from sparkscale.actuators.migration import JournalStore
 from sparkscale.config import ActionLogConfig, Config
+from sparkscale.control.act import InFlight, TakenIn
 from sparkscale.control.autoscaler import Autoscaler
 from sparkscale.control.events import CycleEnded, Decided
+from sparkscale.control.judge import PendingOutcome
 from sparkscale.daemon import manual
+from sparkscale.daemon.decision_writer import OrderedActionLog
 from sparkscale.daemon.wiring import ActuationContexts, RequestDesk, loop_stores
 from sparkscale.model.journal import Journal
 from sparkscale.model.manual_request import ManualResult
+from sparkscale.monitors import collect_reads, collector, driver_round
+from sparkscale.monitors.driver_round import DriverRound
+from sparkscale.monitors.host import HostFigures
+from sparkscale.monitors.stage_prefetch import TakenRound
 from sparkscale.policies.outcomes import BlockedAction
-from sparkscale.protocol.keys import partitions_key, progress_key
+from sparkscale.protocol.keys import actions_key, driver_key, partitions_key, progress_key, shape_key
+from sparkscale.protocol.queries import queries_key
 from sparkscale.protocol.znodes import journal_path, requests_path, results_path
 from sparkscale.store import zk_watch
 from sparkscale.store.action_records import BlocklistEntry
@@ -34,22 +51,26 @@ from sparkscale.store.zk_requests import ZkRequests
 from tests.unit.fakezk import FakeZk
 from tests.unit.test_autoscaler import (
     APP,
+    EXPECTED,
     NO_CHANGE,
     SCALE_UP,
     TAKEN_AT,
     FakeClock,
     FakeCluster,
-    FakeCollector,
     FakeExecutor,
     FakeJudge,
     FakeLock,
     FakePlanner,
     RecordingSink,
 )
+from tests.unit.test_collector import FakeRest, info, registered
 from tests.unit.test_store import MiniRedis
 
 PREFIX = "sparkscale:"
 ROOT = "/sparkscale"
+WAIT_S = 10.0  # a bound on waits for the writer thread, never reached when the test passes
+WRITER = "sparkscale-decision-writer"  # the writer thread's name
+OPEN: list[tuple[CountingRedis, OrderedActionLog]] = []  # the test's writers (and their gates), stopped at its end
 
 
 class KeyRedis(MiniRedis):
@@ -70,14 +91,21 @@ class KeyRedis(MiniRedis):
         return self.hashes.get(key, {}).get(name)
 
 
+Trip = str | tuple[str, ...]
+
+
 class CountingRedis:
     """A client whose every command is a round trip, and every pipeline's `execute` one: `trips`
-    lists them as the command's name, or the pipeline's commands in a tuple."""
+    lists them as the command's name, or the pipeline's commands in a tuple, each with the thread
+    that made it. `held`, when set, holds the writer thread's writes until it is set (`holding`
+    tells one waits)."""
 
     def __init__(self, client: KeyRedis) -> None:
         self.client = client
-        self.trips: list[str | tuple[str, ...]] = []
+        self.trips: list[tuple[int, Trip]] = []
         self.refuse: Callable[[tuple[str, ...]], bool] = lambda _commands: False
+        self.held: threading.Event | None = None
+        self.holding = threading.Event()
 
     def pipeline(self, transaction: bool = True) -> CountingPipeline:
         return CountingPipeline(self)
@@ -86,7 +114,7 @@ class CountingRedis:
         method = getattr(self.client, name)
 
         def command(*args: Any, **kwargs: Any) -> Any:
-            self.trips.append(name)
+            self.trips.append((threading.get_ident(), name))
             return method(*args, **kwargs)
 
         return command
@@ -106,10 +134,63 @@ class CountingPipeline:
 
     def execute(self, raise_on_error: bool = True) -> list[Any]:
         commands = tuple(name for name, _args, _kwargs in self.queued)
-        self.counting.trips.append(commands)
+        held = self.counting.held
+        if held is not None and threading.current_thread().name == WRITER:
+            self.counting.holding.set()
+            assert held.wait(WAIT_S)
+        self.counting.trips.append((threading.get_ident(), commands))
         if self.counting.refuse(commands):
             raise redis.ConnectionError("Redis went away")
-        return [getattr(self.counting.client, name)(*args, **kwargs) for name, args, kwargs in self.queued]
+        replies = []
+        for name, args, kwargs in self.queued:
+            try:
+                replies.append(getattr(self.counting.client, name)(*args, **kwargs))
+            except redis.ResponseError as exc:
+                if raise_on_error:
+                    raise
+                replies.append(exc)
+        return replies
+
+
+@dataclass
+class KeptRounds:
+    """The stage prefetcher as the collector sees it: while `keep`, a round kept for each cycle
+    whose driver is `rest`'s, taken at TAKEN_AT (the cycle's window ends there)."""
+
+    rest: FakeRest
+    keep: bool = True
+    taken: list[str | None] = field(default_factory=list)  # each cycle's: "kept", or why none
+
+    def take_round(self, app_name: str, base_url: str, interval_s: float) -> TakenRound:
+        if not self.keep or base_url != self.rest.base_url:
+            self.taken.append("none" if not self.keep else "other_driver")
+            return TakenRound(None, None, 0.0, "none" if not self.keep else "other_driver")
+        self.taken.append("kept")
+        answers = (self.rest.application(APP), self.rest.executors("app-id"), self.rest.jobs("app-id"))
+        return TakenRound(DriverRound(answers[0], TAKEN_AT, answers[1], answers[2], 0), 1.0, 0.0, None)
+
+    def register(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+@pytest.fixture(autouse=True)
+def prefetcher(monkeypatch: pytest.MonkeyPatch) -> Iterator[KeptRounds]:
+    """The app's driver (test_collector.py's handmade REST answers) and the rounds kept for it; the
+    host and the cluster view are the test's. The writers started are stopped at the end."""
+    rest = FakeRest()
+    kept = KeptRounds(rest)
+    monkeypatch.setattr(collector, "driver_rest_at", registered(lambda app: kept.rest))
+    monkeypatch.setattr(collector, "PREFETCH", kept)
+    monkeypatch.setattr(collector, "LAST_OBSERVED", collect_reads.LastObserved())
+    monkeypatch.setattr(driver_round, "APP_IDS", driver_round.AppIds())
+    monkeypatch.setattr(collector, "sample_host", lambda sample_s: HostFigures(0.5, 0.25, 2, sample_s, "head"))
+    monkeypatch.setattr(collector, "cluster_extension", lambda cfg, app_id: None)
+    yield kept
+    while OPEN:
+        counting, action_log = OPEN.pop()
+        if counting.held is not None:
+            counting.held.set()
+        action_log.close(WAIT_S)
 
 
 @dataclass
@@ -121,16 +202,46 @@ class World:
     executor: FakeExecutor
     sink: RecordingSink
     woken: list[str]
+    action_log: OrderedActionLog
 
     def ended(self) -> list[CycleEnded]:
         return [e for e in self.sink.events if isinstance(e, CycleEnded)]
 
-    def cycle(self) -> tuple[list[str | tuple[str, ...]], list[tuple[str, str]]]:
-        """One cycle: the Redis round trips and the ZooKeeper calls it made."""
+    def decided(self) -> list[Decided]:
+        return [e for e in self.sink.events if isinstance(e, Decided)]
+
+    def cycle(self, flush: bool = True) -> tuple[list[Trip], list[tuple[str, str]]]:
+        """One cycle: the Redis round trips it waited on (made on its thread) and the ZooKeeper calls
+        it made; with `flush`, once the writer has written what the cycle handed it."""
         trips, ops = len(self.redis.trips), len(self.zk.ops)
         result = self.autoscaler.cycle(APP)
-        assert result in ("ok", "unreachable"), result
-        return self.redis.trips[trips:], self.zk.ops[ops:]
+        assert result in ("ok", "absent", "unreachable"), result
+        if flush:
+            assert self.action_log.flush(WAIT_S)
+        me = threading.get_ident()
+        return [trip for thread, trip in self.redis.trips[trips:] if thread == me], self.zk.ops[ops:]
+
+    def written(self) -> list[Trip]:
+        """The round trips the writer thread made."""
+        me = threading.get_ident()
+        return [trip for thread, trip in self.redis.trips if thread != me]
+
+    def cycle_aside(self) -> tuple[threading.Thread, list[Trip]]:
+        """A cycle run on a thread of its own, started; the round trips it makes, as it makes them."""
+        trips: list[Trip] = []
+
+        def run() -> None:
+            me, before = threading.get_ident(), len(self.redis.trips)
+            self.autoscaler.cycle(APP)
+            trips.extend(trip for thread, trip in self.redis.trips[before:] if thread == me)
+
+        thread = threading.Thread(target=run, name="cycle")
+        thread.start()
+        return thread, trips
+
+    def logged(self) -> list[tuple[str, str]]:
+        """The action log's entries: (kind, mode or decision)."""
+        return [(fields["kind"], fields["json"]) for _id, fields in self.redis.client.xrange(actions_key(PREFIX))]
 
     def other(self) -> FakeZk:
         """Another process's client of the same ZooKeeper (its writes fire this one's watches)."""
@@ -138,19 +249,27 @@ class World:
 
 
 def world(*plans: Any) -> World:
+    """A leader of APP with one query `q`, registered; decisions that start nothing are written by
+    the writer thread."""
     cfg = Config.model_validate({"apps": [{"name": APP, "pipeline": "wordcount"}]})
     zk, counting = FakeZk(), CountingRedis(KeyRedis())
+    counting.client.strings[driver_key(PREFIX, APP)] = "registered"
+    counting.client.hashes[queries_key(PREFIX, APP)] = {"q": info("q")}
     client: Any = counting
     store = live_store(client, PREFIX, zk, ROOT, ActionLogConfig())  # type: ignore[arg-type]
+    action_log = OrderedActionLog(store.actions)
+    action_log.start()
+    OPEN.append((counting, action_log))
     contexts = ActuationContexts(zk, client, "me", None, ())
     planner, executor, sink, woken = FakePlanner(list(plans) or [NO_CHANGE]), FakeExecutor(), RecordingSink(), []
     autoscaler = Autoscaler(
-        cfg, "me", collector=FakeCollector(), planner=planner, cluster=FakeCluster(), judge=FakeJudge(),
-        executor=executor, requests=RequestDesk(store.requests, store.journals, store.actions, contexts, "me"),
-        stores=loop_stores(store, "me", zk, client, PREFIX), elections={APP: FakeLock()}, clock=FakeClock(),
-        sink=sink, wake=woken.append)
+        cfg, "me", collector=partial(collector.collect_riding, client=client), planner=planner, cluster=FakeCluster(),
+        judge=FakeJudge(), executor=executor,
+        requests=RequestDesk(store.requests, store.journals, action_log, contexts, "me"),
+        stores=loop_stores(store, "me", zk, client, PREFIX, action_log), elections={APP: FakeLock()},
+        clock=FakeClock(), sink=sink, wake=woken.append)
     autoscaler.add_app(APP)
-    return World(autoscaler, counting, zk, planner, executor, sink, woken)
+    return World(autoscaler, counting, zk, planner, executor, sink, woken, action_log)
 
 
 def journal(status: str = "running") -> Journal:
@@ -158,21 +277,72 @@ def journal(status: str = "running") -> Journal:
                    requested_at=100.0, by="t", epoch=3, status=status)
 
 
-PARTITIONS_AND_BLOCKLIST = ("get", "hget", "hgetall")
+LISTING = ("get", "hgetall")  # the driver's registration, the query list
+HISTORIES = ("get", "xrange")  # the executor target, the query's progress
+RIDE = ("get", "hget", "hgetall", "hgetall")  # the query's partitions (two reads), the shape, the blocklist
+EVERYTHING = LISTING + HISTORIES + RIDE
 DECISION = ("xadd", "xtrim")
 
 
 # -- an ordinary cycle ------------------------------------------------------------------------------
 
 
-def test_an_ordinary_cycle_makes_three_redis_round_trips_and_no_zookeeper_call():
+def test_an_ordinary_cycle_waits_on_one_redis_round_trip_and_no_zookeeper_call():
     w = world()
-    w.cycle()  # elected: the action log recalled, the watches set
-    for _ in range(3):
+    trips, _ops = w.cycle()  # elected: the shape, the action log recalled, the watches set; no round kept yet
+    assert trips[-2:] == [LISTING, HISTORIES + RIDE]  # the registration and list before the driver's round
+    for n in range(3):
         trips, ops = w.cycle()
-        # The executor shape (before the collect), the partitions with the blocklist, the decision.
-        assert trips == ["hgetall", PARTITIONS_AND_BLOCKLIST, DECISION]
+        assert trips == [EVERYTHING]  # with the round kept for it, in one
         assert ops == []  # the journal and the request list are kept while their watches hold
+        assert w.written()[-1] == DECISION and len(w.written()) == n + 2  # each decision, off the cycle
+    assert [e.decision_id for e in w.decided()] == [entry for entry, _f in w.redis.client.xrange(actions_key(PREFIX))]
+
+
+def test_a_new_leader_and_an_absent_app_read_the_shape_on_their_own(prefetcher: KeptRounds):
+    w = world()
+    trips, _ops = w.cycle()
+    assert trips[:2] == ["hgetall", "xrange"]  # the take-over: the shape, the action log recalled; then the collect
+    del w.redis.client.strings[driver_key(PREFIX, APP)]  # the driver is gone, and no round kept for it
+    prefetcher.keep = False
+    trips, _ops = w.cycle()
+    assert w.ended()[-1].result == "absent" and trips == [LISTING, "hgetall"]  # its requests are served shaped
+
+
+def test_a_cycle_without_a_kept_round_waits_on_two(prefetcher: KeptRounds):
+    w = world()
+    w.cycle()
+    prefetcher.keep = False
+    trips, _ops = w.cycle()
+    assert trips == [LISTING, HISTORIES + RIDE] and prefetcher.taken[-1] == "none"
+
+
+def test_a_query_listed_since_the_last_cycle_is_observed_in_the_cycle_that_lists_it():
+    w = world()
+    w.cycle()
+    w.cycle()
+    w.redis.client.hashes[queries_key(PREFIX, APP)]["r"] = info("r")
+    trips, _ops = w.cycle()
+    # Read ahead for `q` alone, then again for both: a second round trip, in this cycle only.
+    assert trips == [EVERYTHING, ("get", "xrange", "xrange", "get", "hget", "get", "hget", "hgetall", "hgetall")]
+    assert [s.query for s in w.planner.snapshots[-1]] == ["q", "r"] and set(w.decided()[-1].decision.partitions) == {
+        "q", "r"}
+    trips, _ops = w.cycle()
+    assert len(trips) == 1 and len(trips[0]) == len(EVERYTHING) + 3  # r's progress and partitions read ahead too
+    w.redis.client.hashes[queries_key(PREFIX, APP)]["r"] = info("r", "terminated")
+    trips, _ops = w.cycle()
+    assert trips[1] == HISTORIES + RIDE and [s.query for s in w.planner.snapshots[-1]] == ["q"]
+    assert set(w.decided()[-1].decision.partitions) == {"q"}
+
+
+def test_a_driver_that_moved_is_read_at_its_new_url_and_its_old_round_dropped(prefetcher: KeptRounds):
+    w = world()
+    w.cycle()
+    moved = FakeRest("http://127.0.0.9:4040/api/v1")
+    prefetcher.rest = moved  # the registration now names it (the round kept was the old driver's)
+    trips, _ops = w.cycle()
+    assert trips == [LISTING, HISTORIES + RIDE] and prefetcher.taken[-1] == "other_driver"
+    assert sorted(moved.calls) == ["application", "executors", "jobs"]  # its own round
 
 
 def test_the_partitions_come_from_the_last_migration_else_the_progress_else_the_config():
@@ -189,35 +359,110 @@ def test_the_partitions_come_from_the_last_migration_else_the_progress_else_the_
     assert w.planner.seen[-1].partitions == {"q": 8}
     client.strings[partitions_key(PREFIX, APP, "q")] = "eight"  # unreadable: as if never migrated
     trips, _ops = w.cycle()
-    assert w.planner.seen[-1].partitions == {"q": 6} and trips[1] == PARTITIONS_AND_BLOCKLIST
+    assert w.planner.seen[-1].partitions == {"q": 6} and trips == [EVERYTHING]
+
+
+def test_the_executor_shape_is_read_in_the_collect_and_a_bad_one_is_no_shape():
+    w = world()
+    w.cycle()
+    w.redis.client.hashes[shape_key(PREFIX, APP)] = {"executor_cores": "3", "executor_memory_mb": "2048",
+                                                    "migration": "mig-1"}
+    trips, _ops = w.cycle()
+    assert trips == [EVERYTHING] and w.planner.apps[-1].executor_cores == 3
+    w.redis.client.hashes[shape_key(PREFIX, APP)] = {"executor_cores": "-1", "executor_memory_mb": "x"}
+    configured = w.autoscaler.cfg.app(APP).executor_cores
+    assert w.cycle()[0] == [EVERYTHING] and w.planner.apps[-1].executor_cores == configured
 
 
 def test_a_blocklist_entry_another_daemon_writes_is_seen_by_the_next_cycle():
     w = world()
     w.cycle()
+    w.cycle()
+    assert w.planner.seen[-1].blocklist.entries == () and w.ended()[-1].blocked == 0
     blocked = BlockedAction(APP, "under_provisioned", "scale_executors", TAKEN_AT + 600, "ds2")
     live_store(w.redis.client, PREFIX, w.other(), ROOT).blocklist.block(  # type: ignore[arg-type]
         BlocklistEntry(blocked, TAKEN_AT, "1-0", "unmet"))
-    w.cycle()
+    trips, _ops = w.cycle()
+    assert trips == [EVERYTHING]  # read anew in the cycle's one round trip: never kept
     assert w.planner.seen[-1].blocklist.entries == (blocked,) and w.ended()[-1].blocked == 1
+
+
+def test_what_the_leader_settles_before_it_plans_is_read_again_in_that_cycle():
+    w = world(SCALE_UP, NO_CHANGE)
+    w.cycle()  # acted: its action under way
+    flight = w.autoscaler.states[APP].in_flight
+    assert flight is not None and w.cycle()[0] == [EVERYTHING]  # still under way: nothing settled
+
+    def ended(flight: InFlight | None, app: str) -> TakenIn:
+        # The migration it carried out wrote the query's partitions after the collect read them.
+        w.redis.client.strings[partitions_key(PREFIX, APP, "q")] = "8"
+        assert flight is not None
+        return TakenIn(flight, None, "", TAKEN_AT)
+
+    w.executor.take_in = ended  # type: ignore[method-assign]
+    trips, _ops = w.cycle()
+    assert trips == [EVERYTHING, RIDE] and w.planner.seen[-1].partitions == {"q": 8}
+    w.executor.take_in = FakeExecutor().take_in  # type: ignore[method-assign]
+    # An outcome judged unmet blocks its action (daemon/evaluator.py): the plan of that cycle sees it.
+    blocklist = live_store(w.redis.client, PREFIX, w.zk, ROOT).blocklist  # type: ignore[arg-type]
+    w.autoscaler.judge = BlockingJudge(blocklist)
+    w.autoscaler.states[APP].pending.append(
+        PendingOutcome("1-0", EXPECTED, SCALE_UP.changes[0], TAKEN_AT, "dhalion", "q"))
+    trips, _ops = w.cycle()
+    assert trips == [EVERYTHING, RIDE] and [e.action_type for e in w.planner.seen[-1].blocklist.entries] == [
+        "scale_executors"]
+    assert w.cycle()[0] == [EVERYTHING]  # nothing due: the collect's reads stand
+
+
+@dataclass
+class BlockingJudge:
+    """Judges every outcome due unmet and blocks its action, as Dhalion's are (daemon/evaluator.py)."""
+
+    blocklist: Any
+
+    def judge_due(self, app: Any, pending: list[PendingOutcome], snapshot: Any, cfg: Any, now: float | None = None,
+                  task_overhead: bool = True) -> list[Any]:
+        for item in list(pending):
+            self.blocklist.block(BlocklistEntry(BlockedAction(
+                app.name, item.expected.diagnosis, item.action.type, TAKEN_AT + 600, item.policy), TAKEN_AT,
+                item.decision_id, "unmet"))
+            pending.remove(item)
+        return []
 
 
 # -- the decision write -----------------------------------------------------------------------------
 
 
-def test_a_decision_with_actions_is_written_in_one_round_trip_before_its_actions_start():
-    w = world(SCALE_UP, NO_CHANGE)
-    w.cycle()
-    [written] = [t for t in w.redis.trips if isinstance(t, tuple) and "xadd" in t]
-    assert written == ("xadd", "xadd", "xtrim")  # its snapshot, the decision, the trim
-    [decided] = [e for e in w.sink.events if isinstance(e, Decided)]
-    assert decided.decision_id is not None and w.executor.started == [(decided.decision_id, SCALE_UP.changes)]
-
-
-def test_a_decision_without_actions_is_written_in_one_round_trip():
+def test_a_decision_without_actions_is_not_waited_for_and_its_line_comes_with_its_id():
     w = world()
-    trips, _ops = w.cycle()
-    assert trips[-2:] == [PARTITIONS_AND_BLOCKLIST, DECISION]  # the history's reads, then the decision
+    w.cycle()
+    w.redis.held = threading.Event()
+    trips, _ops = w.cycle(flush=False)
+    assert w.redis.holding.wait(WAIT_S)  # the writer is held in its write: the cycle ended without it
+    assert trips == [EVERYTHING] and w.ended()[-1].result == "ok" and len(w.decided()) == 1
+    w.redis.held.set()
+    assert w.action_log.flush(WAIT_S)
+    decided = w.decided()[-1]
+    [(last_id, _fields)] = w.redis.client.xrange(actions_key(PREFIX))[-1:]
+    assert decided.decision_id == last_id and decided.decision.mode == "no_change"
+
+
+def test_a_decision_with_actions_is_written_in_the_cycle_after_those_before_it_and_before_its_actions():
+    w = world(NO_CHANGE, NO_CHANGE, SCALE_UP, NO_CHANGE)
+    w.cycle()
+    w.redis.held = threading.Event()
+    w.cycle(flush=False)  # its no_change decision held in the writer's write
+    assert w.redis.holding.wait(WAIT_S)
+    acting, trips = w.cycle_aside()
+    acting.join(0.2)
+    assert acting.is_alive() and w.executor.started == []  # it waits for the decision before its own
+    w.redis.held.set()
+    acting.join(WAIT_S)
+    assert trips[-1] == ("xadd", "xadd", "xtrim")  # its snapshot, the decision, the trim: in the cycle
+    modes = [m for kind, m in w.logged() if kind == "decision"]
+    assert ['"mode": "no_change"' in m for m in modes] == [True, True, False]  # in the order they were made
+    [acted] = [e for e in w.decided() if e.decision.mode == "acted"]
+    assert w.executor.started == [(acted.decision_id, SCALE_UP.changes)]
 
 
 def test_a_refused_decision_write_ends_the_cycle_with_nothing_done():
@@ -230,6 +475,17 @@ def test_a_refused_decision_write_ends_the_cycle_with_nothing_done():
     assert w.executor.started == [] and w.autoscaler.states[APP].in_flight is None
     [ended] = w.sink.events  # no decision logged, no action started
     assert isinstance(ended, CycleEnded) and ended.result == "unreachable" and "Redis went away" in str(ended.error)
+
+
+def test_a_refused_write_of_a_decision_without_actions_fails_no_cycle():
+    w = world()
+    w.cycle()
+    w.redis.refuse = lambda commands: "xadd" in commands
+    w.cycle()
+    assert w.ended()[-1].result == "ok" and w.decided()[-1].decision_id is None  # its line, with no id
+    w.redis.refuse = lambda _commands: False
+    w.cycle()
+    assert w.decided()[-1].decision_id is not None  # the next decision is written
 
 
 # -- the journal's watch ----------------------------------------------------------------------------

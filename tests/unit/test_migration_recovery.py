@@ -501,7 +501,7 @@ def test_a_daemon_cycle_without_a_live_query_sets_the_metric_and_serves_the_oper
     daemon.elections["a"] = SimpleNamespace(try_acquire=lambda: True, epoch=3, is_leader=True)
     daemon.autoscaler.states["a"] = AppState(elected_epoch=3)
     monkeypatch.setattr(RedisShapes, "stored_shape", lambda self, app: None)
-    daemon.autoscaler.collector = lambda cfg, app: (_ for _ in ()).throw(NoQueriesYet("a"))
+    daemon.autoscaler.collector = lambda cfg, app, ride: (_ for _ in ()).throw(NoQueriesYet("a"))
     monkeypatch.setattr(app_status, "publish", lambda *args, **kwargs: None)
     assert daemon.autoscaler.cycle("a") == "no_queries"
     assert 'sparkscale_migrations_needing_attention{app="a"} 1.0' in daemon.metrics.render().decode()

@@ -39,6 +39,7 @@ from sparkscale.store.redis_shapes import parse_shape
 from sparkscale.store.zk_requests import parse_request
 from tests.unit.fakezk import FakeZk
 from tests.unit.test_autoscaler import APP, NO_CHANGE, RecordingSink, loop
+from tests.unit.test_explain import QueuedPipeline
 from tests.unit.test_store import PREFIX, ROOT, MiniRedis
 
 PROPERTY = settings(max_examples=60, deadline=None, database=None, derandomize=True,
@@ -115,14 +116,21 @@ def test_parsing_an_agent_record_never_raises(data: bytes) -> None:
 
 
 class _Registered:
-    """A Redis whose only key is the app's driver record."""
+    """A Redis whose only key is the app's driver record (read alone, or in a pipeline: the collector's)."""
 
     def __init__(self, app: str, ui_url: str) -> None:
         self.value = json.dumps({"app": app, "ui_url": ui_url})
         self.app = app
+        self.round_trips = 0
 
     def get(self, key: str) -> str | None:
         return self.value if key == driver_key(PREFIX, self.app) else None
+
+    def hgetall(self, key: str) -> dict[str, str]:
+        return {}
+
+    def pipeline(self, transaction: bool = True) -> QueuedPipeline:
+        return QueuedPipeline(self)
 
     def close(self) -> None:
         pass

@@ -80,10 +80,12 @@ def with_stored_shape(app: AppConfig, client: redis.Redis, prefix: str) -> AppCo
 
 def with_shape(app: AppConfig, shapes: ShapeStore) -> AppConfig:
     """`app` with the executor shape `shapes` keeps for it, if any."""
-    shape = shapes.stored_shape(app.name)
-    if shape is None:
-        return app
-    return app.model_copy(update=asdict(shape))
+    return shaped(app, shapes.stored_shape(app.name))
+
+
+def shaped(app: AppConfig, shape: ExecutorShape | None) -> AppConfig:
+    """`app` with `shape` (a stored one, read by the caller), if any."""
+    return app if shape is None else app.model_copy(update=asdict(shape))
 
 
 def current_shape(app: AppConfig) -> ExecutorShape:

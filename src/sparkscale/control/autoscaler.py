@@ -7,18 +7,22 @@ A cycle for one app:
 1. leadership: try the app's lock; a new leader reloads the app's recent decisions from the
    action log, finishes a migration a dead leader left running, and watches for the operator's
    requests (agents take commands only from the lock's live holder);
-2. collect: one snapshot per query; an app not running, or with no query yet, is reported, not
-   scaled; an unreachable service: back-off and nothing done;
+2. collect: one snapshot per query, with the stores' reads of the app (shape, partitions,
+   blocklist) in its last Redis round trip; an app not running, or with no query yet, is
+   reported, not scaled; an unreachable service: back-off and nothing done;
 3. decide: the leader takes in the background action that ended, serves the operator's requests
-   and judges the executed decisions that are due (blocking what their policy says); then the
-   planner decides over all the app's queries with the app's typed decision history (past
-   decisions, blocklist, last action, migration journal, partitions, the cluster's claims);
+   and judges the executed decisions that are due (blocking what their policy says), and if it
+   settled any, reads the stores again; then the planner decides over all the app's queries with
+   the app's typed decision history (past decisions, blocklist, last action, migration journal,
+   partitions, the cluster's claims);
 4. act (leader, mode act: neither `loop.dry_run` nor `apps[].mode` advise or observe): the
-   decision is written to the action log first, then its actions
-   run in the background, so a slow actuation never blocks the cycle: the next cycles see it in
-   progress (a guard holds any other change), and the cycle after it ends takes in its results;
-5. record: the decision (`cycle` in the log), and at the end of every cycle its summary (the
-   metrics, the app's status for `sparkscale status`, why a cycle that did not decide did not).
+   decision is written to the action log first, then its actions run in the background, so a
+   slow actuation never blocks the cycle: the next cycles see it in progress (a guard holds any
+   other change), and the cycle after it ends takes in its results; a decision that starts
+   nothing (no change, or advice) is written off the cycle, in turn (`DecisionLog.write_later`);
+5. record: the decision (`cycle` in the log; one written off the cycle once it has its id), and
+   at the end of every cycle its summary (the metrics, the app's status for `sparkscale status`,
+   why a cycle that did not decide did not).
 
 Standbys run 1, 2, 3 (their planning part) and 5, but never write commands or the action log.
 """
@@ -77,7 +81,6 @@ class _Run:
     cpu_started: float
     role: Role | None = None
     epoch: int | None = None  # the leader's
-    shaped_at: float | None = None  # the app's executor shape read
     led_at: float | None = None  # leadership tried
     collected_at: float | None = None
     # After the collect: when each step ended (requests, history, plan, write), for the cycle line.
@@ -197,53 +200,51 @@ class Autoscaler:
         st.skip_until = self.clock.monotonic() + run.retry_in_s
 
     def _cycle(self, app: AppConfig, st: AppState, run: _Run) -> CycleResult:
-        # The executor shape a migration gave the app is what its executors have (and DS2 counts with).
-        app = self.stores.apps.with_shape(app)
-        run.shaped_at = self.clock.monotonic()
         leadership = self.elections[app.name]
         leader = self._lead(app, st, leadership)
         run.led_at = self.clock.monotonic()
         run.role, run.epoch = ("leader", leadership.epoch) if leader else ("standby", None)
         try:
-            snapshots, merged = self._collect(app, run)
+            snapshots, merged, reads = self._collect(app, run)
         except (AppNotRunningError, NoQueriesYet) as exc:
-            return self._report_absent(app, st, leadership, run, exc)
+            return self._report_absent(self.stores.apps.with_shape(app), st, leadership, run, exc)
         st.failures = 0
+        settled = leader and self._settle(reads.app, st, leadership, merged)
+        run.marks.append(("requests", self.clock.monotonic()))
+        if settled:  # what the leader settled may have changed what the stores hold: read it again
+            reads = self.stores.apps.read(app, [s.query for s in snapshots], merged.taken_at)
+        app = reads.app  # with the executor shape a migration gave it: what its executors have (and DS2 counts with)
         if app_mode(app, self.cfg.loop.dry_run) == AppMode.OBSERVE:
-            decision = self._observe(app, st, leadership, snapshots, merged, run)
+            decision = self._observe(app, leadership, snapshots, merged, reads, run)
         else:
-            decision = self._decide(app, st, leadership, snapshots, merged, run)
-        decision_id = self._act(app, st, leadership, decision) if leader and decision.mode != "observe" else None
+            decision = self._decide(app, st, leadership, snapshots, merged, reads, run)
+        decision_id = self._act(app, st, leadership, decision) if leader and decision.mode == "acted" else None
         run.marks.append(("write", self.clock.monotonic()))
-        self._record(st, decision, decision_id, run)
+        self._record(st, decision, decision_id, run, later=leader and decision.mode in ("no_change", "dry_run"))
         return "ok"
 
     # -- the steps --------------------------------------------------------------------------------
 
     def _lead(self, app: AppConfig, st: AppState, leadership: Leadership) -> bool:
         leader = leadership.try_acquire()
-        if leader and st.elected_epoch != leadership.epoch:
-            self._take_over(app, st, leadership)
+        if leader and st.elected_epoch != leadership.epoch:  # before the collect: the shape read on its own
+            self._take_over(self.stores.apps.with_shape(app), st, leadership)
         return leader
 
-    def _collect(self, app: AppConfig, run: _Run) -> tuple[list[Snapshot], Snapshot]:
-        """The app's query snapshots, and the app's own: every query's operators, the executors once."""
-        snapshots = self.collector(self.cfg, app.name)
+    def _collect(self, app: AppConfig, run: _Run) -> tuple[list[Snapshot], Snapshot, AppReads]:
+        """The app's query snapshots, and the app's own (every query's operators, the executors
+        once); with what the stores read of the app in the collect's last round trip."""
+        snapshots, reads = self.collector(self.cfg, app.name, self.stores.apps.ride(app))
         run.collected_at = self.clock.monotonic()
         merged = merge_snapshots(snapshots)
         run.executors, run.parallelism = len(merged.executors), {op.id: op.parallelism for op in merged.operators}
-        return snapshots, merged
+        return snapshots, merged, reads
 
     def _decide(self, app: AppConfig, st: AppState, leadership: Leadership, snapshots: list[Snapshot],
-                snapshot: Snapshot, run: _Run) -> Decision:
+                snapshot: Snapshot, reads: AppReads, run: _Run) -> Decision:
         """Policy -> guards -> blocklist -> Spark mapping (policies/planner.py) over the app's
-        history as the stores have it now; the leader first settles what it owes."""
-        if run.leader:
-            self._serve_requests(app, st, leadership, snapshot)
-            self._judge_due(app, st, snapshot)
-        run.marks.append(("requests", self.clock.monotonic()))
+        history as the stores have it now (`reads`)."""
         now = snapshot.taken_at
-        reads = self.stores.apps.read(app, [s.query for s in snapshots], now)
         history = self._history(app, st, leadership, snapshots, snapshot, reads, run)
         run.marks.append(("history", self.clock.monotonic()))
         cluster = self.cluster.plan(now) if run.leader else None
@@ -253,50 +254,45 @@ class Autoscaler:
         return Decision(app.name, run.role or "standby", leadership.epoch, tuple(snapshots), snapshot,
                         reads.partitions, plan, expectation_for(plan, snapshot, app), self._mode(app, plan, run.leader))
 
-    def _observe(self, app: AppConfig, st: AppState, leadership: Leadership, snapshots: list[Snapshot],
-                 snapshot: Snapshot, run: _Run) -> Decision:
-        """An app in observe mode: the leader settles what it owes as in `_decide`, but no plan is
-        made and nothing is written; the cycle line shows the snapshots with mode `observe`."""
-        if run.leader:
-            self._serve_requests(app, st, leadership, snapshot)
-            self._judge_due(app, st, snapshot)
-        run.marks.append(("requests", self.clock.monotonic()))
+    def _observe(self, app: AppConfig, leadership: Leadership, snapshots: list[Snapshot], snapshot: Snapshot,
+                 reads: AppReads, run: _Run) -> Decision:
+        """Observe mode: no plan, nothing written; the cycle line shows the snapshots (mode `observe`)."""
         self.cluster.observe(app, snapshot, None)  # its executors still count for the other apps' room
-        partitions = self.stores.apps.read(app, [s.query for s in snapshots], snapshot.taken_at).partitions
         plan = Plan(self.cfg.policy.name, app.name,
                     explanation=("mode observe (apps[].mode): snapshots only, no plan is made",))
-        return Decision(app.name, run.role or "standby", leadership.epoch, tuple(snapshots), snapshot, partitions,
-                        plan, None, "observe")
+        return Decision(app.name, run.role or "standby", leadership.epoch, tuple(snapshots), snapshot,
+                        reads.partitions, plan, None, "observe")
 
     def _act(self, app: AppConfig, st: AppState, leadership: Leadership, decision: Decision) -> str:
-        """Write the decision, then start its changes in the background. Written first: if Redis
-        refuses it, the RedisError ends the cycle with nothing done (no unrecorded action)."""
+        """Write the decision with actions in line (after every decision queued before it), then
+        start its changes in the background. Written first: if Redis refuses it, the RedisError
+        ends the cycle with nothing done (no unrecorded action)."""
         decision_id = self.stores.decisions.write(decision)
-        if decision.mode == "acted":
-            st.in_flight = self.executor.start(self.cfg, app, leadership, decision_id, decision,
-                                               on_done=lambda: self.wake(app.name))
-        elif decision.mode == "dry_run":
-            st.last_action_at = decision.decided_at  # dry runs keep the cooldown, to show what would be done
+        st.in_flight = self.executor.start(self.cfg, app, leadership, decision_id, decision,
+                                           on_done=lambda: self.wake(app.name))
         return decision_id
 
-    def _record(self, st: AppState, decision: Decision, decision_id: str | None, run: _Run) -> None:
-        """The decision's event (the `cycle` line), and what the cycle's summary shows of it."""
+    def _record(self, st: AppState, decision: Decision, decision_id: str | None, run: _Run, later: bool) -> None:
+        """The decision's event (the `cycle` line), and what the cycle's summary shows of it; one
+        written `later` is emitted once the log has its id, with the times up to the hand-over."""
         st.decided(decision.mode, decision.plan, decision.decided_at)
-        self.sink.emit(Decided(decision, decision_id, duration_s=self.clock.monotonic() - run.started,
-                               collect_s=(run.collected_at or run.started) - run.started,
-                               cpu_s=self.clock.thread_cpu() - run.cpu_started + helper_cpu_s(decision.snapshot),
-                               collect_parts_s=self._collect_parts_s(run, decision.snapshot),
-                               decide_parts_s=decide_parts_s(run.collected_at or run.started, run.marks)))
+        if decision.mode == "dry_run" and run.leader:
+            st.last_action_at = decision.decided_at  # dry runs keep the cooldown, to show what would be done
+        decided = Decided(decision, decision_id, duration_s=self.clock.monotonic() - run.started,
+                          collect_s=(run.collected_at or run.started) - run.started,
+                          cpu_s=self.clock.thread_cpu() - run.cpu_started + helper_cpu_s(decision.snapshot),
+                          collect_parts_s=collect_parts_s((run.led_at or run.started) - run.started, decision.snapshot),
+                          decide_parts_s=decide_parts_s(run.collected_at or run.started, run.marks))
+        emit = self.sink.emit
+        if later:
+            self.stores.decisions.write_later(decision, lambda written: emit(replace(decided, decision_id=written)))
+        else:
+            emit(decided)
         cluster = self.cluster.plan(decision.decided_at) if run.leader else None
         placement = [] if cluster is None else [f"placement {cluster.policy}: {w.message}" for w in cluster.warnings]
         run.decision, run.warnings = decision, short_warnings(decision.plan) + tuple(placement)
 
     # -- what the steps call ----------------------------------------------------------------------
-
-    @staticmethod
-    def _collect_parts_s(run: _Run, snapshot: Snapshot) -> dict[str, float]:
-        shaped, led = run.shaped_at or run.started, run.led_at or run.started
-        return collect_parts_s(shaped - run.started, led - shaped, snapshot)
 
     def _report_absent(self, app: AppConfig, st: AppState, leadership: Leadership, run: _Run,
                        exc: AppNotRunningError | NoQueriesYet) -> CycleResult:
@@ -329,25 +325,35 @@ class Autoscaler:
         self.sink.emit(LeaderElected(app.name, self.identity, leadership.epoch, recalled.decisions,
                                      len(st.pending), st.last_action_at))
 
+    def _settle(self, app: AppConfig, st: AppState, leadership: Leadership, snapshot: Snapshot) -> bool:
+        """What the leader owes before it plans: the action that ended, the requests, the outcomes due."""
+        served = self._serve_requests(app, st, leadership, snapshot)
+        due = len(st.pending)
+        self._judge_due(app, st, snapshot)
+        return served or len(st.pending) < due
+
     def _serve_requests(self, app: AppConfig, st: AppState, leadership: Leadership,
-                        snapshot: Snapshot | None) -> None:
-        """Take in the background action that ended, if any; then, with none under way, carry out
-        the operator's requests (without a snapshot only those on a journaled migration)."""
-        self._take_in(app, st)
+                        snapshot: Snapshot | None) -> bool:
+        """Take in the background action that ended, if any; then, with none under way, carry out the
+        operator's requests (without a snapshot only those on a journaled migration). Whether any."""
+        took_in = self._take_in(app, st)
         if st.in_flight is not None:
-            return
-        for result in self.requests.serve(self.cfg, app, leadership, snapshot):
+            return took_in
+        results = self.requests.serve(self.cfg, app, leadership, snapshot)
+        for result in results:
             st.manual_done(result, self.clock.now())
             self.sink.emit(ManualActionDone(app.name, result))
+        return took_in or bool(results)
 
-    def _take_in(self, app: AppConfig, st: AppState) -> None:
+    def _take_in(self, app: AppConfig, st: AppState) -> bool:
         taken = self.executor.take_in(st.in_flight, app.name)
         if taken is None:
-            return
+            return False
         if taken.done is not None:  # the stall it caused, for EDRP's downtime model; the flight's start, wall clock
             started_at = self.clock.now() - (self.clock.monotonic() - taken.flight.started)
             self.cluster.action_done(app.name, taken.done, started_at, taken.finished_at)
         st.took_in(taken, self._evaluate_after_s())
+        return True
 
     def _judge_due(self, app: AppConfig, st: AppState, snapshot: Snapshot) -> None:
         for learned in self.judge.judge_due(app, st.pending, snapshot, self.cfg.outcomes, self.clock.now(),

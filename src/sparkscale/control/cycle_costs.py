@@ -8,10 +8,11 @@ from collections.abc import Mapping, Sequence
 from sparkscale.model.snapshot import Snapshot
 
 
-def collect_parts_s(shape_s: float, leadership_s: float, snapshot: Snapshot) -> dict[str, float]:
-    """Where the cycle's collect_s went, in seconds: the shape and leadership steps, then the parts
-    the collector measured (`collect_parts_s`: driver, redis, stages, cluster), when it says."""
-    parts = {"shape": round(shape_s, 4), "leadership": round(leadership_s, 4)}
+def collect_parts_s(leadership_s: float, snapshot: Snapshot) -> dict[str, float]:
+    """Where the cycle's collect_s went, in seconds: the leadership step, then the parts the
+    collector measured (`collect_parts_s`: driver, redis, stages, cluster), when it says. The app's
+    executor shape has no part of its own: it is read in the collect's Redis round trip."""
+    parts = {"leadership": round(leadership_s, 4)}
     measured = _spark(snapshot).get("collect_parts_s")
     if isinstance(measured, Mapping):
         parts.update({str(k): float(v) for k, v in measured.items() if isinstance(v, (int, float))})
@@ -20,9 +21,10 @@ def collect_parts_s(shape_s: float, leadership_s: float, snapshot: Snapshot) -> 
 
 def decide_parts_s(collected_at: float, marks: Sequence[tuple[str, float]]) -> dict[str, float]:
     """Where the cycle's time after the collect went, in seconds, from the monotonic times its
-    steps ended: `requests` (the operator's requests, due judgements), `history` (the partition
-    counts and the history from the stores), `plan` (the cluster view, policy, guards and
-    mapping), `write` (the decision logged, its actions handed over, the feeds)."""
+    steps ended: `requests` (the operator's requests, due judgements), `history` (the history
+    from what the stores read in the collect, and the journal), `plan` (the cluster view, policy,
+    guards and mapping), `write` (a decision with actions logged and its actions handed over; a
+    decision that starts nothing is handed to the log's writer, off the cycle)."""
     parts, since = {}, collected_at
     for name, at in marks:
         parts[name] = round(max(at - since, 0.0), 4)

@@ -32,6 +32,7 @@ from sparkscale.control.clock import SystemClock
 from sparkscale.control.sink import FanOut
 from sparkscale.daemon.background import BackgroundExecutor
 from sparkscale.daemon.cluster_planner import ClusterPlanner
+from sparkscale.daemon.decision_writer import OrderedActionLog
 from sparkscale.daemon.evaluator import OutcomeEvaluator
 from sparkscale.daemon.feeds import LogFeed, MetricsFeed, OutcomeFeed, StatusFeed
 from sparkscale.daemon.leader import LeaderElection, default_identity, zk_client
@@ -39,7 +40,7 @@ from sparkscale.daemon.metrics import DaemonMetrics
 from sparkscale.daemon.notify import Notifier
 from sparkscale.daemon.wiring import ActuationContexts, RequestDesk, loop_stores
 from sparkscale.monitors.cluster_view import prime_cluster_view
-from sparkscale.monitors.collector import collect_snapshots
+from sparkscale.monitors.collector import collect_riding
 from sparkscale.monitors.host_sampler import HOST
 from sparkscale.monitors.stage_prefetch import PREFETCH
 from sparkscale.policies.planner import decide_app
@@ -91,17 +92,21 @@ class Daemon:
         """The control loop's collaborators, each built once from the config and its clients."""
         cfg, prefix, root = self.cfg, self.cfg.redis.key_prefix, self.cfg.zookeeper.root
         store = live_store(self.redis, prefix, self.zk, root, cfg.action_log)
-        action_log, blocklist = store.actions, store.blocklist
+        # Every write to the action log in the order the daemon made it; a decision that starts
+        # nothing written off its cycle, a failed write counted as a failed cycle (decision_writer.py).
+        action_log = OrderedActionLog(store.actions, on_failed=lambda app: self.metrics.count_cycle(app, "failed"))
+        self.action_log = action_log
+        blocklist = store.blocklist
         # One sink: the action log first (an outcome Redis refuses is neither counted nor logged).
         sink = FanOut((OutcomeFeed(action_log), MetricsFeed(self.metrics), LogFeed(),
                        StatusFeed(self.redis, prefix, self.identity)))
         clock = SystemClock()
         contexts = ActuationContexts(self.zk, self.redis, self.identity, self.config_path, self.overrides)
-        stores = loop_stores(store, self.identity, self.zk, self.redis, prefix)
+        stores = loop_stores(store, self.identity, self.zk, self.redis, prefix, action_log)
         executor = BackgroundExecutor(self.actuation, action_log, contexts, sink, clock)
         requests = RequestDesk(store.requests, store.journals, action_log, contexts, self.identity)
         # The collector reads Redis with the daemon's client: one connection pool, none opened per cycle.
-        collector = functools.partial(collect_snapshots, client=self.redis)
+        collector = functools.partial(collect_riding, client=self.redis)
         return Autoscaler(cfg, self.identity, collector=collector, planner=decide_app, cluster=self.cluster,
                           judge=OutcomeEvaluator(blocklist, sink), executor=executor, requests=requests, stores=stores,
                           elections=self.elections, clock=clock, sink=sink, wake=self._wake_app,
@@ -130,6 +135,7 @@ class Daemon:
         self.zk.add_listener(self._on_zk_state)
         self.zk.start_async()  # connects (and reconnects) in the background; until then: standby
         HOST.start()  # the host's figures are read off the cycles (monitors/host_sampler.py)
+        self.action_log.start()  # decisions that start nothing are written off the cycles (decision_writer.py)
         PREFETCH.start()  # finished stages fetched off the cycles (monitors/stage_prefetch.py)
         prime_cluster_view(self.cfg)  # the first cycles go on without waiting on it (monitors/cluster_view.py)
         log.info("daemon.start", identity=self.identity, apps=[a.name for a in self.cfg.apps],
@@ -159,6 +165,7 @@ class Daemon:
             faulthandler.dump_traceback_later(STOP_STACKS_AFTER_S)
         self.scheduler.shutdown(wait=True)
         self.actuation.shutdown(wait=True)  # an action under way is finished, not abandoned half-done
+        self.action_log.close()  # the decisions still waiting are written (a bounded wait)
         for election in self.elections.values():
             election.release()
         self.zk.stop()

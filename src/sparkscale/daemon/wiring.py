@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TypedDict, Unpack
+from typing import TypedDict, Unpack, cast
 
 import redis
 from kazoo.client import KazooClient
 
 from sparkscale.actuators.base import ActuationContext
-from sparkscale.apps.submit import with_shape
+from sparkscale.apps.submit import shaped, with_shape
 from sparkscale.config import AppConfig, AppMode, Config
 from sparkscale.control.decision import Decision, Mode, app_mode
 from sparkscale.control.judge import PendingOutcome
@@ -24,15 +24,18 @@ from sparkscale.control.stores import AppReads, Recalled, Stores
 from sparkscale.daemon import followup, manual
 from sparkscale.daemon.action_log import DecisionMode, DecisionRecord, executed, past_decisions, snapshot_id
 from sparkscale.daemon.action_log import Mode as LoggedMode
+from sparkscale.daemon.decision_writer import OrderedActionLog, Written
 from sparkscale.daemon.evaluator import observations_from_log
 from sparkscale.model.action_result import ActionResult
 from sparkscale.model.executor_shape import ExecutorShape
 from sparkscale.model.journal import Journal
 from sparkscale.model.snapshot import Snapshot
+from sparkscale.monitors.collect_reads import Ridden, Ride, raise_error
 from sparkscale.policies.history import DecisionHistory
 from sparkscale.protocol.streams import partitions_from, queue_partitions
-from sparkscale.store.base import ActionLogStore, JournalStores, RequestStore, ShapeStore, Store
-from sparkscale.store.redis_action_log import RedisBlocklist
+from sparkscale.store.base import ActionLogStore, JournalStores, RequestStore, Store
+from sparkscale.store.redis_action_log import Hash, RedisBlocklist
+from sparkscale.store.redis_shapes import RedisShapes
 
 # A leader's modes as the action log has them (a leader's decision is never "standby").
 _LOGGED_MODES: dict[Mode, LoggedMode] = {"no_change": DecisionMode.NO_CHANGE, "dry_run": DecisionMode.DRY_RUN,
@@ -68,17 +71,27 @@ class ActuationContexts:
 
 @dataclass(frozen=True)
 class ActionLogDecisions:
-    """The loop's decisions in the action log (daemon/action_log.py), written by `identity`."""
+    """The loop's decisions in the action log (daemon/action_log.py), written by `identity`, in the
+    order the daemon made its entries (daemon/decision_writer.py)."""
 
-    action_log: ActionLogStore
+    action_log: OrderedActionLog
     identity: str
 
     def write(self, decision: Decision) -> str:
-        plan, snapshot = decision.plan, decision.snapshot
-        record = DecisionRecord(decision.app, decision.decided_at, snapshot_id(snapshot), self.identity,
-                                decision.epoch, plan.policy, decision.diagnosis, plan, _LOGGED_MODES[decision.mode],
-                                decision.expected)
-        return self.action_log.append_decision(record, snapshot if plan.actions else None)
+        return self.action_log.append_decision(self._record(decision), self._snapshot(decision))
+
+    def write_later(self, decision: Decision, on_written: Written) -> None:
+        self.action_log.append_later(self._record(decision), self._snapshot(decision), on_written)
+
+    def _record(self, decision: Decision) -> DecisionRecord:
+        plan = decision.plan
+        return DecisionRecord(decision.app, decision.decided_at, snapshot_id(decision.snapshot), self.identity,
+                              decision.epoch, plan.policy, decision.diagnosis, plan, _LOGGED_MODES[decision.mode],
+                              decision.expected)
+
+    @staticmethod
+    def _snapshot(decision: Decision) -> Snapshot | None:
+        return decision.snapshot if decision.plan.actions else None  # the snapshot behind a decision with actions
 
     def recall(self, app: AppConfig, now: float, since: float, evaluate_after_s: float) -> Recalled:
         logged = self.action_log.read(app.name, since=since)
@@ -92,12 +105,14 @@ class ActionLogDecisions:
         return Recalled(history, acted[-1].done_at if acted else None, pending, len(logged))
 
 
-def loop_stores(store: Store, identity: str, zk: KazooClient, client: redis.Redis, prefix: str) -> Stores:
-    """What the control loop reads and writes (control/stores.py), over the daemon's one store; the
-    blocklist is read by the loop alone, in the round trip that reads the partitions."""
-    return Stores(decisions=ActionLogDecisions(store.actions, identity),
+def loop_stores(store: Store, identity: str, zk: KazooClient, client: redis.Redis, prefix: str,
+                action_log: OrderedActionLog) -> Stores:
+    """What the control loop reads and writes (control/stores.py), over the daemon's one store and
+    its action log in order (`action_log`, over `store.actions`); the shape and the blocklist are
+    read by the loop with their own readers, in the collect's last round trip."""
+    return Stores(decisions=ActionLogDecisions(action_log, identity),
                   journals=ZooKeeperJournals(store.journals, zk, client),
-                  apps=RedisAppRecords(client, prefix, store.shapes, RedisBlocklist(client, prefix)))
+                  apps=RedisAppRecords(client, prefix, RedisShapes(client, prefix), RedisBlocklist(client, prefix)))
 
 
 @dataclass(frozen=True)
@@ -121,23 +136,43 @@ class ZooKeeperJournals:
 class RedisAppRecords:
     redis: redis.Redis
     prefix: str
-    shapes: ShapeStore
+    shapes: RedisShapes
     blocklist: RedisBlocklist
 
     def with_shape(self, app: AppConfig) -> AppConfig:
         return with_shape(app, self.shapes)
 
+    def ride(self, app: AppConfig) -> Ride[AppReads]:
+        """Each query's two partition reads (protocol/streams.py), the shape and the blocklist,
+        queued on the collect's pipeline (monitors/collect_reads.py). An error reply of the shape
+        reads as no stored shape (a bad record, logged once), one of the others raises."""
+        def queue(pipe: redis.client.Pipeline, queries: Sequence[str]) -> Ridden[AppReads]:
+            for query in queries:
+                queue_partitions(pipe, self.prefix, app.name, query)
+            pipe.hgetall(self.shapes.key(app.name))
+            pipe.hgetall(self.blocklist.key)
+
+            def reads(replies: Sequence[object], taken_at: float) -> AppReads:
+                *partitions, shape, blocklist = replies
+                raise_error([*partitions, blocklist])
+                return AppReads(shaped(app, self.shapes.shape_from(app.name, shape)),
+                                self._partitions(app, queries, partitions),
+                                self.blocklist.blocklist_from(cast(Hash, blocklist), taken_at, app.name))
+
+            return reads
+
+        return queue
+
     def read(self, app: AppConfig, queries: Sequence[str], now: float) -> AppReads:
-        """One pipeline: each query's two partition reads (protocol/streams.py), then the blocklist."""
-        assert app.shuffle_partitions is not None  # set when the config is validated
+        """`ride`'s reads in a pipeline of their own: one round trip."""
         pipe = self.redis.pipeline(transaction=False)
-        for query in queries:
-            queue_partitions(pipe, self.prefix, app.name, query)
-        pipe.hgetall(self.blocklist.key)
-        replies = pipe.execute()
-        partitions = {query: partitions_from(replies[2 * i], replies[2 * i + 1], app.shuffle_partitions, app.name,
-                                             query) for i, query in enumerate(queries)}
-        return AppReads(partitions, self.blocklist.blocklist_from(replies[-1], now, app.name))
+        reads = self.ride(app)(pipe, queries)
+        return reads(pipe.execute(raise_on_error=False), now)
+
+    def _partitions(self, app: AppConfig, queries: Sequence[str], replies: Sequence[object]) -> dict[str, int]:
+        assert app.shuffle_partitions is not None  # set when the config is validated
+        return {query: partitions_from(cast(str | None, replies[2 * i]), cast(str | None, replies[2 * i + 1]),
+                                       app.shuffle_partitions, app.name, query) for i, query in enumerate(queries)}
 
 
 @dataclass(frozen=True)

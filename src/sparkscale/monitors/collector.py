@@ -13,26 +13,39 @@ and memory come from Spark's metrics over the tasks of every query's window
 standalone worker (`extensions["cluster"]`, for the spread rule), comes from the master and its
 workers (`cluster_view.py`, a view kept and renewed off the cycle; `loop.cluster_view`).
 
-The daemon calls `collect_snapshots` once per loop and app, with its own Redis client (one
-connection pool for the process, no connection opened per cycle); the Redis reads are two round
-trips: the query list, then the executor target and every query's progress in one pipeline.
-`AppNotRunningError` means the driver's REST API did not answer, `NoQueriesYet` that the agent
-has listed no query yet: either way the daemon takes no action this cycle.
+The daemon calls `collect_riding` once per loop and app, with its own Redis client (one
+connection pool for the process, no connection opened per cycle) and the reads of the app its
+control loop makes in the same round trip (`collect_reads.Ride`). The Redis reads are one round
+trip when the cycle takes the round the prefetcher kept, two when it reads its own
+(`collect_reads.py`: the driver's registration and the query list, then the executor target,
+every query's progress and the ride). `AppNotRunningError` means the driver's REST API did not
+answer, `NoQueriesYet` that the agent has listed no query yet: either way the daemon takes no
+action this cycle.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
 
 import redis
 import structlog
 
-from sparkscale.config import Config
+from sparkscale.config import AppConfig, Config
 from sparkscale.model.snapshot import Snapshot
 from sparkscale.model.snapshot_merge import merge_snapshots
 from sparkscale.monitors.cluster_view import cluster_extension
+from sparkscale.monitors.collect_reads import (
+    LAST_OBSERVED,
+    AppTrips,
+    Histories,
+    Observed,
+    Ride,
+    no_ride,
+    progress_reports,
+    stream_min,
+)
 from sparkscale.monitors.driver_round import (
     DriverRest,
     DriverRound,
@@ -52,16 +65,18 @@ from sparkscale.monitors.snapshot_builder import (
     finished_batches,
     window_batches,
 )
-from sparkscale.monitors.spark_rest import RestStage, SparkRestError, driver_rest
-from sparkscale.monitors.stage_prefetch import PREFETCH
-from sparkscale.protocol.keys import executor_target_key, progress_history_key
+from sparkscale.monitors.spark_rest import RestStage, SparkRestClient, SparkRestError, driver_rest_at
+from sparkscale.monitors.stage_prefetch import PREFETCH, TakenRound
+from sparkscale.protocol.keys import progress_history_key
 from sparkscale.protocol.queries import QueryInfo
-from sparkscale.redisconn import RawEntries, connect_as, stream_entries
-from sparkscale.store.redis_queries import read_queries
+from sparkscale.redisconn import connect_as
 
 log = structlog.get_logger(__name__)
 
 HOST_SAMPLE_S = 0.5  # a blocking sample's length, where one is asked for (bench userjob)
+NO_ROUND = TakenRound(None, None, 0.0, "none")  # no round asked for: no collect of the app observed it yet
+
+T = TypeVar("T")
 
 
 class AppNotRunningError(Exception):
@@ -109,49 +124,54 @@ def collect_snapshots(cfg: Config, app_name: str, query: str | None = None,
     live query (or not `query`), KeyError for an unknown app, and SparkRestError / redis errors when
     a service answers wrongly.
     """
+    return collect_riding(cfg, app_name, no_ride, query, options, client)[0]
+
+
+def collect_riding(cfg: Config, app_name: str, ride: Ride[T], query: str | None = None,
+                   options: CollectOptions | None = None, client: redis.Redis | None = None,
+                   ) -> tuple[list[Snapshot], T]:
+    """`collect_snapshots`, and what `ride` read in the collect's last Redis round trip for the
+    queries observed (the control loop's reads of the app: control/stores.py)."""
     own = client is None
     redis_client = connect_as(cfg) if client is None else client  # this process's identity: the daemon's or the CLI's
     try:
         with MeteredPool() as pool:
-            return _collect(cfg, app_name, query, options or CollectOptions(), redis_client, pool)
+            return _collect(cfg, app_name, query, options or CollectOptions(), redis_client, pool, ride)
     finally:
         if own:
             redis_client.close()
 
 
 def _collect(cfg: Config, app_name: str, query: str | None, opts: CollectOptions, client: redis.Redis,
-             pool: MeteredPool) -> list[Snapshot]:
+             pool: MeteredPool, ride: Ride[T]) -> tuple[list[Snapshot], T]:
     started = time.monotonic()
     cfg = cfg.with_app(app_name)
     app = cfg.app(app_name)
     window_s = opts.window_s or cfg.loop.window_s
-    try:
-        rest = driver_rest(cfg, app, client=client)  # unreachable too when the agent has not told where the driver is
-    except SparkRestError as exc:
-        if exc.unreachable:
-            raise AppNotRunningError(app_name, exc.url, exc.cause) from None
-        raise
-    # The round the prefetcher's last pass read for this cycle, when fresh (`stage_prefetch.py`); else ours.
-    taken = PREFETCH.take_round(app.name, rest.base_url, cfg.loop.interval_s)
+    trips = AppTrips(client, cfg.redis.key_prefix, app, window_s, ride)
+    # The round the prefetcher's last pass read for this cycle, when fresh (`stage_prefetch.py`): then
+    # one round trip reads all, ahead for the queries the last collect observed (`collect_reads.py`).
+    observed = LAST_OBSERVED.get(app.name) if query is None else None
+    taken = PREFETCH.take_round(app.name, observed.base_url, cfg.loop.interval_s) if observed else NO_ROUND
+    ahead: Histories[T] | None = None
+    if observed is not None and taken.round is not None:
+        listing, ahead = trips.everything(observed, taken.round.taken_at)
+    else:
+        listing = trips.listing()
+    rest = _driver(cfg, app, listing.registration)  # unreachable too when the agent has not told where the driver is
+    if observed is not None and taken.round is not None and rest.base_url != observed.base_url:
+        taken, ahead = replace(taken, round=None, age_s=None, missed="other_driver"), None  # the driver moved
+    round_started = time.monotonic()
     driver = taken.round if taken.round is not None else _read_round(rest, app.name, pool)
+    driver_s = taken.waited_s + time.monotonic() - round_started
     round_age_s = taken.age_s
-    rest_done = time.monotonic()
     spark_app, taken_at, executors, jobs = driver.application, driver.taken_at, driver.executors, driver.jobs
-
-    prefix = cfg.redis.key_prefix
-    listed = read_queries(client, prefix, app.name)
-    queries = observed_queries(listed, query)
+    queries = observed_queries(listing.listed, query)
     if not queries:
-        raise NoQueriesYet(app.name, query, tuple(sorted(listed)))
-    # One round trip for the executor target and every query's progress (issue 33: pipelined).
-    pipe = client.pipeline(transaction=False)
-    pipe.get(executor_target_key(prefix, app.name))
-    for q in queries:
-        since_s = taken_at - window_s - 10 * (q.trigger_interval_s or app.trigger_interval_s) - 10
-        pipe.xrange(progress_history_key(prefix, app.name, q.name), min=_stream_min(since_s), max="+")
-    target, *streams = pipe.execute()
-    progress = {q.name: progress_reports(progress_history_key(prefix, app.name, q.name), raw)
-                for q, raw in zip(queries, streams, strict=True)}
+        raise NoQueriesYet(app.name, query, tuple(sorted(listing.listed)))
+    if ahead is None or ahead.read_ahead != trips.triggers(queries):  # no kept round, or the list changed
+        ahead = trips.histories(queries, taken_at)
+    target, progress = ahead.target, ahead.progress
     redis_done = time.monotonic()
 
     host = _host_extension(cfg.loop.host_cpu_sample_s if opts.host_sample_s is None else opts.host_sample_s)
@@ -176,8 +196,9 @@ def _collect(cfg: Config, app_name: str, query: str | None, opts: CollectOptions
     app_figures = app_extension(executors, work, taken_at, window_s)
     # What the agent last asked Spark for: executors beyond the registered ones are still starting.
     app_figures["requested_executors"] = _int_or_none(target)
-    # Where the collect's time went, in seconds (the daemon's `cycle` line shows it: issue 33).
-    parts_s = {"driver": round(rest_done - started, 4), "redis": round(redis_done - rest_done, 4),
+    # Where the collect's time went, in seconds (the daemon's `cycle` line shows it: issue 33): the
+    # driver's round (or the wait for the kept one), the Redis round trips, the stages, the cluster view.
+    parts_s = {"driver": round(driver_s, 4), "redis": round(trips.waited_s, 4),
                "stages": round(stages_done - redis_done, 4), "cluster": round(cluster_done - stages_done, 4)}
     snapshots = []
     for info in queries:
@@ -208,10 +229,22 @@ def _collect(cfg: Config, app_name: str, query: str | None, opts: CollectOptions
                  driver_round_age_s=_rounded(round_age_s), driver_round_waited_s=_rounded(taken.waited_s),
                  driver_round_missed=taken.missed)
         snapshots.append(snapshot)
+    if query is None:  # whose histories the next collect reads ahead, with the round kept for it
+        LAST_OBSERVED.set(app.name, Observed(rest.base_url, trips.triggers(queries)))
     # The next window's finished stages fetched before the next cycle asks (`stage_prefetch.py`).
     PREFETCH.register(rest, spark_app.id, app.name, cfg.loop.interval_s, since_s=taken_at - window_s,
                       cycle_started_s=started, application=spark_app)
-    return snapshots
+    return snapshots, ahead.ridden
+
+
+def _driver(cfg: Config, app: AppConfig, registration: object) -> SparkRestClient:
+    """The driver's REST API at the URL its registration names; AppNotRunningError without one."""
+    try:
+        return driver_rest_at(cfg, app, registration)
+    except SparkRestError as exc:
+        if exc.unreachable:
+            raise AppNotRunningError(app.name, exc.url, exc.cause) from None
+        raise
 
 
 def _read_round(rest: DriverRest, app_name: str, pool: MeteredPool) -> DriverRound:
@@ -257,22 +290,4 @@ def read_progress(client: redis.Redis, prefix: str, app: str, query: str, partit
     """The query's progress reports published since `since_s` (the agent's `:history` stream).
     `partitions` is ignored (older callers passed the app's input partitions)."""
     key = progress_history_key(prefix, app, query)
-    return progress_reports(key, client.xrange(key, min=_stream_min(since_s), max="+"), partitions)
-
-
-def _stream_min(since_s: float) -> str:
-    """XRANGE's lower bound for entries published since `since_s` (stream ids are milliseconds)."""
-    return f"{max(int(since_s * 1000), 0)}-0"
-
-
-def progress_reports(key: str, raw: RawEntries, partitions: int | None = None) -> list[ProgressReport]:
-    """The reports in an XRANGE answer of `key`; a bad entry (a bad idle sample: `BadIdleSample`)
-    is logged and left out."""
-    reports: list[ProgressReport] = []
-    for entry_id, fields in stream_entries(raw):
-        try:
-            reports.append(ProgressReport.from_fields(fields, partitions))
-        except (KeyError, ValueError) as exc:
-            log.warning("monitor.bad_progress_entry", key=key, entry=entry_id, problem=type(exc).__name__,
-                        error=str(exc))
-    return reports
+    return progress_reports(key, client.xrange(key, min=stream_min(since_s), max="+"), partitions)

@@ -25,6 +25,7 @@ from pydantic import JsonValue
 
 from sparkscale.config import AppConfig, Config
 from sparkscale.model.fields import object_at
+from sparkscale.protocol.keys import driver_key
 from sparkscale.store.bad_records import PROBLEMS, BadRecords, escaped, load_json
 from sparkscale.store.driver_urls import OPENER, driver_url_refusal
 
@@ -357,22 +358,29 @@ def driver_rest(cfg: Config, app: AppConfig, client: redis.Redis | None = None, 
     (`protocol.keys.driver_key`), with the config's timeout unless given. The one place that says
     where a driver's UI is. No registration yet: an unreachable-driver error, as for a dead one.
     `client`: the Redis client to read it with (kept open); None: one opened for this call."""
-
-    from sparkscale.protocol.keys import driver_key
     from sparkscale.redisconn import connect_as
 
     # None: a client of this process's identity (the daemon's, the CLI's or the lab's), for this call.
     reader = connect_as(cfg) if client is None else client
     try:
-        raw = reader.get(driver_key(cfg.redis.key_prefix, app.name))
+        raw: object = reader.get(driver_key(cfg.redis.key_prefix, app.name))
     except redis.RedisError as exc:
-        raise SparkRestError(f"(driver of {app.name})", f"its registration in Redis is unreadable: {exc}",
-                             unreachable=True) from None
+        raw = exc
     finally:
         if client is None:
             reader.close()
+    return driver_rest_at(cfg, app, raw, timeout_s, retries, backoff_s)
+
+
+def driver_rest_at(cfg: Config, app: AppConfig, raw: object, timeout_s: float | None = None,
+                   retries: int = DEFAULT_RETRIES, backoff_s: float = DEFAULT_BACKOFF_S) -> SparkRestClient:
+    """`driver_rest` from the reply to GET of `driver_key` (read in a caller's pipeline; an error
+    reply: the registration is unreadable, as for a dead driver)."""
+    if isinstance(raw, Exception):
+        raise SparkRestError(f"(driver of {app.name})", f"its registration in Redis is unreadable: {raw}",
+                             unreachable=True)
     url = None
-    if raw:
+    if isinstance(raw, (str, bytes)) and raw:
         try:
             url = object_at(load_json(raw), "").get("ui_url")
         except PROBLEMS:
@@ -381,8 +389,8 @@ def driver_rest(cfg: Config, app: AppConfig, client: redis.Redis | None = None, 
         raise SparkRestError(f"(driver of {app.name})", "its agent has not registered a REST URL", unreachable=True)
     refusal = driver_url_refusal(cfg, app.name, url)
     if refusal is not None:
-        key = driver_key(cfg.redis.key_prefix, app.name)
-        REFUSED_URLS.skip(key, escaped(str(url)), f"driver REST URL refused: {refusal}")
+        REFUSED_URLS.skip(driver_key(cfg.redis.key_prefix, app.name), escaped(str(url)),
+                          f"driver REST URL refused: {refusal}")
         raise SparkRestError(f"(driver of {app.name})", f"its registered REST URL is refused: {refusal}",
                              unreachable=True)
     assert isinstance(url, str)  # url_refusal passes strings only

@@ -30,14 +30,21 @@ class RedisQueries:
     bad: BadRecords = field(default_factory=BadRecords)
 
     def read_queries(self, app: str) -> dict[str, QueryInfo]:
+        try:
+            published: object = self.client.hgetall(queries_key(self.prefix, app))
+        except (redis.ResponseError, UnicodeDecodeError) as exc:  # WRONGTYPE: not a hash; bytes not UTF-8
+            published = exc
+        return self.queries_from(app, published)
+
+    def queries_from(self, app: str, published: object) -> dict[str, QueryInfo]:
+        """The queries from the reply to HGETALL of the app's registry (in a caller's pipeline: an
+        error reply, such as WRONGTYPE, is skipped as a bad record and reads as no query)."""
         key = queries_key(self.prefix, app)
         out: dict[str, QueryInfo] = {}
-        try:
-            published = cast(Hash, self.client.hgetall(key) or {})
-        except (redis.ResponseError, UnicodeDecodeError) as exc:  # WRONGTYPE: not a hash; bytes not UTF-8
-            self.bad.skip(key, "queries", exc)
+        if isinstance(published, Exception):
+            self.bad.skip(key, "queries", published)
             return out
-        for name, value in published.items():
+        for name, value in cast(Hash, published or {}).items():
             try:
                 info = QueryInfo.from_json(value)
             except PROBLEMS as exc:
@@ -57,6 +64,11 @@ _READ_QUERIES_BAD = BadRecords()  # `read_queries`' callers read every cycle: ea
 def read_queries(client: redis.Redis, prefix: str, app: str) -> dict[str, QueryInfo]:
     """The app's queries by name, as the agent last published them (empty before the agent ran)."""
     return RedisQueries(client, prefix, _READ_QUERIES_BAD).read_queries(app)
+
+
+def queries_from(client: redis.Redis, prefix: str, app: str, published: object) -> dict[str, QueryInfo]:
+    """`read_queries` from the reply to HGETALL of `queries_key` that a caller's pipeline read."""
+    return RedisQueries(client, prefix, _READ_QUERIES_BAD).queries_from(app, published)
 
 
 

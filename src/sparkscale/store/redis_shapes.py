@@ -45,13 +45,24 @@ class RedisShapes:
     prefix: str
     bad: BadRecords = field(default_factory=BadRecords)
 
+    def key(self, app: str) -> str:
+        return shape_key(self.prefix, app)
+
     def stored_shape(self, app: str) -> ExecutorShape | None:
-        key = shape_key(self.prefix, app)
         try:
-            raw = {text(k): text(v) for k, v in cast(Hash, self.client.hgetall(key) or {}).items()}
+            stored: object = self.client.hgetall(self.key(app))
         except (redis.ResponseError, UnicodeDecodeError) as exc:  # WRONGTYPE: not a hash; bytes not UTF-8
-            self.bad.skip(key, "shape", exc)
+            stored = exc
+        return self.shape_from(app, stored)
+
+    def shape_from(self, app: str, stored: object) -> ExecutorShape | None:
+        """The shape from the reply to HGETALL of `key(app)` (in a caller's pipeline: an error reply,
+        such as WRONGTYPE, is skipped as a bad record and reads as no stored shape)."""
+        key = self.key(app)
+        if isinstance(stored, Exception):
+            self.bad.skip(key, "shape", stored)
             return None
+        raw = {text(k): text(v) for k, v in cast(Hash, stored or {}).items()}
         if not raw:
             return None
         try:
