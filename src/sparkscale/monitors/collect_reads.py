@@ -128,7 +128,6 @@ class AppTrips(Generic[T]):
     def __init__(self, client: redis.Redis, prefix: str, app: AppConfig, window_s: float, ride: Ride[T]) -> None:
         self.client, self.prefix, self.app, self.window_s, self.ride = client, prefix, app, window_s, ride
         self.waited_s = 0.0
-        self.trips = 0
 
     def triggers(self, queries: Sequence[QueryInfo]) -> tuple[tuple[str, float], ...]:
         """Each query with the trigger interval its history is read over (the app's when it says none)."""
@@ -186,7 +185,6 @@ class AppTrips(Generic[T]):
             return list(pipe.execute(raise_on_error=False))
         finally:
             self.waited_s += time.monotonic() - started
-            self.trips += 1
 
 
 def raise_error(replies: Sequence[object]) -> None:
