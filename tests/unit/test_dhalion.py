@@ -201,14 +201,17 @@ def test_symptoms_without_backpressure_change_nothing():
 
 
 def over_provisioned(executors: int = 4, batch: float = 0.2) -> Snapshot:
-    # 3000 source records, arrival 100 rec/s; useful time 4 x 0.1 (src) + 4 x 2.9 (work) = 12 core-s,
-    # 0.004 core-s per record: load utilisation 100 x 0.004 / 4 cores = 0.1; batch ratio 0.2 -> u 0.2
+    # 3000 source records, arrival 100 rec/s; useful time 4 x 2.9 (work) = 11.6 core-s (the source's
+    # 4 x 0.1 s is not work: the source is virtual), 0.003867 core-s per record: load utilisation
+    # 100 x 11.6 / 3000 / 4 cores = 0.0967 (0.1 when the source counted); batch ratio 0.2 -> u 0.2
     return make(even(executors, useful_s=2.9), executors=executors, batch=batch)
 
 
 def test_over_provisioning_scales_down_to_what_the_utilisation_needs():
     snap = over_provisioned()
-    assert load_figures(snap, AppConfig(name="app")).utilization == pytest.approx(0.2)
+    figures = load_figures(snap, AppConfig(name="app"))
+    assert figures.load_utilization == pytest.approx(100 * 11.6 / 3000 / 4)
+    assert figures.utilization == pytest.approx(0.2)
     plan = decide(snap, u=0.8)
     assert scale(plan) == (4, 1)  # ceil(4 x 0.2 / 0.8) = 1
     assert "over-provisioning" in line(plan, "diagnosis:")
@@ -227,11 +230,13 @@ def test_utilisation_above_the_bound_is_healthy():
 
 
 def test_the_larger_of_load_and_batch_ratio_is_the_utilisation():
-    # batch ratio 0.1 but load 0.1 x 6 (more arrivals per record of work) = 0.6: not over-provisioned
+    # batch ratio 0.1 but load 600 rec/s x 11.6 core-s of work / 3000 records / 4 cores = 0.58:
+    # not over-provisioned. (The work stage's 4 x 2.9 s only: adding the source's 4 x 0.1 s, as the
+    # old sum did, gave 0.6; on a real snapshot the source carries the whole window per partition.)
     snap = make(even(4, useful_s=2.9), executors=4, batch=0.1, arrival=600)
     figures = load_figures(snap, AppConfig(name="app"))
-    assert figures.load_utilization == pytest.approx(0.6)
-    assert figures.utilization == pytest.approx(0.6)
+    assert figures.load_utilization == pytest.approx(0.58)
+    assert figures.utilization == pytest.approx(0.58)
     assert decide(snap).actions == ()
 
 

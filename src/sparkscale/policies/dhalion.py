@@ -19,8 +19,9 @@ under-provisioning (backpressure with neither). Without backpressure: over-provi
 utilisation is below `over_provisioned_utilization`, else healthy.
 
 Utilisation (our choice; the paper leaves it open): the larger of (a) the load over the capacity,
-max(arrival, processed rate) x core-seconds of useful time per source record / cores held, and
-(b) batch_duration_s / trigger_interval_s. Both must be low to scale down (stability first).
+max(arrival, processed rate) x core-seconds of the non-source operators' useful time per source
+record / cores held (the source is virtual: figures.py `stage_work`), and (b) batch_duration_s /
+trigger_interval_s. Both must be low to scale down (stability first).
 
 Resolvers: scale up to ceil(executors x needed / observed rate / target_utilization), at least +1
 (the ratio is the batch ratio, or arrival over processed rate when the backlog grows; with

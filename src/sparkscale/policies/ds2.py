@@ -20,6 +20,7 @@ from sparkscale.policies.base import register_policy
 from sparkscale.policies.catch_up import change_cost, payback
 from sparkscale.policies.change_costs import EXECUTOR_ADD, EXECUTOR_REMOVE, MIGRATION_PREFIX, cost_s, migration_kind
 from sparkscale.policies.ds2_model import Ds2Estimate, OperatorEstimate, ceiling, estimate, num
+from sparkscale.policies.figures import stage_work
 from sparkscale.policies.history import DecisionHistory
 from sparkscale.policies.outcomes import CAPACITY
 from sparkscale.policies.scalability import coefficient, scaled_cores
@@ -288,12 +289,11 @@ def _spent(est: Ds2Estimate, snapshot: Snapshot) -> str:
     sources read, DS2 gives back its stages' useful time (0.243 against 0.245 cores on the recorded
     clicks-file window), so what the projection adds is the rise to the target rates, by which it
     multiplies every second a stage spent, per-task fixed costs included where none was fitted."""
-    useful = sum(i.useful_time_s for op in snapshot.operators if not op.source for i in op.instances)
-    read = sum(i.records_in for op in snapshot.operators if op.source for i in op.instances)
+    work = stage_work(snapshot)
     return (f"busy cores projected at the target input rates ({num(est.source_target_rate)} rec/s): "
-            f"{num(est.busy_cores)}; the window's stages ran {num(useful)} s of useful time, "
-            f"{num(useful / snapshot.window_s)} cores over {num(snapshot.window_s)} s, for the "
-            f"{num(read / snapshot.window_s)} rec/s their sources read")
+            f"{num(est.busy_cores)}; the window's stages ran {num(work.useful_s)} s of useful time, "
+            f"{num(work.useful_s / snapshot.window_s)} cores over {num(snapshot.window_s)} s, for the "
+            f"{num(work.source_records / snapshot.window_s)} rec/s their sources read")
 
 
 def _explain(n: int, op: OperatorEstimate, u: float, catch_up_s: float, snapshot: Snapshot,

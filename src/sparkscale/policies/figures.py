@@ -1,5 +1,6 @@
 """One window's load figures of an application: what Dhalion's detectors and the outcome judging
-read from a snapshot (rates, backlog, batch ratio, utilisation). Pure."""
+read from a snapshot (rates, backlog, batch ratio, utilisation), and the work its stages measured
+(DS2's explanation). Pure."""
 
 from __future__ import annotations
 
@@ -19,9 +20,26 @@ class LoadFigures:
     backlog: float  # records waiting at the sources
     arrival_rate: float  # records/s arriving at the sources
     processed_rate: float | None  # records/s the sources took in over the window
-    load_utilization: float | None  # max(arrival, processed) x core-s per source record / cores
+    load_utilization: float | None  # max(arrival, processed) x stages' core-s per source record / cores
     utilization: float | None  # max(load_utilization, batch_ratio)
     backlog_known: bool = True  # False: a source cannot tell its backlog (`backlog` then counts it as 0)
+
+
+@dataclass(frozen=True)
+class StageWork:
+    """The work a window measured: its stages' useful time for the records its sources read."""
+
+    useful_s: float  # core-seconds of useful time of the non-source operators
+    source_records: float  # records the source operators read
+
+
+def stage_work(snapshot: Snapshot) -> StageWork:
+    """Only the stages' useful time counts: the source operator is virtual, and the builder gives
+    each of its partitions the whole window as useful time (snapshot_builder `_source_operator`),
+    which no core spent (4 partitions over 30 s would add 120 core-seconds)."""
+    useful_s = sum(i.useful_time_s for op in snapshot.operators if not op.source for i in op.instances)
+    source_records = sum(i.records_in for op in snapshot.operators if op.source for i in op.instances)
+    return StageWork(useful_s, source_records)
 
 
 def load_figures(snapshot: Snapshot, app: AppConfig) -> LoadFigures:
@@ -31,14 +49,13 @@ def load_figures(snapshot: Snapshot, app: AppConfig) -> LoadFigures:
     sources = [op for op in snapshot.operators if op.source]
     arrival = sum(op.arrival_rate or 0.0 for op in sources)
     backlog = sum(op.backlog or 0.0 for op in sources)
-    source_records = sum(inst.records_in for op in sources for inst in op.instances)
+    work = stage_work(snapshot)
     has_source_instances = any(op.instances for op in sources)
-    processed = source_records / snapshot.window_s if has_source_instances else None
-    useful_s = sum(inst.useful_time_s for op in snapshot.operators for inst in op.instances)
+    processed = work.source_records / snapshot.window_s if has_source_instances else None
     load_u: float | None = None
-    if source_records > 0 and useful_s > 0 and snapshot.cores > 0:
+    if work.source_records > 0 and work.useful_s > 0 and snapshot.cores > 0:
         # Capacity in source records/s = cores / core-seconds per source record (all stages share the cores).
-        load_u = max(arrival, processed or 0.0) * (useful_s / source_records) / snapshot.cores
+        load_u = max(arrival, processed or 0.0) * (work.useful_s / work.source_records) / snapshot.cores
     known = [u for u in (load_u, batch_ratio) if u is not None]
     return LoadFigures(len(snapshot.executors), snapshot.cores, batch_ratio, backlog, arrival, processed,
                        load_u, max(known) if known else None,
