@@ -146,3 +146,17 @@ def test_a_plans_stage_wishes_become_one_migration_of_the_query():
     assert any("dropped set_parallelism stage0 2 -> 26" in line for line in mapped.explanation)
     only_source = map_to_spark(Plan("ds2", "app", actions=actions[:2]), "counts", 4)
     assert only_source.changes == (actions[0],)
+
+
+def test_a_dhalion_scale_down_is_judged_by_the_utilisation_it_recorded_not_the_batch_ratio():
+    # Dhalion's scale-down records `utilization`, the larger of load utilisation and batch ratio.
+    recorded = {"diagnosis": "over_provisioning", "expected": {
+        "diagnosis": "over_provisioning", "action_type": "scale_executors", "metric": "utilization",
+        "before": 0.2, "after": 0.4}}
+    e = expectation_for(plan_of(Action.scale_executors(4, 2, "r"), observations=recorded, policy="dhalion"),
+                        snap(executors=4, batch=0.1), APP)
+    # After: 2 executors, batch ratio 0.1; load 1000 rec/s x (2 x 1 s of the stage / 3000 source
+    # records) / 2 cores = 0.333, the larger: that is the figure judged.
+    v = judge(e, snap(executors=2, batch=0.1, arrival=1000.0), APP, 0.5)
+    assert v.observed == pytest.approx(1 / 3)
+    assert v.met

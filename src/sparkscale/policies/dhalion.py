@@ -54,7 +54,7 @@ from sparkscale.config import AppConfig, ConfigSection, PolicyConfig
 from sparkscale.model.plan import Action, ActionType, ExpectedOutcome, Observation, Plan
 from sparkscale.model.snapshot import Snapshot
 from sparkscale.policies.base import register_policy
-from sparkscale.policies.figures import LoadFigures, load_figures
+from sparkscale.policies.figures import UTILIZATION, LoadFigures, load_figures
 from sparkscale.policies.history import DecisionHistory
 
 
@@ -273,7 +273,7 @@ def resolve(diagnosis: Diagnosis, symptoms: Symptoms, snapshot: Snapshot, u: flo
            f"{wanted}, within min_executors {app.min_executors} -> {target}")
     if target >= current:
         return None
-    expected = ExpectedOutcome(diagnosis, "scale_executors", "utilization", util, util * current / max(target, 1))
+    expected = ExpectedOutcome(diagnosis, "scale_executors", UTILIZATION, util, util * current / max(target, 1))
     return Resolution(Action.scale_executors(current, target, f"over-provisioned: utilisation {util:.2f}"),
                       f"scale down: {how}", expected)
 

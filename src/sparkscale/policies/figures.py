@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from sparkscale.config import AppConfig
 from sparkscale.model.snapshot import Snapshot
 
+UTILIZATION = "utilization"  # an expectation's metric: LoadFigures.utilization (Dhalion's scale-down)
+
 
 @dataclass(frozen=True)
 class LoadFigures:

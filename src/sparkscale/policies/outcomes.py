@@ -41,7 +41,7 @@ from sparkscale.model.fields import MAX_TIME
 from sparkscale.model.plan import Action, ActionType, Plan, evaluate_outcome
 from sparkscale.model.snapshot import Snapshot
 from sparkscale.policies.ds2_model import estimate  # the model a capacity expectation comes from
-from sparkscale.policies.figures import load_figures, usual_backlog
+from sparkscale.policies.figures import UTILIZATION, load_figures, usual_backlog
 
 KEEPS_UP = "keeps_up"
 CAPACITY = "capacity_rps"  # source records/s the query can take in on the action's cores (DS2's model)
@@ -130,7 +130,7 @@ class Expectation:
 
     diagnosis: str
     action_type: str
-    metric: str  # processed_rate | batch_ratio | keeps_up
+    metric: str  # processed_rate | batch_ratio | utilization | keeps_up | capacity_rps
     before: float
     after: float
     backlog_before: float = 0.0  # absent from decisions logged before it was kept
@@ -205,7 +205,11 @@ def measured(metric: str, snapshot: Snapshot, app: AppConfig, cores: int | None 
         capacity = est.capacity_rps(cores if cores is not None else snapshot.cores)
         return capacity, (est.source_target_rate / capacity if capacity else None)
     fig = load_figures(snapshot, app)
-    return (fig.processed_rate if metric == "processed_rate" else fig.batch_ratio), None
+    if metric == "processed_rate":
+        return fig.processed_rate, None
+    # Dhalion's scale-down expects `utilization`, the larger of load utilisation and batch ratio:
+    # judged by the same figure it recorded, not by the batch ratio alone.
+    return (fig.utilization if metric == UTILIZATION else fig.batch_ratio), None
 
 
 def judge(expected: Expectation, snapshot: Snapshot, app: AppConfig, fraction: float, cores: int | None = None,
