@@ -13,7 +13,10 @@ import pytest
 import redis
 from structlog.testing import capture_logs
 
+from sparkscale.config import Config
 from sparkscale.daemon.decision_writer import OrderedActionLog
+from sparkscale.daemon.metrics import DaemonMetrics
+from sparkscale.daemon.service import Daemon
 from sparkscale.model.snapshot import Snapshot
 from sparkscale.store.action_records import DecisionRecord, LoggedDecision
 from sparkscale.store.memory import memory_store
@@ -156,6 +159,28 @@ def test_a_failed_write_is_logged_and_counted_and_the_next_ones_go_on(gated):
     [failed] = [e for e in events if e["event"] == "decision.write_failed"]
     assert failed["app"] == "clicks" and "Redis went away" in failed["error"] and failed["log_level"] == "error"
     assert ordered.failed == ["clicks"]  # type: ignore[attr-defined]
+
+
+def counted(metrics: DaemonMetrics, name: str, **labels: str) -> float:
+    return metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+def test_the_daemon_counts_a_failed_write_off_the_cycle_as_such_not_as_a_failed_cycle():
+    """Its cycle was counted by its own result when it ended: counting the write that failed
+    after it as a failed cycle counted one cycle twice (ok, then failed)."""
+    daemon = Daemon(Config())  # its Redis and ZooKeeper clients are never used here
+    log = GatedLog(refused={T + 1})
+    daemon.action_log.log = log  # type: ignore[assignment]
+    failed_cycles = counted(daemon.metrics, "sparkscale_cycles_total", app="clicks", result="failed")
+    daemon.action_log.start()
+    try:
+        later(daemon.action_log, Answers(), T, T + 1, T + 2)
+        assert daemon.action_log.flush(WAIT_S)
+    finally:
+        daemon.action_log.close(WAIT_S)
+    assert log.times() == [T, T + 2]
+    assert counted(daemon.metrics, "sparkscale_decision_write_failures_total", app="clicks") == 1
+    assert counted(daemon.metrics, "sparkscale_cycles_total", app="clicks", result="failed") == failed_cycles
 
 
 def test_a_callback_that_raises_is_logged_and_the_writer_goes_on(gated):

@@ -29,6 +29,7 @@ def _fill(metrics: DaemonMetrics, app: str = "wordcount") -> None:
     metrics.count_cycle(app, "standby")
     metrics.observe_cycle(app, 0.07)
     metrics.observe_cycle(app, 3.0)
+    metrics.count_decision_write_failure(app)
     metrics.count_decision(app, "ds2", True)
     metrics.count_decision(app, "ds2", False)
     metrics.count_decision(app, "ds2", False)
@@ -59,6 +60,7 @@ def test_served_exposition_has_the_samples(metrics):
     s = _samples(text)
     assert _value(s, "sparkscale_cycles_total", app="wordcount", result="ok") == 2
     assert _value(s, "sparkscale_cycles_total", app="wordcount", result="standby") == 1
+    assert _value(s, "sparkscale_decision_write_failures_total", app="wordcount") == 1
     assert _value(s, "sparkscale_decisions_total", app="wordcount", policy="ds2", changes="true") == 1
     assert _value(s, "sparkscale_decisions_total", app="wordcount", policy="ds2", changes="false") == 2
     assert _value(s, "sparkscale_actions_total", app="wordcount", type="scale_executors", outcome="done") == 1

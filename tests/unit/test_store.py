@@ -24,6 +24,7 @@ from sparkscale.store.base import Store
 from sparkscale.store.live import live_store
 from sparkscale.store.memory import memory_store
 from sparkscale.store.zk_journal import WriteFenced
+from sparkscale.store.zk_watch import read_existing
 from tests.unit.fakezk import FakeZk
 from tests.unit.test_explain import SCALE, StreamRedis, T, app_snapshot, record
 
@@ -297,3 +298,22 @@ def test_the_memory_store_calls_a_watcher_on_each_request() -> None:
     store.requests.submit("clicks", ManualRequest(3, "op", T, T + 60))
     store.requests.submit("other", ManualRequest(3, "op", T, T + 60))
     assert seen == ["woken"]
+
+
+def test_a_missing_znode_is_watched_for_its_creation_and_one_created_meanwhile_is_read_again() -> None:
+    """ZooKeeper sets no read's watch on a missing znode (store/zk_watch.py `read_existing`)."""
+    zk = FakeZk()
+    fired: list[object] = []
+    assert read_existing(zk, zk.get_children, f"{ROOT}/a", fired.append) is None
+    zk.create(f"{ROOT}/a", makepath=True)
+    assert len(fired) == 1  # the watch was set on its creation
+    exists = zk.exists
+
+    def created_meanwhile(path: str, watch: Any = None) -> Any:
+        zk.create(path, b"x")
+        return exists(path, watch)
+
+    zk.exists = created_meanwhile  # type: ignore[method-assign]
+    assert read_existing(zk, zk.get, f"{ROOT}/c", None) is None and f"{ROOT}/c" not in zk.nodes  # no watch asked
+    got = read_existing(zk, zk.get, f"{ROOT}/b", fired.append)
+    assert got is not None and got[0] == b"x"

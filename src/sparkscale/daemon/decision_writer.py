@@ -12,10 +12,12 @@ that came before it, before its actions start, and a refused write still raises 
 A read (a new leader's recall, `explain`) is made once the decisions waiting are written too.
 
 A write off the cycle never raises there: one that fails is logged (`decision.write_failed`,
-with the app and the error), counted (`on_failed`: the daemon counts it as a failed cycle), and
-the writes after it go on; its callback gets None for the id. When the queue is full, or the
-writer is not running (before `start`, after `close`), `append_later` writes in line, in turn:
-nothing is dropped. `close` waits, bounded, for the queue to be written.
+with the app and the error), counted (`on_failed`: the daemon's
+`sparkscale_decision_write_failures_total`, not a failed cycle: the write never ends its cycle,
+which is counted by its own result), and the writes after it go on; its callback gets None for
+the id. When the queue is full, or the writer is not running (before `start`, after `close`),
+`append_later` writes in line, in turn: nothing is dropped. `close` waits, bounded, for the
+queue to be written.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ class _Queued:
 
 
 class OrderedActionLog:
-    """`log` (an ActionLogStore) with `append_later`; `on_failed(app)` counts a failed write off the cycle."""
+    """`log` (an ActionLogStore) with `append_later`; `on_failed(app)` counts a decision it failed to write."""
 
     def __init__(self, log: ActionLogStore, on_failed: Callable[[str], None] = lambda _app: None,
                  capacity: int = CAPACITY) -> None:

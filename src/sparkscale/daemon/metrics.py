@@ -38,6 +38,10 @@ class DaemonMetrics:
                                registry=r)
         self.cycle_duration = Histogram("sparkscale_cycle_duration_seconds", "Duration of one MAPE cycle.", ["app"],
                                         buckets=CYCLE_BUCKETS, registry=r)
+        # Not a cycle result: the write never ends its cycle, which is counted by its own result.
+        self.decision_write_failures = Counter("sparkscale_decision_write_failures", "Decisions that start "
+                                               "nothing (no_change, dry_run), written off the cycle, that the "
+                                               "action log refused.", ["app"], registry=r)
         self.executors = Gauge("sparkscale_executors", "Active executors of the app.", ["app"], registry=r)
         self.parallelism = Gauge("sparkscale_parallelism", "Partitions (parallelism) per operator.",
                                  ["app", "operator"], registry=r)
@@ -62,8 +66,9 @@ class DaemonMetrics:
                                      ["policy"], registry=r)
         self.placement_objective = Gauge("sparkscale_placement_objective", "The placement policy's objective for "
                                          "its last plan (EDRP's F), NaN when it has none.", ["policy"], registry=r)
-        self._by_app = (self.cycles, self.decisions, self.actions, self.cycle_duration, self.executors,
-                        self.parallelism, self.leader, self.blocked, self.attention, self.short, self.scalability)
+        self._by_app = (self.cycles, self.decisions, self.actions, self.cycle_duration, self.decision_write_failures,
+                        self.executors, self.parallelism, self.leader, self.blocked, self.attention, self.short,
+                        self.scalability)
         self._operators: dict[str, set[str]] = {}
         self._lock = threading.Lock()
         self._server: WSGIServer | None = None
@@ -76,6 +81,10 @@ class DaemonMetrics:
 
     def observe_cycle(self, app: str, duration_s: float) -> None:
         self.cycle_duration.labels(app=app).observe(duration_s)
+
+    def count_decision_write_failure(self, app: str) -> None:
+        """From the action log's writer (daemon/decision_writer.py), when a decision's write fails."""
+        self.decision_write_failures.labels(app=app).inc()
 
     def count_decision(self, app: str, policy: str, changes: bool) -> None:
         self.decisions.labels(app=app, policy=policy, changes="true" if changes else "false").inc()

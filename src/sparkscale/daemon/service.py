@@ -93,8 +93,9 @@ class Daemon:
         cfg, prefix, root = self.cfg, self.cfg.redis.key_prefix, self.cfg.zookeeper.root
         store = live_store(self.redis, prefix, self.zk, root, cfg.action_log)
         # Every write to the action log in the order the daemon made it; a decision that starts
-        # nothing written off its cycle, a failed write counted as a failed cycle (decision_writer.py).
-        action_log = OrderedActionLog(store.actions, on_failed=lambda app: self.metrics.count_cycle(app, "failed"))
+        # nothing written off its cycle, a failed write counted apart from the cycles, which ended
+        # before it (decision_writer.py).
+        action_log = OrderedActionLog(store.actions, on_failed=self.metrics.count_decision_write_failure)
         self.action_log = action_log
         blocklist = store.blocklist
         # One sink: the action log first (an outcome Redis refuses is neither counted nor logged).

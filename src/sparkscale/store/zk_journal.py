@@ -26,7 +26,7 @@ from sparkscale.model.journal import Journal, JournalError
 from sparkscale.protocol.fencing import LiveLock, read_live_lock, refusal
 from sparkscale.protocol.znodes import app_path, journal_path
 from sparkscale.store.bad_records import PROBLEMS, BadRecords
-from sparkscale.store.zk_watch import Watcher, forget, watched
+from sparkscale.store.zk_watch import Watcher, forget, read_existing, watched
 
 log = structlog.get_logger("sparkscale.actuators.migration.journal")  # where `migration.fenced` always came from
 
@@ -54,13 +54,11 @@ class ZkJournal:
 
     def read(self, watcher: Watcher | None = None) -> Journal | None:
         """The journal (None: none); with `watcher`, set on the znode whether or not it exists."""
-        try:
-            data, stat = self.zk.get(self.path, watch=watcher)
-        except NoNodeError:
-            if watcher is not None and self.zk.exists(self.path, watch=watcher) is not None:
-                return self.read(watcher)  # created between the two reads
+        got = read_existing(self.zk, self.zk.get, self.path, watcher)
+        if got is None:
             self.version = ABSENT
             return None
+        data, stat = got
         self.version = stat.version
         try:
             return Journal.from_json(data) if data else None

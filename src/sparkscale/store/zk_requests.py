@@ -23,7 +23,7 @@ from sparkscale.model.manual_request import RESULT_JSON, ManualRequest, ManualRe
 from sparkscale.protocol.commands import wait_for_znode
 from sparkscale.protocol.znodes import requests_path, results_path
 from sparkscale.store.bad_records import PROBLEMS, BadRecords, describe, load_json
-from sparkscale.store.zk_watch import Watcher, forget, watched
+from sparkscale.store.zk_watch import Watcher, forget, read_existing, watched
 
 REQUEST_PREFIX = "req-"
 INVALID = "not a valid request"
@@ -64,12 +64,7 @@ class ZkRequests:
         path = requests_path(self.root, app)
 
         def listed(watcher: Watcher) -> list[str]:
-            try:
-                return sorted(self.zk.get_children(path, watch=watcher))
-            except NoNodeError:
-                if self.zk.exists(path, watch=watcher) is None:  # no request yet: watched for the list's creation
-                    return []
-                return listed(watcher)
+            return sorted(read_existing(self.zk, self.zk.get_children, path, watcher) or [])  # none: no request yet
 
         out = []
         for name in watched(self.zk, path, listed).get():

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from typing import Generic, TypeVar, cast
 
 from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import NoNodeError
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -98,6 +99,18 @@ def _client(zk: KazooClient) -> _ClientWatches:
             watches = _CLIENTS[zk] = _ClientWatches()
             zk.add_listener(watches.on_state)
     return watches
+
+
+def read_existing(zk: KazooClient, read: Callable[..., T], path: str, watcher: Watcher | None) -> T | None:
+    """`read(path, watch=watcher)` (zk.get, zk.get_children); None when the znode does not exist.
+    ZooKeeper sets no read's watch on a missing znode: `watcher` is then set on its creation, and a
+    znode created between the two calls is read again."""
+    while True:
+        try:
+            return read(path, watch=watcher)
+        except NoNodeError:
+            if watcher is None or zk.exists(path, watch=watcher) is None:
+                return None
 
 
 def watched(zk: KazooClient, path: str, read: Callable[[Watcher], T]) -> ZnodeWatch[T]:
