@@ -175,7 +175,8 @@ def test_one_snapshot_per_live_query_from_one_rest_round(world):
     assert [s.query for s in snaps] == ["counts", "other"]  # not the terminated one
     counts, other = snaps
     assert [op.id for op in counts.operators] == ["source", "stage0", "stage1"]
-    assert counts.operators[0].arrival_rate == pytest.approx(200) and counts.operators[0].backlog == 30
+    # The backlog: the latest report's 30, + 200 rec/s x the 3 s since it was measured.
+    assert counts.operators[0].arrival_rate == pytest.approx(200) and counts.operators[0].backlog == 630
     assert counts.extensions["query"]["id"] == "qid-1" and counts.extensions["spark"]["app_id"]
     assert [op.id for op in other.operators] == ["source"] and other.operators[0].backlog is None
     # One round for the app; each stage of the window's batches once.
@@ -252,13 +253,13 @@ def test_snapshot_command_prints_one_object_per_query_or_a_list(world, monkeypat
 def test_status_shows_each_query(world):
     counts, other = collector.collect_snapshots(world.cfg, "wc", options=collector.CollectOptions(window_s=30))
     views = (query_view(counts, 2), query_view(other, None))
-    assert views[0] == QueryView("counts", 200.0, "position", 30.0, "source_metrics", 2)
-    assert views[0].summary() == "counts: 200 rec/s (position), backlog 30 (source_metrics), 2 partitions"
+    assert views[0] == QueryView("counts", 200.0, "position", 630.0, "source_metrics", 2)
+    assert views[0].summary() == "counts: 200 rec/s (position), backlog 630 (source_metrics), 2 partitions"
     assert views[1].backlog_records is None and "backlog unknown" in views[1].summary()
     status = AppStatus("d", "leader", 1, T0, "ok", queries=views)
     assert AppStatus.from_dict(json.loads(json.dumps(status.to_dict()))) == status
     table = status_table([AppLine("wc", "d", status)], T0 + 10)
-    assert "  wc/counts: 200 rec/s (position), backlog 30 (source_metrics), 2 partitions" in table.splitlines()
+    assert "  wc/counts: 200 rec/s (position), backlog 630 (source_metrics), 2 partitions" in table.splitlines()
     assert "  wc/other: 0 rec/s (input_rate), backlog unknown" in table.splitlines()
 
 

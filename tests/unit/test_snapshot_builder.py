@@ -37,6 +37,7 @@ from sparkscale.monitors.spark_rest import (
     parse_time_s,
 )
 from sparkscale.policies.base import get_policy
+from sparkscale.policies.ds2 import Ds2Policy
 from sparkscale.policies.history import DecisionHistory
 
 FIXTURES = Path(__file__).parent / "fixtures" / "rest"
@@ -169,7 +170,11 @@ def test_source_operator_figures():
     assert source.source and source.parallelism == 2
     # The sources' positions: 10000 at 05:00:20, 13400 at the idle sample at 05:00:37.
     assert source.arrival_rate == pytest.approx(6000 / 30)
-    assert source.backlog == 30  # the latest report's (the idle sample's)
+    # The latest report's 30 (05:00:37, no rows read), brought forward to the snapshot's time,
+    # 05:00:40: + 200 rec/s x 3 s arrived since.
+    assert source.backlog == pytest.approx(30 + 200 * 3)
+    assert snap.extensions["source"]["backlog_stated_records"] == 30
+    assert snap.extensions["source"]["backlog_age_s"] == pytest.approx(3.0)
     assert snap.extensions["source"]["arrival_estimate"] == "position"
     assert snap.extensions["source"]["backlog_known"] is True
     assert snap.extensions["source"]["backlog_estimate"] == "source_metrics"
@@ -358,3 +363,9 @@ def test_plan_command_on_the_recorded_live_snapshot_explains_each_operator(tmp_p
     plan = json.loads(as_json.output)
     assert set(plan) == {"policy", "app", "parallelism", "actions", "explanation"}
     assert plan["policy"] == "ds2" and set(plan["parallelism"]) == {"source", "stage0", "stage1"}
+
+
+def test_ds2_says_how_the_sources_backlog_was_brought_forward():
+    plan = Ds2Policy().decide(handmade_snapshot(), DecisionHistory(()), PolicyConfig(name="ds2"), AppConfig(name="wc"))
+    source_line = next(line for line in plan.explanation if "(source)" in line)
+    assert "backlog 630 (stated 30 + what arrived in the 3 s since it was measured) / 60 s" in source_line

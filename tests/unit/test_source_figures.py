@@ -126,7 +126,10 @@ def test_redis_streams_positions_give_the_arrival_rate_exactly():
     est = estimate(reports, used=reports[1:3])
     assert est.arrival_estimate == "position"
     assert est.arrival_rate == pytest.approx((6150 - 2150) / 20)
-    assert est.backlog_records == 5550 and est.backlog_estimate == "source_metrics"
+    # The latest report's 5550, brought forward to the snapshot's time: + 200 rec/s x (120 - 115) s.
+    assert est.backlog_stated_records == 5550 and est.backlog_age_s == pytest.approx(TAKEN_AT - 115.0)
+    assert est.backlog_records == pytest.approx(5550 + est.arrival_rate * (TAKEN_AT - 115.0))
+    assert est.backlog_estimate == "source_metrics"
     assert dict(est.instances) == {InstanceKey(0, "0"): 250, InstanceKey(0, "1"): 250}
     ext = est.extension()
     assert ext["backlog_known"] is True and "note" not in ext
@@ -142,7 +145,9 @@ def test_kafka_offsets_give_partitions_positions_and_backlog():
     assert dict(est.instances) == {InstanceKey(0, "t/0"): 100 + 150, InstanceKey(0, "t/1"): 50 + 60}
     assert est.arrival_estimate == "position"
     assert est.arrival_rate == pytest.approx((3520 - 3300) / 18)
-    assert est.backlog_records == (1340 - 1250) + (2180 - 2110)
+    stated = (1340 - 1250) + (2180 - 2110)  # latest minus end offsets, asked at 118 s
+    assert est.backlog_stated_records == stated
+    assert est.backlog_records == pytest.approx(stated + est.arrival_rate * (TAKEN_AT - 118.0))
     assert est.backlog_estimate == "source_metrics"
 
 
@@ -160,7 +165,9 @@ def test_file_source_backlog_from_listing_gives_processed_plus_backlog_change():
     # 100 + 300 rows taken in after the first report, backlog 400 -> 300, over 15 s.
     assert est.arrival_estimate == "processed_plus_backlog_change"
     assert est.arrival_rate == pytest.approx((400 + 300 - 400) / 15)
-    assert est.backlog_records == 300 and est.backlog_estimate == "file_listing"
+    # The listing's 300 (dated as the agent published it, 115 s), + 20 rec/s x 5 s since.
+    assert est.backlog_records == pytest.approx(300 + 20.0 * (TAKEN_AT - 115.0))
+    assert est.backlog_estimate == "file_listing" and est.extension()["backlog_stated_records"] == 300
     assert est.extension()["sources"][0]["detail"] == "3 files x 100 rows"
     # With positions counted in files (for the migration metrics), the rate is still one of records.
     counted = [report(r.batch_id, r.at_s, r.num_input_rows, replace(r.sources[0], position_records=10 + i,
@@ -234,3 +241,24 @@ def test_policies_cope_with_an_unknown_backlog():
     assert dhalion.observation.figure("backlog") is None
     assert any("backlog unknown" in line for line in dhalion.explanation)
     assert keeps_up(snap, app, backlog_before=0.0)  # batches fit their trigger
+
+
+def test_a_backlog_asked_at_the_triggers_start_is_brought_forward_to_the_snapshots_time():
+    # A source with no rate limit: each batch takes all there is when its trigger starts, so its
+    # offsets state no backlog at any report while the query falls behind (dag-linear, issue 33).
+    # 60 rec/s arrive; batches started at 100 s and 110 s (10 s batches, back to back).
+    b1 = kafka({"t": {"0": 0}}, {"t": {"0": 600}}, {"t": {"0": 600}}, 600)
+    b2 = kafka({"t": {"0": 600}}, {"t": {"0": 1200}}, {"t": {"0": 1200}}, 600)
+    reports = [report(1, 100.0, 600, b1), report(2, 110.0, 600, b2)]
+    est = estimate(reports)
+    assert est.arrival_rate == pytest.approx(60.0)  # positions 600 -> 1200 over 10 s
+    assert est.backlog_stated_records == 0
+    # What arrived since the latest trigger's start waits: 60 rec/s x (120 - 110) s.
+    assert est.backlog_records == pytest.approx(600.0) and est.backlog_age_s == pytest.approx(10.0)
+    assert est.extension()["backlog_age_s"] == pytest.approx(10.0)
+    # An idle sample found no new data at its time: its backlog is not brought forward.
+    idle = replace(report(2, 118.0, 0, kafka({"t": {"0": 1200}}, {"t": {"0": 1200}}, {"t": {"0": 1200}}, 0)),
+                   idle=True)
+    caught_up = estimate([*reports, idle])
+    assert caught_up.backlog_records == 0 and caught_up.backlog_age_s == 0
+    assert "backlog_age_s" not in caught_up.extension()

@@ -12,8 +12,14 @@ report carries one `SourceReport` per source of the query (`protocol/queries.py`
   the two backlogs' measurements: `ProgressReport.backlog_at_s`);
   `input_rate` (the mean `input_rows_per_s` of the window's batches: a lower bound when behind;
   0 over a window of idle samples only, no input came).
-- Backlog: the latest report's sum of `backlog_records`; None (unknown) when any source cannot
-  tell. DS2 then sizes from rates without catch-up, and the snapshot says "backlog unknown".
+- Backlog: the latest report's sum of `backlog_records`, brought forward to the snapshot's time:
+  plus the arrival rate x the time since it was measured (`ProgressReport.backlog_at_s`). A
+  source's offsets are asked at the trigger's start, and a batch with no rate limit takes all
+  there is, so the stated backlog is ~0 at every report however far the query is behind: what
+  waits is what arrived since (issue 33: dag-linear stated 0-2 records while 1,389 waited, and
+  DS2 sized no catch-up). None (unknown) when any source cannot tell. DS2 then sizes from rates
+  without catch-up, and the snapshot says "backlog unknown". An idle sample is not brought
+  forward: the query found no new data then.
 - Idle: the latest report is an idle sample (the agent's, on Spark's `QueryIdleEvent`): the query
   is caught up, its backlog the sample's (0 where its sources can tell); `idle_since_s` is the
   first idle sample after the last batch read. Idle samples date positions and backlogs; they are
@@ -82,6 +88,8 @@ class SourceEstimate:
     sources: tuple[SourceSummary, ...] = ()
     records_from: Mapping[str, int] = field(default_factory=dict)  # batches counted from progress / tasks
     idle_since_s: float | None = None  # the latest report is an idle sample: idle since then
+    backlog_stated_records: float | None = None  # the latest report's backlog, before it is brought forward
+    backlog_age_s: float = 0.0  # from when it was measured to the snapshot's time (0: not brought forward)
 
     @property
     def backlog_known(self) -> bool:
@@ -95,6 +103,9 @@ class SourceEstimate:
             "backlog_records": self.backlog_records, "sources": [s.to_dict() for s in self.sources],
             "idle": self.idle_since_s is not None,
         }
+        if self.backlog_age_s > 0:
+            out["backlog_stated_records"] = self.backlog_stated_records
+            out["backlog_age_s"] = round(self.backlog_age_s, 3)
         if self.idle_since_s is not None:
             out["idle_since_s"] = self.idle_since_s
         if not self.backlog_known:
@@ -122,10 +133,11 @@ def estimate_sources(batches: Sequence[WindowBatch], reports: Sequence[ProgressR
             counted["tasks"] += 1
             for index, rows in batch.task_rows:
                 read[keys[index % len(keys)]] += rows
-    backlog, estimate, summaries = _backlog(latest)
+    stated, estimate, summaries = _backlog(latest)
     rate, how, detail = _arrival(samples, sum(read.values()), window_s)
+    backlog, age_s = _brought_forward(stated, latest, rate, taken_at)
     return SourceEstimate(tuple(read.items()), rate, how, detail, backlog, estimate, summaries, counted,
-                          _idle_since(reports, latest))
+                          _idle_since(reports, latest), stated, age_s)
 
 
 # -- offsets ------------------------------------------------------------------------------------------
@@ -270,6 +282,16 @@ def _backlog(latest: ProgressReport | None) -> tuple[float | None, str, tuple[So
     rank = {name: n for n, name in enumerate(BACKLOG_ESTIMATES)}
     weakest = max((s.backlog_estimate for s in summaries), key=lambda e: rank.get(e, len(rank)))
     return float(backlog), weakest, summaries
+
+
+def _brought_forward(stated: float | None, latest: ProgressReport | None, rate_rps: float,
+                     taken_at: float) -> tuple[float | None, float]:
+    """(the backlog at `taken_at`, seconds it was brought forward): the stated backlog plus what
+    arrived since it was measured (module docstring); unchanged where unknown or idle."""
+    at = latest.backlog_at_s if latest is not None else None
+    if stated is None or latest is None or latest.idle or at is None or taken_at <= at or rate_rps <= 0:
+        return stated, 0.0
+    return stated + rate_rps * (taken_at - at), taken_at - at
 
 
 def _arrival(samples: Sequence[ProgressReport], rows_read: int, window_s: float) -> tuple[float, str, str]:

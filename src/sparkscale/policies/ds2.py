@@ -6,6 +6,7 @@ model itself, and the choices it makes where the paper leaves room, are ds2_mode
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import ClassVar
 
 from pydantic import Field, model_validator
@@ -296,6 +297,14 @@ def _spent(est: Ds2Estimate, snapshot: Snapshot) -> str:
             f"{num(work.source_records / snapshot.window_s)} rec/s their sources read")
 
 
+def _brought_forward(extra: Mapping[str, object]) -> str:
+    """How the source's backlog was brought forward to the snapshot's time (source_figures.py)."""
+    age_s, stated = extra.get("backlog_age_s"), extra.get("backlog_stated_records")
+    if not isinstance(age_s, int | float) or not isinstance(stated, int | float) or age_s <= 0:
+        return ""
+    return f" (stated {num(stated)} + what arrived in the {num(age_s)} s since it was measured)"
+
+
 def _explain(n: int, op: OperatorEstimate, u: float, catch_up_s: float, snapshot: Snapshot,
              stall_s: float = 0.0) -> str:
     rates = (f"true processing rate {num(op.true_processing_rate)} rec/s, true output rate "
@@ -306,8 +315,8 @@ def _explain(n: int, op: OperatorEstimate, u: float, catch_up_s: float, snapshot
         arrival = num(figures.arrival_rate or 0)
         stall = f" + arrival {arrival} x stall {stall_s:g} s" if stall_s > 0 else ""
         if figures.backlog is not None:
-            backlog = f"(backlog {num(figures.backlog)}{stall}) / {num(catch_up_s)} s" if stall \
-                else f"backlog {num(figures.backlog)} / {num(catch_up_s)} s"
+            waiting = f"backlog {num(figures.backlog)}{_brought_forward(figures.extra)}"
+            backlog = f"({waiting}{stall}) / {num(catch_up_s)} s" if stall else f"{waiting} / {num(catch_up_s)} s"
         else:
             backlog = (f"(backlog unknown{stall}) / {num(catch_up_s)} s" if stall
                        else "0 (backlog unknown: no catch-up)")
