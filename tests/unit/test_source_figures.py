@@ -147,7 +147,7 @@ def test_kafka_offsets_give_partitions_positions_and_backlog():
     assert est.arrival_rate == pytest.approx((3520 - 3300) / 18)
     stated = (1340 - 1250) + (2180 - 2110)  # latest minus end offsets, asked at 118 s
     assert est.backlog_stated_records == stated
-    assert est.backlog_records == pytest.approx(stated + est.arrival_rate * (TAKEN_AT - 118.0))
+    assert est.backlog_records == pytest.approx(stated + est.arrival_rate * (TAKEN_AT - 118.0), abs=0.05)  # a tenth
     assert est.backlog_estimate == "source_metrics"
 
 

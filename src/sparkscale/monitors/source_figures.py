@@ -291,7 +291,7 @@ def _brought_forward(stated: float | None, latest: ProgressReport | None, rate_r
     at = latest.backlog_at_s if latest is not None else None
     if stated is None or latest is None or latest.idle or at is None or taken_at <= at or rate_rps <= 0:
         return stated, 0.0
-    return stated + rate_rps * (taken_at - at), taken_at - at
+    return round(stated + rate_rps * (taken_at - at), 1), taken_at - at  # records: a tenth is enough
 
 
 def _arrival(samples: Sequence[ProgressReport], rows_read: int, window_s: float) -> tuple[float, str, str]:
