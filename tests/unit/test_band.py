@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from sparkscale.config import AppConfig, ConfigError, PolicyConfig
+from sparkscale.config import ConfigError
 from sparkscale.config.loading import load_config
 from sparkscale.policies.band import UtilizationBand
-from sparkscale.policies.ds2 import Ds2Policy
-from sparkscale.policies.history import DecisionHistory
-from sparkscale.policies.planner import decide
 
 BAND = UtilizationBand(0.5, 0.9)
 
@@ -86,41 +83,3 @@ def test_ds2_with_a_band_steps_down_at_the_low_load_edge_and_then_holds():
     held = _decide(_low_load(1), **band)
     assert not [a for a in held.actions if a.type == "scale_executors"]
     assert any("inside it" in line for line in held.explanation)
-
-
-def _behind(backlog: float):
-    from tests.unit.test_ds2 import LECTURE_EDGES, inst, op, snapshot
-    # 12 rec/s arrive and `backlog` wait; o1 takes 12 records per second of useful time. With 504
-    # waiting, DS2's target rate is 12 + 504 / 60 s = 20.4 rec/s: 1.7 busy cores, 0.85 of the 2
-    # cores (inside [0.5, 0.9]) and ceil(1.7 / 0.8) = 3 cores at the target utilisation.
-    return snapshot([op("src", 1, [inst(12, 12, 1)], arrival=12, backlog=backlog),
-                     op("o1", 4, [inst(3, 3, 0.25)] * 4),
-                     op("o2", 2, [inst(5, 0, 0.001)] * 2)], LECTURE_EDGES, executors=2)
-
-
-def test_the_band_holds_no_scale_up_while_the_backlog_is_above_its_slo():
-    cfg = PolicyConfig(target_utilization=0.8, utilization_min=0.5, utilization_max=0.9)
-    app = AppConfig(name="app", max_executors=8)
-
-    def scales(plan):
-        return [(a.from_, a.to) for a in plan.actions if a.type == "scale_executors"]
-
-    # 504 records are 42 s of input: above a 10 s SLO, the band does not hold DS2's 3 cores.
-    over = Ds2Policy().decide(_behind(504), DecisionHistory.empty(), cfg.with_backlog_slo(10.0), app)
-    assert scales(over) == [(2, 3)]
-    assert any("band not applied to a scale-up: the backlog, 504 records (42.0 s of input), is above the 10 s SLO"
-               in line for line in over.explanation), over.explanation
-    # Within a 60 s SLO, or with no SLO given (a PolicyConfig on its own), the band holds: no change.
-    for held_cfg in (cfg.with_backlog_slo(60.0), cfg):
-        held = Ds2Policy().decide(_behind(504), DecisionHistory.empty(), held_cfg, app)
-        assert scales(held) == [] and any("inside it" in line for line in held.explanation)
-
-
-def test_the_one_decide_path_gives_the_policy_the_guards_backlog_slo():
-    app = AppConfig(name="app", max_executors=8)
-    snap = _behind(504)
-    over = decide(snap, DecisionHistory.empty(), load_config(None, ["guards.backlog_slo_s=10"]), app)
-    within = decide(snap, DecisionHistory.empty(), load_config(None, ["guards.backlog_slo_s=60"]), app)
-    assert [(a.from_, a.to) for a in over.actions if a.type == "scale_executors"] == [(2, 3)]
-    assert not [a for a in within.actions if a.type == "scale_executors"]
-

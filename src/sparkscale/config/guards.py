@@ -46,9 +46,8 @@ class GuardsConfig(MemoryGuardsConfig):  # its memory settings: config/memory.py
         "the few batches' worth of arrivals a healthy source always has waiting (draining: the spare cores are "
         "what drains it)."))
     backlog_slo_s: float = Field(10.0, gt=0, description=(  # `sparkscale bench scaling`'s --slo-backlog-s
-        "The backlog SLO, in seconds of input waiting: above it the utilisation band holds no scale-up "
-        "(policy.utilization_band), and no_scale_down_while_draining and idle_executors_task_time_fraction "
-        "hold to it."))
+        "The backlog SLO no_scale_down_while_draining and idle_executors_task_time_fraction hold to, in seconds "
+        "of input waiting."))
     # policies/idle_executors.py
     idle_executors_task_time_fraction: float | None = Field(None, gt=0, le=1, examples=[0.5], description=(
         "Hold a scale-up while the app's executors ran tasks under this fraction of the window and the backlog "

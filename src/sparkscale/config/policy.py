@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from pydantic import Field, PrivateAttr, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from sparkscale.config.base import _one_of
 from sparkscale.config.memory import MemoryPolicyConfig
@@ -33,9 +33,8 @@ class PolicyConfig(SectionedConfig):
     utilization_band: bool = Field(True, description=(
         "Keep a utilisation band around target_utilization: no change while the projected utilisation of "
         "the current cores is inside [utilization_min, utilization_max]; above it, scale to the target; "
-        "below it, down to the fewest cores at most utilization_max busy; it holds no scale-up while the backlog "
-        "is above guards.backlog_slo_s seconds of input. false = no band (every change of the target is acted "
-        "on)."))
+        "below it, down to the fewest cores at most utilization_max busy. false = no band (every change of "
+        "the target is acted on)."))
     utilization_min: float | None = Field(None, ge=0, le=1, examples=[0.5], description=(
         "Lower edge of the utilisation band, below target_utilization; null = the target minus 0.3 (0.5 "
         "around 0.8)."))
@@ -44,9 +43,6 @@ class PolicyConfig(SectionedConfig):
         "most 1 (0.9 around 0.8)."))
     memory: MemoryPolicyConfig = Field(default_factory=MemoryPolicyConfig, description=(  # config/memory.py
         "The executor memory recommendation (`policy.memory`)."))
-    # guards.backlog_slo_s, given by the one decide path (policies/planner.py `decide`): the band
-    # holds no scale-up while more input than that waits. None: a PolicyConfig used on its own.
-    _backlog_slo_s: float | None = PrivateAttr(None)
 
     @field_validator("name")
     @classmethod
@@ -61,17 +57,6 @@ class PolicyConfig(SectionedConfig):
                              f"{band[0]:g}, {self.target_utilization:g}, {band[1]:g}); leave a bound null to "
                              f"derive it from the target, or utilization_band: false for no band")
         return self
-
-    @property
-    def backlog_slo_s(self) -> float | None:
-        """The backlog SLO, in seconds of input, above which the band holds no scale-up (None: none given)."""
-        return self._backlog_slo_s
-
-    def with_backlog_slo(self, slo_s: float) -> PolicyConfig:
-        """This config with the band yielding to a backlog above `slo_s` seconds of input."""
-        out = self.model_copy()
-        out._backlog_slo_s = slo_s
-        return out
 
     def band(self) -> tuple[float, float] | None:
         """[minimum, maximum] of the utilisation band, a null bound derived from the target (Flink's

@@ -20,7 +20,6 @@ from sparkscale.policies.band import UtilizationBand
 from sparkscale.policies.base import register_policy
 from sparkscale.policies.catch_up import change_cost, payback
 from sparkscale.policies.change_costs import EXECUTOR_ADD, EXECUTOR_REMOVE, MIGRATION_PREFIX, cost_s, migration_kind
-from sparkscale.policies.draining import above_slo, lag_text, source_backlog
 from sparkscale.policies.ds2_model import Ds2Estimate, OperatorEstimate, ceiling, estimate, num
 from sparkscale.policies.figures import stage_work
 from sparkscale.policies.history import DecisionHistory
@@ -116,7 +115,7 @@ class Ds2Policy:
         cores = scaled_cores(cores, current_cores, coeff)
         if coeff is not None:
             explanation.append(f"{coeff.explain()}: {linear_cores} cores at linear scaling -> {cores}")
-        cores = _banded(cores, current_cores, est, fits, cfg, snapshot, explanation)
+        cores = _banded(cores, current_cores, est, fits, cfg, explanation)
         wanted = math.ceil(cores / app.executor_cores)
         executors = min(max(wanted, app.min_executors), app.max_executors)
         explanation.append(
@@ -224,22 +223,13 @@ def _paid_back(actions: list[Action], est: Ds2Estimate, snapshot: Snapshot, hist
 
 
 def _banded(cores: int, current_cores: int, est: Ds2Estimate, fits: int | None, cfg: PolicyConfig,
-            snapshot: Snapshot, explanation: list[str]) -> int:
-    """`cores` through the utilisation band when one is configured (policies/band.py), saying why.
-    The band is for a load that moves inside it, not for a backlog over its SLO: there it holds no
-    scale-up (issue 33: dag-linear held 2 executors 0.83-0.88 busy while 11-15 s of input waited,
-    against a 10 s SLO), as the draining guard holds no scale-down."""
+            explanation: list[str]) -> int:
+    """`cores` through the utilisation band when one is configured (policies/band.py), saying why."""
     band = cfg.band()
     if band is None:
         return cores
     if fits is None or fits != est.cores_needed:
         explanation.append("utilisation band not applied: the cores were raised for the stages' partitions")
-        return cores
-    waiting = source_backlog(snapshot)
-    slo_s = cfg.backlog_slo_s
-    if cores > current_cores and waiting is not None and slo_s is not None and above_slo(*waiting, slo_s):
-        explanation.append(f"utilisation band not applied to a scale-up: the backlog, {num(waiting[0])} records "
-                           f"({lag_text(*waiting)}), is above the {slo_s:g} s SLO (guards.backlog_slo_s)")
         return cores
     cores, why = UtilizationBand(*band).cores(cores, current_cores, est.busy_cores)
     explanation.append(why)

@@ -45,8 +45,7 @@ def decide(snapshot: Snapshot, history: DecisionHistory, config: Config, app: Ap
     configured = app.shuffle_partitions
     assert configured is not None, "set by AppConfig's validation"
     current = {q: history.partitions.get(q, configured) for q in names}
-    raw = get_policy(policy or config.policy.name).decide(
-        snapshot, history, config.policy.with_backlog_slo(config.guards.backlog_slo_s), app)
+    raw = get_policy(policy or config.policy.name).decide(snapshot, history, config.policy, app)
     raw = band_migrations(raw, snapshot, app, current, config.guards.partitions_per_core_min,
                           config.guards.partitions_per_core_max, not_migratable(snapshot))
     given = GuardInput(snapshot, history, app, migration_running=history.migration_running,
