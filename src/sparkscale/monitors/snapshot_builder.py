@@ -235,8 +235,7 @@ def _source_operator(source: SourceEstimate, window_s: float) -> OperatorFigures
         id=SOURCE_OPERATOR, source=True, parallelism=max(len(instances), 1), instances=tuple(instances),
         arrival_rate=source.arrival_rate, backlog=source.backlog_records,
         extra={"arrival_estimate": source.arrival_estimate, "backlog_estimate": source.backlog_estimate,
-               **({"backlog_stated_records": source.backlog_stated_records,
-                   "backlog_age_s": round(source.backlog_age_s, 3)} if source.backlog_age_s > 0 else {})},
+               **source.brought_forward()},
     )
 
 

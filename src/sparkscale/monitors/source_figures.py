@@ -95,6 +95,13 @@ class SourceEstimate:
     def backlog_known(self) -> bool:
         return self.backlog_records is not None
 
+    def brought_forward(self) -> dict[str, JsonValue]:
+        """The stated backlog and its age where it was brought forward (else nothing), for
+        `extensions["source"]` and the source operator's `extra`."""
+        if self.backlog_age_s <= 0:
+            return {}
+        return {"backlog_stated_records": self.backlog_stated_records, "backlog_age_s": round(self.backlog_age_s, 3)}
+
     def extension(self) -> dict[str, JsonValue]:
         """`extensions["source"]`: which estimates the figures rest on."""
         out: dict[str, Any] = {
@@ -103,9 +110,7 @@ class SourceEstimate:
             "backlog_records": self.backlog_records, "sources": [s.to_dict() for s in self.sources],
             "idle": self.idle_since_s is not None,
         }
-        if self.backlog_age_s > 0:
-            out["backlog_stated_records"] = self.backlog_stated_records
-            out["backlog_age_s"] = round(self.backlog_age_s, 3)
+        out.update(self.brought_forward())
         if self.idle_since_s is not None:
             out["idle_since_s"] = self.idle_since_s
         if not self.backlog_known:
