@@ -55,6 +55,17 @@ def test_ds2_runs_the_product_defaults_plus_the_guards_the_benchmark_chooses():
     assert p.section("ds2").restart_aware is False  # the product's default
 
 
+def test_ds2_restart_aware_is_ds2_with_the_restart_aware_catch_up_and_runs_only_when_asked():
+    ds2 = load_config(None, daemon_settings("ds2", 10.0))
+    cfg = load_config(None, daemon_settings("ds2-restart-aware", 10.0))
+    assert cfg.policy.section("ds2").restart_aware is True
+    assert cfg.guards == ds2.guards and cfg.policy.utilization_band is ds2.policy.utilization_band
+    assert "ds2-restart-aware" not in CONTROLLERS  # not in a default benchmark
+    runner = CliRunner()
+    bad = runner.invoke(main, ["bench", "scaling", "--controllers", "ds2-restarts", "--out", "unused"])
+    assert bad.exit_code == 2 and "ds2-restart-aware" in bad.output  # named among the known ones
+
+
 def test_other_daemons_get_their_policy_alone_and_static_none():
     assert daemon_settings("threshold", 10.0) == ["policy.name=threshold"]
     assert daemon_settings("dhalion", 10.0) == ["policy.name=dhalion"]

@@ -5,7 +5,8 @@ old value, so that one run shows what they change against a baseline measured on
 the same day. `ds2` is the product's defaults (the utilisation band and the start-up grace are on
 by default) plus the stability guards the benchmark chooses for it, each value justified from the
 committed run (docs/results/bench_scaling/results.md) below. `threshold` and `dhalion` run with
-the product's defaults.
+the product's defaults. `ds2-restart-aware` (run only when asked for) is `ds2` with the restart-aware
+catch-up on, so that one run weighs that setting against `ds2` on the same machine.
 """
 
 from __future__ import annotations
@@ -13,8 +14,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 # Controller -> the policy its daemon runs; controllers not listed run no daemon (static, spark-dra).
-POLICY_OF: Mapping[str, str] = {"threshold": "threshold", "dhalion": "dhalion", "ds2-baseline": "ds2", "ds2": "ds2"}
+POLICY_OF: Mapping[str, str] = {"threshold": "threshold", "dhalion": "dhalion", "ds2-baseline": "ds2", "ds2": "ds2",
+                                 "ds2-restart-aware": "ds2"}
+# The controllers a benchmark runs unless told; VARIANTS run only when named in --controllers.
 CONTROLLERS: tuple[str, ...] = ("static", "spark-dra", "threshold", "dhalion", "ds2-baseline", "ds2")
+VARIANTS: tuple[str, ...] = ("ds2-restart-aware",)
 BASELINE_CONTROLLER = "ds2-baseline"
 
 # Every stability setting at its value before issue 33: no utilisation band, no start-up grace, no
@@ -85,4 +89,6 @@ def daemon_settings(controller: str, backlog_slo_s: float) -> list[str]:
         settings += BASELINE_SETTINGS
     elif controller == "ds2":
         settings += ds2_settings(backlog_slo_s)
+    elif controller == "ds2-restart-aware":
+        settings += [*ds2_settings(backlog_slo_s), "policy.ds2.restart_aware=true"]
     return settings

@@ -54,7 +54,8 @@ def bench() -> None:
               help="Repeatable, instead of --workload/--profile: exactly these cases.")
 @click.option("--controllers", default=None,
               help="Default: static,spark-dra,threshold,dhalion,ds2-baseline,ds2 (--quick: ds2). ds2-baseline: DS2 "
-                   "without the stability settings, the baseline ds2's scaling actions are compared with.")
+                   "without the stability settings, the baseline ds2's scaling actions are compared with. Also known: "
+                   "ds2-restart-aware (ds2 with policy.ds2.restart_aware on).")
 @click.option("--repeat", type=click.IntRange(min=1), default=None, help="Default 3 (--quick: 1).")
 @click.option("--seed", type=int, default=7, show_default=True)
 @click.option("--max-executors", type=click.IntRange(min=1), default=4, show_default=True)
@@ -82,7 +83,7 @@ def bench_scaling(workloads: tuple[str, ...], profiles: tuple[str, ...], cases: 
     each case (a workload under a load profile)."""
     from sparkscale_lab.bench.report import render
     from sparkscale_lab.bench.scaling import WORKLOADS, BenchSpec, check_resume, estimated_duration_s, run_bench
-    from sparkscale_lab.bench.scaling_controllers import CONTROLLERS
+    from sparkscale_lab.bench.scaling_controllers import CONTROLLERS, VARIANTS
     from sparkscale_lab.bench.scaling_workloads import make_cases, matrix
     from sparkscale_lab.pipelines.profiles import parse_profile
 
@@ -109,7 +110,8 @@ def bench_scaling(workloads: tuple[str, ...], profiles: tuple[str, ...], cases: 
         profiles = profiles or (QUICK_PROFILE,)
     spec = BenchSpec(
         cases=make_cases(pairs) if pairs else matrix(workloads or ("dag-linear", "clicks-file"), profiles),
-        controllers=_names(controllers or ("ds2" if quick else ",".join(CONTROLLERS)), CONTROLLERS, "controller"),
+        controllers=_names(controllers or ("ds2" if quick else ",".join(CONTROLLERS)), CONTROLLERS + VARIANTS,
+                           "controller"),
         repeat=repeat or (1 if quick else 3), seed=seed, max_executors=max_executors,
         slo_backlog_s=slo_backlog_s, slo_latency_s=slo_latency_s, warmup_s=warmup_s,
         calibration_trial_s=calibration_trial_s or (30.0 if quick else 60.0),
