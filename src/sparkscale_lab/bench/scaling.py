@@ -49,7 +49,7 @@ from sparkscale_lab.bench.measures import (
     observed_actions,
     segments,
 )
-from sparkscale_lab.bench.scaling_controllers import CONTROLLERS, POLICY_OF, daemon_settings
+from sparkscale_lab.bench.scaling_controllers import KNOWN, POLICY_OF, daemon_settings
 from sparkscale_lab.bench.scaling_workloads import (
     APP,
     MEMORY_WORKLOADS,
@@ -240,8 +240,8 @@ def _wait_drained(env: BenchEnv, wl: BenchWorkload, timeout_s: float) -> bool:
 def run_controller(spec: BenchSpec, case: Case, controller: str, repeat: int,
                    calibration: dict[float, int | None], work_dir: Path) -> RunResult:
     """The case's workload under its profile with one controller, on a fresh embedded environment."""
-    if controller not in CONTROLLERS:
-        raise ValueError(f"unknown controller {controller!r} (expected one of {', '.join(CONTROLLERS)})")
+    if controller not in KNOWN:
+        raise ValueError(f"unknown controller {controller!r} (expected one of {', '.join(KNOWN)})")
     profile = parse_profile(case.profile)
     run_dir = work_dir / f"{case.name}-{controller}-{repeat}"
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -19,6 +19,7 @@ POLICY_OF: Mapping[str, str] = {"threshold": "threshold", "dhalion": "dhalion", 
 # The controllers a benchmark runs unless told; VARIANTS run only when named in --controllers.
 CONTROLLERS: tuple[str, ...] = ("static", "spark-dra", "threshold", "dhalion", "ds2-baseline", "ds2")
 VARIANTS: tuple[str, ...] = ("ds2-restart-aware",)
+KNOWN: tuple[str, ...] = CONTROLLERS + VARIANTS
 BASELINE_CONTROLLER = "ds2-baseline"
 
 # Every stability setting at its value before issue 33: no utilisation band, no start-up grace, no

@@ -83,7 +83,7 @@ def bench_scaling(workloads: tuple[str, ...], profiles: tuple[str, ...], cases: 
     each case (a workload under a load profile)."""
     from sparkscale_lab.bench.report import render
     from sparkscale_lab.bench.scaling import WORKLOADS, BenchSpec, check_resume, estimated_duration_s, run_bench
-    from sparkscale_lab.bench.scaling_controllers import CONTROLLERS, VARIANTS
+    from sparkscale_lab.bench.scaling_controllers import CONTROLLERS, KNOWN
     from sparkscale_lab.bench.scaling_workloads import make_cases, matrix
     from sparkscale_lab.pipelines.profiles import parse_profile
 
@@ -110,8 +110,7 @@ def bench_scaling(workloads: tuple[str, ...], profiles: tuple[str, ...], cases: 
         profiles = profiles or (QUICK_PROFILE,)
     spec = BenchSpec(
         cases=make_cases(pairs) if pairs else matrix(workloads or ("dag-linear", "clicks-file"), profiles),
-        controllers=_names(controllers or ("ds2" if quick else ",".join(CONTROLLERS)), CONTROLLERS + VARIANTS,
-                           "controller"),
+        controllers=_names(controllers or ("ds2" if quick else ",".join(CONTROLLERS)), KNOWN, "controller"),
         repeat=repeat or (1 if quick else 3), seed=seed, max_executors=max_executors,
         slo_backlog_s=slo_backlog_s, slo_latency_s=slo_latency_s, warmup_s=warmup_s,
         calibration_trial_s=calibration_trial_s or (30.0 if quick else 60.0),
