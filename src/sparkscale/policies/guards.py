@@ -7,54 +7,56 @@ Order, each step explained in the returned plan's explanation (lines starting "g
 0. dynamic allocation: an app under Spark's own dynamic allocation keeps no `scale_executors`.
 1. executor range: a `scale_executors` target is clamped to the app's [min_executors,
    max_executors]; an app outside its range gets an action back into it.
-2. scale-down delay (`guards.scale_down_delay_s`): a scale-down happens only once every
+2. unmeasured query (unmeasured_query.py): no scale-down while one query has stages in the window
+   and another, with input arriving or waiting, has none (a batch longer than it): its need is unknown.
+3. scale-down delay (`guards.scale_down_delay_s`): a scale-down happens only once every
    recommendation over the delay was below the current count, and then to the largest of them
    (the recommendation is the clamped target, or the current count when the plan scales nothing);
    within `DELAY_SLACK_S` (or `DELAY_SLACK_FRACTION` of a shorter delay) of it counts as the delay.
-3. step cap (`guards.max_scale_up_factor` / `max_scale_down_factor`): at most /2 down by default
+4. step cap (`guards.max_scale_up_factor` / `max_scale_down_factor`): at most /2 down by default
    (up: no cap by default, a policy's computed target is reached in one step), and always at least
    one executor.
-4. in progress: no change while an earlier action is still being carried out (the daemon runs
+5. in progress: no change while an earlier action is still being carried out (the daemon runs
    actions in the background; the next cycles see it here).
-5. starting executors: while Spark has not registered every executor asked for, a scale action is
+6. starting executors: while Spark has not registered every executor asked for, a scale action is
    kept only when it asks for more than were asked for already (the rest would undo or repeat it).
-6. settle: act on the first trustworthy window after a change: none whose window began before the
+7. settle: act on the first trustworthy window after a change: none whose window began before the
    last change was done (its figures mix the old and the new executors).
-7. cooldown (`loop.cooldown_s`): no reversal of the last executor change (a scale-down after a
+8. cooldown (`loop.cooldown_s`): no reversal of the last executor change (a scale-down after a
    scale-up or the reverse), and no other kind of change, within cooldown_s of it; a further step in
    the same direction (a scale-up still short of its target) is not held.
-8. migration (`loop.stabilization_s`): no change while a migration runs, nor within
+9. migration (`loop.stabilization_s`): no change while a migration runs, nor within
    stabilization_s after one ended.
-9. excluded period (`guards.excluded_periods` and the app's `apps[].excluded_periods`,
+10. excluded period (`guards.excluded_periods` and the app's `apps[].excluded_periods`,
    excluded_periods.py): no change inside a configured window (in its time zone, UTC by default).
-10. start-up grace (`guards.startup_grace_batches`, startup_grace.py): no change while a query's
+11. start-up grace (`guards.startup_grace_batches`, startup_grace.py): no change while a query's
    window rests on the first batches of its new or restarted run.
-11. draining (`guards.no_scale_down_while_draining`, draining.py): no scale-down while the backlog
+12. draining (`guards.no_scale_down_while_draining`, draining.py): no scale-down while the backlog
    is above `guards.backlog_slo_s` seconds of input, or falling while above the few batches' worth
    of arrivals a healthy source always has waiting (figures.py `usual_backlog`).
-12. direction changes (`guards.max_direction_changes_per_hour`, direction_cap.py): at the cap, no
+13. direction changes (`guards.max_direction_changes_per_hour`, direction_cap.py): at the cap, no
    change that reverses the last executor change again.
-13. ineffective scaling (`guards.ineffective_scale_up_fraction`, ineffective.py): no scale-up of a
+14. ineffective scaling (`guards.ineffective_scale_up_fraction`, ineffective.py): no scale-up of a
    query whose last judged scale-up brought under that fraction of its expected gain, until the
    load changes or `guards.ineffective_hold_s` passed (a warning says why); idle executors
    (`guards.idle_executors_task_time_fraction`, idle_executors.py): no scale-up while the executors
    ran tasks under that fraction of the window and the backlog is within `guards.backlog_slo_s`.
-14. state memory (`guards.max_state_memory_fraction`, memory_guard.py): no scale-down that puts state over its share.
-15. GC (`guards.gc_time_fraction_max`, gc_guard.py): a scale-up under GC pressure becomes a memory recommendation.
+15. state memory (`guards.max_state_memory_fraction`, memory_guard.py): no scale-down that puts state over its share.
+16. GC (`guards.gc_time_fraction_max`, gc_guard.py): a scale-up under GC pressure becomes a memory recommendation.
 Then, with `policy.memory.recommend`, the recommended executor memory (memory.py), an explanation line.
-16. executor memory (`policy.memory.apply`, memory_apply.py): the recommendation (15's or memory.py's)
-   becomes a `set_executor_memory` action (a restart of the whole app), which steps 4, 6 to 10
+17. executor memory (`policy.memory.apply`, memory_apply.py): the recommendation (16's or memory.py's)
+   becomes a `set_executor_memory` action (a restart of the whole app), which steps 5, 7 to 11
    then hold as they hold any other change: in progress, settle, cooldown, migration, excluded
    period, start-up grace.
 
 After these, the planner applies the quotas over all managed apps (`quotas.*`, quotas.py) and the
-cluster's capacity (capacity.py), to 16's memory increase too (memory_limits.py:
-`quotas.max_memory_mb` and the workers' room, each cut to what fits or held under 16's step).
-Settings 9 and 11 to 16 are off by default; 10, the start-up grace, holds the first 3 batches of a run.
+cluster's capacity (capacity.py), to 17's memory increase too (memory_limits.py:
+`quotas.max_memory_mb` and the workers' room, each cut to what fits or held under 17's step).
+Settings 10 and 12 to 17 are off by default; 11, the start-up grace, holds the first 3 batches of a run.
 
 Warnings always pass. Each guarded plan records its recommendation in its observation
 (`plan.observation.recommended_executors`), so that the next decision's scale-down delay can see
-it in the decision history (and, with 10, 11 and 13 on, the figures they carry from one decision to
+it in the decision history (and, with 11, 12 and 14 on, the figures they carry from one decision to
 the next).
 """
 
@@ -82,6 +84,7 @@ from sparkscale.policies.memory import recommend_memory
 from sparkscale.policies.memory_apply import MemoryWish, propose_memory
 from sparkscale.policies.memory_guard import memory_guard
 from sparkscale.policies.startup_grace import startup_grace
+from sparkscale.policies.unmeasured_query import unmeasured_query
 
 __all__ = ["GuardInput", "apply_guards"]  # GuardInput lives in guard_input.py; importers of it here still work
 
@@ -103,6 +106,7 @@ def apply_guards(plan: Plan, given: GuardInput, guards: GuardsConfig, loop: Loop
 
     actions = _spark_owns_executors(actions, given.app, notes)
     actions = _executor_range(actions, current, given.app, notes)
+    actions = unmeasured_query(actions, given, notes)  # a blind recommendation must not count for the delay
     recommended = _target(actions, current)
     actions = _scale_down_delay(actions, current, recommended, given, guards.scale_down_delay_s, notes)
     actions = _step_cap(actions, guards.max_scale_up_factor, guards.max_scale_down_factor, notes)
