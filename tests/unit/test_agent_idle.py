@@ -1,7 +1,7 @@
 """The agent's idle samples: on Spark's `QueryIdleEvent` the listener adds a sample to the query's
 `:history` stream (caught up: end = latest offset, backlog 0, no rows), at most one per query every
 few seconds, only after a batch of the same run it published and not while the sources are paused;
-it never raises. Events are PySpark's own, built as Spark emits them (no JVM); Redis is a fake."""
+it never raises. Events are PySpark's own, built as Spark emits them (no JVM); Redis is fakeredis."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import json
 import uuid
 from typing import Any
 
+import fakeredis
 import pytest
 from pyspark.sql.streaming.listener import QueryIdleEvent, QueryProgressEvent, StreamingQueryProgress
 from structlog.testing import capture_logs
@@ -18,45 +19,11 @@ from sparkscale.agent.progress import ProgressPublisher
 from sparkscale.monitors.progress_reports import ProgressReport, parse_progress_time
 from sparkscale.protocol.keys import paused_key, progress_history_key, progress_key
 from sparkscale.protocol.queries import SourceReport
+from tests.unit.fake_redis import fake_redis
 
 PREFIX, APP = "sparkscale:", "wc"
 QUERY_ID, RUN_ID = uuid.UUID("6a1f2c3e-0000-4000-8000-000000000001"), uuid.UUID("6a1f2c3e-0000-4000-8000-000000000002")
 HISTORY, HASH = progress_history_key(PREFIX, APP, "counts"), progress_key(PREFIX, APP, "counts")
-
-
-class FakeRedis:
-    """hset, xadd, exists and a pipeline of those; values kept as Redis gives them back (strings)."""
-
-    def __init__(self) -> None:
-        self.hashes: dict[str, dict[str, str]] = {}
-        self.streams: dict[str, list[dict[str, str]]] = {}
-        self.strings: dict[str, str] = {}
-
-    def hset(self, key: str, field: str | None = None, value: Any = None, mapping: dict | None = None) -> None:
-        entry = self.hashes.setdefault(key, {})
-        if field is not None:
-            entry[field] = str(value)
-        entry.update({k: str(v) for k, v in (mapping or {}).items()})
-
-    def xadd(self, key: str, fields: dict, maxlen: int | None = None, approximate: bool = True) -> None:
-        self.streams.setdefault(key, []).append({k: str(v) for k, v in fields.items()})
-
-    def exists(self, key: str) -> int:
-        return int(key in self.strings)
-
-    def pipeline(self, transaction: bool = False) -> FakePipeline:
-        return FakePipeline(self)
-
-
-class FakePipeline:
-    def __init__(self, client: FakeRedis) -> None:
-        self.client, self.queued = client, []
-
-    def __getattr__(self, name: str):
-        return lambda *args, **kwargs: self.queued.append((name, args, kwargs))
-
-    def execute(self) -> list:
-        return [getattr(self.client, name)(*args, **kwargs) for name, args, kwargs in self.queued]
 
 
 def offsets(count: int) -> str:
@@ -82,25 +49,29 @@ def idle_event(at: str = "2030-01-01T00:00:20.000Z", run_id: uuid.UUID = RUN_ID)
 
 @pytest.fixture
 def world():
-    """A publisher over a fake Redis whose idle sampler runs on a clock the test moves."""
-    client, now = FakeRedis(), [100.0]
-    publisher = ProgressPublisher(client, PREFIX, APP)  # type: ignore[arg-type]  # the fake
+    """A publisher over fakeredis whose idle sampler runs on a clock the test moves."""
+    client, now = fake_redis(), [100.0]
+    publisher = ProgressPublisher(client, PREFIX, APP)
     publisher.idle = IdleSampler(every_s=5.0, clock=lambda: now[0])
     return client, publisher, now
 
 
-def idle_entries(client: FakeRedis) -> list[dict[str, str]]:
-    return [e for e in client.streams.get(HISTORY, []) if e.get("idle") == "1"]
+def history(client: fakeredis.FakeRedis) -> list[dict[str, str]]:
+    return [fields for _id, fields in client.xrange(HISTORY)]
+
+
+def idle_entries(client: fakeredis.FakeRedis) -> list[dict[str, str]]:
+    return [e for e in history(client) if e.get("idle") == "1"]
 
 
 def test_an_idle_event_publishes_a_caught_up_sample_to_the_history_only(world):
     client, publisher, _ = world
     publisher.onQueryProgress(progress_event(7, 1000, 1200, 1250))  # 50 behind at the batch's trigger
-    last_batch = dict(client.hashes[HASH])
+    last_batch = client.hgetall(HASH)
     publisher.onQueryIdle(idle_event())
     (entry,) = idle_entries(client)
-    assert client.hashes[HASH] == last_batch  # the hash stays the last batch's
-    assert len(client.streams[HISTORY]) == 2
+    assert client.hgetall(HASH) == last_batch  # the hash stays the last batch's
+    assert len(history(client)) == 2
     sample = ProgressReport.from_fields(entry)  # as the monitor reads it
     assert (sample.idle, sample.batch_id, sample.run_id, sample.num_input_rows) == (True, 7, str(RUN_ID), 0)
     assert sample.batch_duration_ms is None and sample.input_rows_per_s is None
@@ -109,7 +80,7 @@ def test_an_idle_event_publishes_a_caught_up_sample_to_the_history_only(world):
     assert (source.backlog_records, source.backlog_estimate, source.kind) == (0, "source_offsets", "redis_streams")
     assert source.start_offset == source.end_offset == source.latest_offset == json.loads(offsets(1200))
     assert source.position_records == 1200 and source.num_input_rows == 0
-    batch = ProgressReport.from_fields(client.streams[HISTORY][0])
+    batch = ProgressReport.from_fields(history(client)[0])
     assert batch.idle is False and batch.sources[0].backlog_records == 50
 
 
@@ -136,10 +107,10 @@ def test_no_sample_without_a_batch_of_the_same_run_or_while_the_sources_are_paus
     publisher.onQueryProgress(progress_event(7, 1000, 1200, 1200))
     publisher.onQueryIdle(idle_event(run_id=uuid.uuid4()))  # a restarted run: its positions are not known
     assert idle_entries(client) == []
-    client.strings[paused_key(PREFIX, APP)] = "1"  # the source admits nothing: idle with input waiting
+    client.set(paused_key(PREFIX, APP), "1")  # the source admits nothing: idle with input waiting
     publisher.onQueryIdle(idle_event())
     assert idle_entries(client) == []
-    del client.strings[paused_key(PREFIX, APP)]
+    client.delete(paused_key(PREFIX, APP))
     publisher.onQueryIdle(idle_event())
     assert len(idle_entries(client)) == 1
 

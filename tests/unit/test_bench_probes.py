@@ -1,6 +1,6 @@
 """What a scaling benchmark's sample reads (bench.probes) from hand-made progress reports, stream
-entries and checkpoint logs, with an in-memory stand-in for the few Redis calls; and the clickstream
-output's differences counted as records (bench.scaling_workloads)."""
+entries and checkpoint logs, over fakeredis; and the clickstream output's differences counted as
+records (bench.scaling_workloads)."""
 
 from __future__ import annotations
 
@@ -23,48 +23,9 @@ from sparkscale_lab.bench.probes import (
     stated_backlog,
 )
 from sparkscale_lab.bench.scaling_workloads import click_record_losses
+from tests.unit.fake_redis import fake_redis
 
 T0 = 1_800_000_000.0  # epoch seconds of the hand-made reports
-
-
-def _id(entry_id: str) -> tuple[int, int]:
-    ms, seq = entry_id.split("-")
-    return int(ms), int(seq)
-
-
-class FakeRedis:
-    """hgetall, xrange (ids `ms-seq`, `(` exclusive, `-`/`+`, count) and a pipeline of those."""
-
-    def __init__(self) -> None:
-        self.hashes: dict[str, dict[str, str]] = {}
-        self.streams: dict[str, list[tuple[str, dict[str, str]]]] = {}
-
-    def hgetall(self, key: str) -> dict[str, str]:
-        return dict(self.hashes.get(key, {}))
-
-    def xrange(self, key: str, min: str = "-", max: str = "+", count: int | None = None) -> list:
-        out = []
-        for entry_id, fields in self.streams.get(key, []):
-            if min != "-" and (_id(entry_id) <= _id(min[1:]) if min.startswith("(") else _id(entry_id) < _id(min)):
-                continue
-            if max != "+" and _id(entry_id) > _id(max):
-                continue
-            out.append((entry_id, fields))
-        return out[:count] if count else out
-
-    def pipeline(self, transaction: bool = False) -> FakePipeline:
-        return FakePipeline(self)
-
-
-class FakePipeline:
-    def __init__(self, client: FakeRedis) -> None:
-        self.client, self.calls = client, []
-
-    def xrange(self, *args, **kwargs) -> None:
-        self.calls.append((args, kwargs))
-
-    def execute(self) -> list:
-        return [self.client.xrange(*a, **k) for a, k in self.calls]
 
 
 def iso(t: float) -> str:
@@ -102,9 +63,9 @@ def test_the_latency_tracker_keeps_the_worst_new_batch_and_carries_it_while_none
 
 
 def test_the_oldest_stream_record_of_a_batch_is_the_first_entry_after_its_start_offset():
-    client = FakeRedis()
-    client.streams[input_stream_key("p:", "bench", 0)] = [("1000-0", {}), ("2000-0", {}), ("3000-0", {})]
-    client.streams[input_stream_key("p:", "bench", 1)] = [("1500-0", {}), ("2500-0", {})]
+    record = {"line": "a record"}
+    client = fake_redis(streams={input_stream_key("p:", "bench", p): [(f"{ms}-0", record) for ms in arrived]
+                                 for p, arrived in enumerate([(1000, 2000, 3000), (1500, 2500)])})
     source = {"kind": "redis_streams",
               "start_offset": {"ids": {"0": "1000-0", "1": "2500-0"}, "counts": {"0": 1, "1": 2}},
               "end_offset": {"ids": {"0": "3000-0", "1": "2500-0"}, "counts": {"0": 3, "1": 2}}}
@@ -139,11 +100,11 @@ def test_a_file_probe_takes_the_slowest_query_and_the_worst_stated_backlog(tmp_p
     (inp / "a.json").write_text('{"x": 1}\n{"x": 2}\n{"x": 3}\n')
     (inp / "b.json").write_text('{"x": 4}\n{"x": 5}\n')
     (inp / ".b.json.tmp").write_text('{"x": 6}\n')  # being landed: not counted
-    client = FakeRedis()
+    client = fake_redis()
     name = app.name
     for q in ("fast", "slow"):
         info = QueryInfo(name=q, id=q, run_id="r1", status="active", checkpoint=f"file:{tmp_path / 'chk' / q}")
-        client.hashes.setdefault(queries_key("p:", name), {})[q] = info.to_json()
+        client.hset(queries_key("p:", name), q, info.to_json())
     _log(tmp_path / "chk" / "fast" / "sources" / "0", "0", [(str(inp / "a.json"), int(T0 * 1000), 0)])
     _log(tmp_path / "chk" / "fast" / "sources" / "0", "1", [(str(inp / "b.json"), int((T0 + 2) * 1000), 1)])
     _log(tmp_path / "chk" / "slow" / "sources" / "0", "0", [(str(inp / "a.json"), int(T0 * 1000), 0)])
@@ -151,9 +112,9 @@ def test_a_file_probe_takes_the_slowest_query_and_the_worst_stated_backlog(tmp_p
             report_fields(1, T0 + 3, 1000, 2, [{"kind": "file", "backlog_records": 0}])]
     slow = [report_fields(0, T0 + 1, 9000, 3, [{"kind": "file", "backlog_records": 2}])]
     for q, reports in (("fast", fast), ("slow", slow)):
-        client.streams[progress_history_key("p:", name, q)] = [(f"{int(T0 * 1000) + i}-0", f)
-                                                                for i, f in enumerate(reports)]
-        client.hashes[progress_key("p:", name, q)] = reports[-1]
+        for i, fields in enumerate(reports):
+            client.xadd(progress_history_key("p:", name, q), fields, id=f"{int(T0 * 1000) + i}-0")
+        client.hset(progress_key("p:", name, q), mapping=reports[-1])
     probe = FileProbe(cfg, app, inp)
     arrived, processed, _lasts = probe.counts(client)
     assert (arrived, processed) == (5, 3)  # 5 landed; the slow query has read a.json only
@@ -163,7 +124,7 @@ def test_a_file_probe_takes_the_slowest_query_and_the_worst_stated_backlog(tmp_p
     sample = probe.look(client, _NoRest(), T0)
     assert sample.stated_backlog_records == 2 and sample.batch_duration_ms == 9000 and sample.executors is None
     # One query stating no backlog makes the app's unknown (the daemon's rule: no guess).
-    client.hashes[progress_key("p:", name, "slow")] = report_fields(0, T0 + 1, 9000, 3, [{"kind": "file"}])
+    client.hset(progress_key("p:", name, "slow"), mapping=report_fields(0, T0 + 1, 9000, 3, [{"kind": "file"}]))
     assert probe.look(client, _NoRest(), T0).stated_backlog_records is None
 
 

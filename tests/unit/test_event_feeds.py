@@ -37,6 +37,7 @@ from sparkscale.model.snapshot import Snapshot
 from sparkscale.policies.capacity import SHORT_FIGURE, SHORT_WARNING
 from sparkscale.policies.ineffective import SCALABILITY_FIGURE
 from sparkscale.policies.outcomes import CAPACITY, Expectation
+from tests.unit.fake_redis import fake_redis
 
 UP = Action.scale_executors(2, 4, "scale up: 4 cores needed")
 PLAN = Plan("ds2", "clicks", actions=(UP,), explanation=("DS2 over 3 operators",))
@@ -246,43 +247,30 @@ def test_an_outcome_reaches_the_action_log_before_the_metrics_and_the_log():
 # -- the status ------------------------------------------------------------------------------------
 
 
-@dataclass
-class StatusRedis:
-    """The calls `daemon/status.py`'s publish and read make."""
-
-    written: dict[str, dict[str, str]] = field(default_factory=dict)
-    refuse: bool = False
-
-    def hset(self, key: str, name: str, value: str) -> int:
-        if self.refuse:
-            raise redis.ConnectionError("Redis is down")
-        self.written.setdefault(key, {})[name] = value
-        return 1
-
-    def hgetall(self, key: str) -> dict[str, str]:
-        return dict(self.written.get(key, {}))
-
-
 def test_a_cycle_that_reached_the_app_publishes_what_this_daemon_saw_of_it():
-    client = StatusRedis()
-    feed = StatusFeed(client, "p:", "alpha")  # type: ignore[arg-type]
+    client = fake_redis()
+    feed = StatusFeed(client, "p:", "alpha")
     recent = Recent("acted: scale_executors 2 -> 4", 1795348805.0, "scale_executors 2 -> 4", 1795348790.0)
     feed.emit(CycleEnded("clicks", "ok", 1795348806.0, 0.7, "leader", 7, executors=2, parallelism={"src": 2},
                          decision=decision(), warnings=("placement edrp: short",), recent=recent))
-    [view] = app_status.read(client, "p:", "clicks")  # type: ignore[arg-type]
+    [view] = app_status.read(client, "p:", "clicks")
     assert view == app_status.AppStatus(
         daemon="alpha", role="leader", epoch=7, cycle_at=1795348806.0, result="ok", executors=2,
         parallelism={"src": 2}, last_decision=recent.decision, last_decision_at=recent.decision_at,
         last_action=recent.action, last_action_at=recent.action_at, queries=(QUERY,),
         warnings=("placement edrp: short",))
     feed.emit(CycleEnded("clicks", "absent", 1795348810.0, 0.1, "standby", detail="not running"))
-    [view] = app_status.read(client, "p:", "clicks")  # type: ignore[arg-type]
+    [view] = app_status.read(client, "p:", "clicks")
     assert (view.result, view.role, view.epoch, view.detail, view.executors, view.queries) == \
         ("absent", "standby", None, "not running", None, ())
     # A cycle that did not reach the app leaves the last view; Redis refusing it is only logged.
     feed.emit(CycleEnded("clicks", "unreachable", 1795348820.0, 0.1, error=OSError("refused")))
-    assert app_status.read(client, "p:", "clicks")[0].cycle_at == 1795348810.0  # type: ignore[arg-type]
-    client.refuse = True
+    assert app_status.read(client, "p:", "clicks")[0].cycle_at == 1795348810.0
+
+    def refused(*_args: object, **_kwargs: object) -> None:
+        raise redis.ConnectionError("Redis is down")
+
+    client.hset = refused  # type: ignore[method-assign]
     with capture_logs() as captured:
         feed.emit(CycleEnded("clicks", "ok", 1795348830.0, 0.1, "leader", 7))
     assert [(c["event"], c["error"]) for c in captured] == [("status.publish_failed", "Redis is down")]

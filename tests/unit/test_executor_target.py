@@ -1,12 +1,13 @@
 """The agent's executor target (agent/executor_target.py): kept within [min, max] (one more during a
 replacement), published to Redis, held by trimming the newest executors, and lowered before a
-decommission so the master launches no replacement. Fakes stand in for Spark and Redis."""
+decommission so the master launches no replacement. A fake stands in for Spark, fakeredis for Redis."""
 
 from __future__ import annotations
 
 import builtins
 from typing import Any
 
+import fakeredis
 import pytest
 
 from sparkscale.agent.args import CommandRefused
@@ -15,6 +16,7 @@ from sparkscale.agent.executors import ExecutorView
 from sparkscale.config import AppConfig
 from sparkscale.protocol.commands import Command
 from sparkscale.protocol.keys import executor_target_key
+from tests.unit.fake_redis import fake_redis
 
 PREFIX = "t:"
 
@@ -43,19 +45,8 @@ class FakeExecutors:
         return list(ids)
 
 
-class FakeRedis:
-    def __init__(self) -> None:
-        self.data: dict[str, str] = {}
-
-    def set(self, key: str, value: str) -> None:
-        self.data[key] = value
-
-    def delete(self, key: str) -> None:
-        self.data.pop(key, None)
-
-
-def target(n: int, **app: Any) -> tuple[ExecutorTarget, FakeExecutors, FakeRedis]:
-    executors, client = FakeExecutors(n), FakeRedis()
+def target(n: int, **app: Any) -> tuple[ExecutorTarget, FakeExecutors, fakeredis.FakeRedis]:
+    executors, client = FakeExecutors(n), fake_redis()
     cfg = AppConfig(name="a", **{"min_executors": 1, "max_executors": 4, **app})
     return ExecutorTarget(executors, cfg, client, PREFIX), executors, client  # type: ignore[arg-type]
 
@@ -63,9 +54,9 @@ def target(n: int, **app: Any) -> tuple[ExecutorTarget, FakeExecutors, FakeRedis
 def test_the_target_is_published_and_withdrawn() -> None:
     t, _executors, client = target(2)
     t.set(3)
-    assert t.total == 3 and client.data[executor_target_key(PREFIX, "a")] == "3"
+    assert t.total == 3 and client.get(executor_target_key(PREFIX, "a")) == "3"
     t.set(None)
-    assert t.total is None and executor_target_key(PREFIX, "a") not in client.data
+    assert t.total is None and not client.exists(executor_target_key(PREFIX, "a"))
 
 
 def test_reconcile_trims_the_newest_executors_beyond_the_target_and_nothing_without_one() -> None:

@@ -27,6 +27,7 @@ from sparkscale.policies import planner
 from sparkscale.policies.history import DecisionHistory, PastDecision
 from sparkscale.protocol.queries import QueryInfo, queries_key
 from sparkscale.protocol.znodes import journal_path
+from tests.unit.fake_redis import fake_redis
 from tests.unit.fakezk import FakeZk, hold_lock
 from tests.unit.test_autoscaler import APP as LOOP_APP
 from tests.unit.test_autoscaler import loop
@@ -266,23 +267,6 @@ def test_the_actuator_is_registered_and_restarts_the_app_with_the_new_shape(monk
     assert len(fake.asked) == 2
 
 
-class QueriesRedis:
-    """The Redis reads the restart makes before it refuses: the partitions and the agent's queries."""
-
-    def __init__(self, *infos: QueryInfo):
-        self.hash = {i.name: i.to_json() for i in infos}
-
-    def get(self, key: str) -> None:
-        return None
-
-    def hget(self, key: str, field: str) -> None:
-        return None
-
-    def hgetall(self, key: str) -> dict[str, str]:
-        assert key == queries_key("sparkscale:", "a")
-        return self.hash
-
-
 def query(**over: Any) -> QueryInfo:
     base = {"name": "q", "id": "id-q", "run_id": "r", "status": "active", "checkpoint": "file:/ck/q",
             "restartable": True, "committed": True, "sources": ("file",),
@@ -312,7 +296,8 @@ class FakeLog:
 def test_a_refused_restart_is_the_actions_failed_result_logged(other, message):
     zk = FakeZk(session=0x1001)
     hold_lock(zk, "/sparkscale", "a", epoch=3)
-    ctx = context(QueriesRedis(query(), other), zk)
+    published = {queries_key("sparkscale:", "a"): {i.name: i.to_json() for i in (query(), other)}}
+    ctx = context(fake_redis(hashes=published), zk)  # what the restart reads before it refuses: the agent's queries
     action = Action.set_executor_memory("q", 1024, 1536, GC_REASON)
     action_log = FakeLog()
     with capture_logs() as logs:

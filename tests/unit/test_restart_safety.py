@@ -14,6 +14,7 @@ from sparkscale.agent.checkpoint import last_committed_batch, repair_first_batch
 from sparkscale.agent.progress import session_checkpoint
 from sparkscale.config import Config
 from sparkscale.protocol.queries import QueryInfo, Replay, queries_key, source_replay
+from tests.unit.fake_redis import fake_redis
 from tests.unit.fakezk import FakeZk, hold_lock
 
 SOCKET = "TextSocketV2[host: localhost, port: 9999]"
@@ -128,22 +129,13 @@ def test_the_agent_refuses_to_stop_a_query_before_its_first_commit(tmp_path):
 # -- the runner refuses before anything stops --------------------------------------------------------
 
 
-class Queries:
-    """The one Redis read the refusal makes: the agent's query hash."""
-
-    def __init__(self, *infos: QueryInfo):
-        self.hash = {i.name: i.to_json() for i in infos}
-
-    def hgetall(self, key: str) -> dict[str, str]:
-        assert key == queries_key("sparkscale:", "a")
-        return self.hash
-
-
 def runner_over(*infos: QueryInfo, lossy: bool = False) -> tuple[MigrationRunner, list[str]]:
     zk = FakeZk(session=0x1001)
     hold_lock(zk, "/sparkscale", "a", epoch=3)
     app = SimpleNamespace(name="a", allow_lossy_restart=lossy, executor_cores=1, executor_memory_mb=1024)
-    runner = MigrationRunner(Config.model_validate({}), app, zk, Queries(*infos), epoch=3, is_leader=lambda: True)
+    published = {queries_key("sparkscale:", "a"): {i.name: i.to_json() for i in infos}}  # what the refusal reads
+    runner = MigrationRunner(Config.model_validate({}), app, zk, fake_redis(hashes=published), epoch=3,
+                             is_leader=lambda: True)
     sent: list[str] = []
     runner._command = lambda kind, args, timeout_s=None: sent.append(kind)  # type: ignore[method-assign]
     runner.current_partitions = lambda q: 4  # type: ignore[method-assign]
