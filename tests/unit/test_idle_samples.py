@@ -17,6 +17,8 @@ from sparkscale.monitors.migration_metrics import HistoryReader
 from sparkscale.monitors.progress_reports import BadIdleSample, ProgressReport
 from sparkscale.monitors.snapshot_builder import Batch, SnapshotInputs, build_snapshot
 from sparkscale.monitors.spark_rest import RestExecutor, RestStage, RestTask
+from tests.unit.fake_redis import fake_redis
+from tests.unit.test_migration_metrics import published
 
 T = 1_800_000_000.0
 KEY = "sparkscale:wc:progress:counts:history"
@@ -141,11 +143,7 @@ def test_idle_samples_are_not_averaged_as_input_rates():
 
 
 def test_the_migration_metrics_read_no_batch_point_from_an_idle_sample():
-    class History:
-        def xrange(self, key: str, min: str, max: str) -> list:  # redis-py's names
-            return [(f"{int(float(e['published_at']) * 1000)}-0", e) for e in BATCHES + IDLE]
-
-    points = HistoryReader(History(), KEY, since_s=0.0).read()
+    points = HistoryReader(fake_redis(streams={KEY: published(BATCHES + IDLE)}), KEY, since_s=0.0).read()
     assert [p.committed_at_s for p in points] == pytest.approx([T + 36, T + 41.2, T + 45.3])
     assert [p.rows for p in points] == [1000, 200, 0]
 

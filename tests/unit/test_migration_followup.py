@@ -24,36 +24,29 @@ from sparkscale.model.action_result import ActionResult
 from sparkscale.model.journal import Journal
 from sparkscale.model.plan import Action, Plan
 from sparkscale.monitors.migration_followup import MEASURED, PENDING
+from sparkscale.protocol.keys import progress_history_key
+from tests.unit.fake_redis import RecordingRedis, fake_redis, seed
 from tests.unit.fakezk import FakeZk, hold_lock
-from tests.unit.test_explain import StreamRedis
-from tests.unit.test_migration_metrics import FakeRedis, history_entry
+from tests.unit.test_migration_metrics import history_entry, published
 from tests.unit.test_migration_recovery import JOURNAL, ROOT, make, stored
 
 REQUEST, DONE = 100.3, 112.0
 TIMEOUT_S = Config().migration.measure_timeout_s
+PREFIX = Config().redis.key_prefix
 
 
-class CountingRedis(FakeRedis):
-    """The progress history, counting its reads (one XRANGE each)."""
-
-    def __init__(self, entries: list[dict[str, str]]):
-        super().__init__(entries)
-        self.reads = 0
-
-    def xrange(self, key: str, min: str, max: str) -> list[tuple[str, dict[str, str]]]:
-        self.reads += 1
-        return super().xrange(key, min, max)
-
-
-def history(last_t: int) -> CountingRedis:
+def history(last_t: int, apps: tuple[str, ...] = ("a",)) -> RecordingRedis:
     """test_migration_metrics' CCR run: the old run until t=100, the new one from t=110 to `last_t`
-    (catch-up at 115.5, recovery at 119.5; its output rate is stable for 60 s only by t=190)."""
+    (catch-up at 115.5, recovery at 119.5; its output rate is stable for 60 s only by t=190), as
+    the progress history of query q of each of `apps`; the client counts its reads (round trips)."""
     processed, entries = 9000, [history_entry(t, "old", 90 if t else 0, 90 * t) for t in range(0, 101)]
     for t in range(110, last_t + 1):
         rows = min(200, 100 * t - processed)
         processed += rows
         entries.append(history_entry(t, "new", rows, processed))
-    return CountingRedis(entries)
+    client = RecordingRedis()
+    seed(client.direct, streams={progress_history_key(PREFIX, app, "q"): published(entries) for app in apps})
+    return client
 
 
 def done_journal(follow_up: dict[str, Any] | None = None, id: str = "mig-1", app: str = "a",
@@ -96,7 +89,7 @@ def test_the_actuator_returns_once_done_with_one_look_and_the_rest_pending(monke
 
     result = parallelism.MigrationActuator().execute(Action.set_parallelism("q", 4, 8, "test"), ctx)
 
-    assert result.status == "done" and client.reads == 1  # one look, no polling up to measure_timeout_s
+    assert result.status == "done" and client.round_trips == 1  # one look, no polling up to measure_timeout_s
     figures = result.figures
     assert (figures["follow_up"], figures["migration"]) == (PENDING, "mig-1")
     assert figures["restore_s"] == pytest.approx(110.5 - REQUEST)  # known already
@@ -130,7 +123,7 @@ def test_the_daemon_records_the_follow_up_once_complete():
     zk, client = leading_zk(journal), history(190)
     cfg = Config()
     got = followup.finish(cfg, zk, client, 3, journal, now=DONE + 80)
-    assert client.reads == 1
+    assert client.round_trips == 1
     mark = stored(zk).marks["follow_up"]
     assert got is not None and got.marks["follow_up"] == mark
     assert (mark["status"], mark["measured_at"]) == (MEASURED, DONE + 80)
@@ -141,7 +134,7 @@ def test_the_daemon_records_the_follow_up_once_complete():
     assert metrics["rebalance_s"] == 1.5 and metrics["restore_s"] == pytest.approx(110.5 - REQUEST)
     assert metrics["stabilization_s"] == mark["stabilization_s"]
     assert followup.finish(cfg, zk, client, 3, stored(zk), now=DONE + 90) == stored(zk)  # recorded: no more
-    assert client.reads == 1
+    assert client.round_trips == 1
 
 
 def test_the_daemon_waits_for_measure_timeout_s_after_done_then_records_what_was_reached():
@@ -152,7 +145,7 @@ def test_the_daemon_waits_for_measure_timeout_s_after_done_then_records_what_was
     assert followup.finish(cfg, zk, client, 3, journal, now=DONE + TIMEOUT_S - 1) is journal
     assert zk.get(JOURNAL)[1].version == version and stored(zk).marks["follow_up"] == {"status": PENDING}
     followup.finish(cfg, zk, client, 3, journal, now=DONE + TIMEOUT_S)
-    assert client.reads == 2  # one read a cycle
+    assert client.round_trips == 2  # one read a cycle
     mark = stored(zk).marks["follow_up"]
     assert mark["status"] == MEASURED and mark["catch_up_s"] == pytest.approx(115.5 - REQUEST)
     assert mark["stabilization_s"] is None
@@ -182,7 +175,7 @@ class CliZk(FakeZk):
 @pytest.fixture
 def cli(tmp_path, monkeypatch):
 
-    zk, client = CliZk(), history(121)
+    zk, client = CliZk(), history(121, apps=("a", "b"))
     monkeypatch.setattr(sparkscale.zkconn, "client", lambda cfg: zk)  # the client API's ZooKeeper
     monkeypatch.setattr(sparkscale.zkconn, "client", lambda cfg: zk)
     monkeypatch.setattr(sparkscale.redisconn, "connect", lambda cfg, decode_responses=True: client)
@@ -224,9 +217,9 @@ def test_explain_shows_the_follow_up_a_logged_migration_left_pending(cli, monkey
     measured = {"status": MEASURED, "measured_at": 1e9, "catch_up_s": 15.2, "recovery_s": 19.2,
                 "stabilization_s": 26.2, "stabilization_basis": "arrivals"}
     zk.create(JOURNAL, done_journal(measured).to_json(), makepath=True)
-    fake = StreamRedis()
+    fake = fake_redis()
     monkeypatch.setattr(sparkscale.redisconn, "connect", lambda cfg, decode_responses=True: fake)
-    log = ActionLog(fake, "sparkscale:", ActionLogConfig())  # type: ignore[arg-type]
+    log = ActionLog(fake, "sparkscale:", ActionLogConfig())
     action = Action.set_parallelism("q", 4, 8, "manual")
     decision = log.append_decision(DecisionRecord("a", 1.7e9, "", "t", 3, "manual", "manual",
                                                   Plan("manual", "a", actions=(action,)), "manual"))

@@ -23,6 +23,8 @@ from sparkscale.monitors.migration_metrics import (
     timeline_of,
 )
 from sparkscale.monitors.progress_reports import ProgressReport
+from sparkscale.protocol.keys import progress_history_key
+from tests.unit.fake_redis import fake_redis
 
 REQUEST = 100.3
 RESUME = 109.9  # CCR: restarted at 109.8, resumed at 109.9
@@ -227,22 +229,16 @@ def test_a_file_sources_positions_in_files_give_catch_up_and_recovery():
     assert (m.processed_position, m.arrived_position) == (None, None)
 
 
-class FakeRedis:
-    """XRANGE over a list of (id, fields), ids "<ms>-0" by published time."""
-
-    def __init__(self, entries: list[dict[str, str]]):
-        self.entries = [(f"{int(float(e['published_at']) * 1000)}-0", e) for e in entries]
-
-    def xrange(self, key: str, min: str, max: str) -> list[tuple[str, dict[str, str]]]:  # redis-py's names
-        lo = int(min.split("-", maxsplit=1)[0])
-        return [(i, e) for i, e in self.entries if int(i.split("-")[0]) >= lo]
+def published(entries: list[dict[str, str]]) -> list[tuple[str, dict[str, str]]]:
+    """Progress entries at the stream ids the agent's XADD gives them: `<ms>-0` of their published time."""
+    return [(f"{int(float(e['published_at']) * 1000)}-0", e) for e in entries]
 
 
 def test_the_history_reader_reads_each_entry_once():
-    client = FakeRedis([history_entry(t, "old", 90, 90 * t) for t in range(1, 4)])
+    client = fake_redis(streams={"k": published([history_entry(t, "old", 90, 90 * t) for t in range(1, 4)])})
     reader = HistoryReader(client, "k", since_s=0.0)
     assert [p.committed_at_s for p in reader.read()] == [1.5, 2.5, 3.5]
-    client.entries.append(("4500-0", history_entry(4, "old", 90, 360)))
+    client.xadd("k", history_entry(4, "old", 90, 360), id="4500-0")
     assert [p.committed_at_s for p in reader.read()] == [1.5, 2.5, 3.5, 4.5]
 
 
@@ -253,7 +249,8 @@ def test_measure_after_reads_the_batches_from_before_the_request_and_says_what_i
     j.marks.update(input_at_request=10030, input_at_resume=10990, run_id="new", run_id_at_request="old",
                    replayed_records=0)
     cfg = Config.model_validate({"migration": {"measure_timeout_s": 0.05, "stable_window_s": 60}})
-    figures = measure_after(cfg, SimpleNamespace(name="a"), FakeRedis(entries), j, sample_s=0.01)
+    client = fake_redis(streams={progress_history_key(cfg.redis.key_prefix, "a", j.query): published(entries)})
+    figures = measure_after(cfg, SimpleNamespace(name="a"), client, j, sample_s=0.01)
     assert figures["restore_s"] == pytest.approx(110.5 - REQUEST)
     assert figures["catch_up_s"] == pytest.approx(115.5 - REQUEST)
     assert figures["recovery_s"] == pytest.approx(119.5 - REQUEST)
