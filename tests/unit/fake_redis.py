@@ -37,6 +37,12 @@ def fake_redis(hashes: Mapping[str, Mapping[str, Any]] | None = None, streams: M
     return seed(fakeredis.FakeRedis(decode_responses=True), hashes, streams, strings)
 
 
+def make_wrong_type(client: redis.Redis, key: str) -> None:
+    """Make `key` a list: GET, HGETALL and XRANGE of it answer WRONGTYPE, as Redis's do."""
+    client.delete(key)
+    client.rpush(key, "not what the reader expects")
+
+
 class RecordingRedis(fakeredis.FakeRedis):
     """A fakeredis client that lists its round trips (`trips`: each with the thread that made it) and
     the arguments of each command sent alone (`commands`), and counts `close()`. `direct` is a

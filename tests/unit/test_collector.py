@@ -1,6 +1,6 @@
 """The collector's wiring without Spark or Redis: one REST round per app, one snapshot per live query
 the agent lists, and the errors the daemon and the CLI act on. The REST answers are the handmade
-fixture's (query `counts`); Redis and the host sample are fakes."""
+fixture's (query `counts`); Redis is fakeredis, the host sample a fake."""
 
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ from sparkscale.monitors.spark_rest import (
 )
 from sparkscale.protocol.keys import driver_key, progress_history_key
 from sparkscale.protocol.queries import QueryInfo, queries_key
+from tests.unit.fake_redis import RecordingRedis, make_wrong_type, seed
 
 HANDMADE = Path(__file__).parent / "fixtures" / "rest" / "handmade"
 T0 = parse_time_s("2026-11-22T05:00:00.000GMT")
@@ -69,67 +70,6 @@ class FakeRest:
         return parse_stage_attempts(json.loads(path.read_text())) if path.exists() else []
 
 
-class FakeRedis:
-    """get, hgetall and xrange over dicts: what the collector reads; `round_trips` counts what it
-    asked the server (a pipeline's commands go in one). The driver's registration is any string:
-    `driver_rest_at` is the test's."""
-
-    def __init__(self, hashes: dict[str, dict[str, str]], streams: dict[str, list[tuple[str, dict]]],
-                 strings: dict[str, str] | None = None):
-        self.hashes, self.streams = hashes, streams
-        self.strings = strings if strings is not None else {driver_key(PREFIX, "wc"): "registered"}
-        self.wrong_type: set[str] = set()  # keys that answer WRONGTYPE
-        self.round_trips = 0
-        self.closed = 0
-
-    def get(self, key: str) -> str | None:
-        self.round_trips += 1
-        self._check(key)
-        return self.strings.get(key)
-
-    def hgetall(self, key: str) -> dict[str, str]:
-        self.round_trips += 1
-        self._check(key)
-        return self.hashes.get(key, {})
-
-    def _check(self, key: str) -> None:
-        if key in self.wrong_type:
-            raise redis.ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value")
-
-    def pipeline(self, transaction: bool = True) -> FakePipeline:
-        return FakePipeline(self)
-
-    def xrange(self, key: str, min: str, max: str) -> list[tuple[str, dict]]:  # redis-py's names
-        self.round_trips += 1
-        since_ms = int(min.split("-", maxsplit=1)[0])
-        return [(i, f) for i, f in self.streams.get(key, []) if int(i.split("-")[0]) >= since_ms]
-
-    def close(self) -> None:
-        self.closed += 1
-
-
-class FakePipeline:
-    """Commands queued, then answered together: one round trip."""
-
-    def __init__(self, redis: FakeRedis) -> None:
-        self.redis, self.queued = redis, []
-
-    def __getattr__(self, name: str):
-        return lambda *args, **kwargs: self.queued.append((name, args, kwargs))
-
-    def execute(self, raise_on_error: bool = True) -> list:
-        answers: list[Any] = []
-        for name, args, kwargs in self.queued:
-            try:
-                answers.append(getattr(self.redis, name)(*args, **kwargs))
-            except redis.ResponseError as exc:  # an error reply: in its place, or raised once all are read
-                if raise_on_error:
-                    raise
-                answers.append(exc)
-        self.redis.round_trips -= len(self.queued) - 1
-        return answers
-
-
 def registered(rest_of: Any) -> Any:
     """`driver_rest_at` for the tests: the app's FakeRest where a registration was read, else what
     a missing one raises."""
@@ -149,13 +89,20 @@ def info(name: str, status: str = "active", qid: str = "") -> str:
     return QueryInfo(name=name, id=qid or f"id-{name}", run_id="run", status=status, trigger_interval_s=1.0).to_json()
 
 
+def listing() -> dict[str, str]:
+    """The queries the agent of `wc` lists: counts (with reports), other (idle: no batch, no report
+    yet) and gone (terminated)."""
+    return {"counts": info("counts", qid="qid-1"), "other": info("other"), "gone": info("gone", "terminated")}
+
+
 @pytest.fixture
 def world(monkeypatch):
-    """The handmade app `wc` with queries counts (with reports), other (idle: no batch, no report yet)
-    and gone (terminated), observed at T0 + 40 over 30 s."""
+    """The handmade app `wc`, registered, with its `listing()` and the reports of counts, observed at
+    T0 + 40 over 30 s. Its Redis counts the round trips the collector makes (`direct`: the test's)."""
     history = [(f"{int((ProgressReport.from_fields(f).at_s or 0) * 1000)}-0", f) for f in load("progress_history.json")]
-    queries = {"counts": info("counts", qid="qid-1"), "other": info("other"), "gone": info("gone", "terminated")}
-    redis = FakeRedis({queries_key(PREFIX, "wc"): queries}, {progress_history_key(PREFIX, "wc", "counts"): history})
+    redis = RecordingRedis()
+    seed(redis.direct, hashes={queries_key(PREFIX, "wc"): listing()}, strings={driver_key(PREFIX, "wc"): "registered"},
+         streams={progress_history_key(PREFIX, "wc", "counts"): history})
     rest = FakeRest()
     world = SimpleNamespace(rest=rest, redis=redis, cfg=Config(apps=[AppConfig(name="wc")]))
     monkeypatch.setattr(collector, "driver_rest_at", registered(lambda app: world.rest))
@@ -206,7 +153,7 @@ def test_one_query_by_name(world):
     (snap,) = collector.collect_snapshots(world.cfg, "wc", "counts", collector.CollectOptions(window_s=30))
     assert snap.query == "counts"
     # The merged snapshot of one query is its own: what the daemon decided on before.
-    world.redis.hashes[queries_key(PREFIX, "wc")] = {"counts": info("counts", qid="qid-1")}
+    world.redis.direct.hdel(queries_key(PREFIX, "wc"), "other", "gone")
     assert collector.collect_snapshot(world.cfg, "wc", collector.CollectOptions(window_s=30)).query == "counts"
 
 
@@ -215,9 +162,9 @@ def test_unnamed_query_jobs_are_found_by_query_id(world):
     jobs = parse_jobs([{**j, "description": (j.get("description") or "").replace("counts\n", "\n", 1)}
                        for j in load("jobs.json")])
     world.rest.jobs = lambda app_id: jobs
-    world.redis.hashes[queries_key(PREFIX, "wc")] = {"qid-1": info("qid-1", qid="qid-1")}
-    world.redis.streams[progress_history_key(PREFIX, "wc", "qid-1")] = world.redis.streams.pop(
-        progress_history_key(PREFIX, "wc", "counts"))
+    world.redis.direct.delete(queries_key(PREFIX, "wc"))
+    world.redis.direct.hset(queries_key(PREFIX, "wc"), "qid-1", info("qid-1", qid="qid-1"))
+    world.redis.direct.rename(progress_history_key(PREFIX, "wc", "counts"), progress_history_key(PREFIX, "wc", "qid-1"))
     (snap,) = collector.collect_snapshots(world.cfg, "wc", options=collector.CollectOptions(window_s=30))
     assert snap.query == "qid-1" and [op.id for op in snap.operators] == ["source", "stage0", "stage1"]
 
@@ -225,13 +172,13 @@ def test_unnamed_query_jobs_are_found_by_query_id(world):
 def test_no_queries_yet_and_an_unknown_query(world):
     with pytest.raises(collector.NoQueriesYet, match=r"no query 'nope'.*counts, gone, other"):
         collector.collect_snapshots(world.cfg, "wc", "nope")
-    world.redis.hashes.clear()
+    world.redis.direct.delete(queries_key(PREFIX, "wc"))
     with pytest.raises(collector.NoQueriesYet, match="published no running query yet"):
         collector.collect_snapshots(world.cfg, "wc")
 
 
 def test_a_driver_that_does_not_answer_is_not_running(world):
-    world.redis.strings.clear()  # no registration
+    world.redis.direct.delete(driver_key(PREFIX, "wc"))  # no registration
     with pytest.raises(collector.AppNotRunningError, match="not registered a REST URL"):
         collector.collect_snapshots(world.cfg, "wc")
 
@@ -337,7 +284,7 @@ def test_a_driver_silent_on_the_first_request_of_a_round_is_not_running(world):
 def test_redis_is_read_in_two_round_trips_on_the_given_client(world, monkeypatch):
     opened: list[object] = []
     monkeypatch.setattr(collector, "connect_as", lambda cfg: opened.append(cfg) or world.redis)
-    world.redis.hashes[queries_key(PREFIX, "wc")]["third"] = info("third")  # three live queries
+    world.redis.direct.hset(queries_key(PREFIX, "wc"), "third", info("third"))  # three live queries
     snaps = collector.collect_snapshots(world.cfg, "wc", options=collector.CollectOptions(window_s=30),
                                         client=world.redis)  # type: ignore[arg-type]
     assert [s.query for s in snaps] == ["counts", "other", "third"]
@@ -350,7 +297,7 @@ def test_redis_is_read_in_two_round_trips_on_the_given_client(world, monkeypatch
 
 
 def test_a_ride_reads_for_the_observed_queries_in_the_collects_last_round_trip(world):
-    world.redis.hashes["extra"] = {"a": "1"}
+    world.redis.direct.hset("extra", "a", "1")
     asked: list[list[str]] = []
 
     def ride(pipe: Any, queries: Any) -> Any:
@@ -366,15 +313,18 @@ def test_a_ride_reads_for_the_observed_queries_in_the_collects_last_round_trip(w
 
 def test_error_replies_read_as_an_unregistered_driver_or_no_query_and_raise_for_a_history(world):
     opts = collector.CollectOptions(window_s=30)
-    world.redis.wrong_type = {driver_key(PREFIX, "wc")}
+    client = world.redis.direct
+    make_wrong_type(client, driver_key(PREFIX, "wc"))
     with pytest.raises(collector.AppNotRunningError, match="registration in Redis is unreadable"):
         collector.collect_snapshots(world.cfg, "wc", options=opts)
-    world.redis.wrong_type = {queries_key(PREFIX, "wc")}
+    client.set(driver_key(PREFIX, "wc"), "registered")
+    make_wrong_type(client, queries_key(PREFIX, "wc"))
     with capture_logs() as events, pytest.raises(collector.NoQueriesYet):
         collector.collect_snapshots(world.cfg, "wc", options=opts)
     assert [e["key"] for e in events if e["event"] == "store.bad_record"] == [queries_key(PREFIX, "wc")]
-    world.redis.wrong_type = set()
-    world.redis.xrange = lambda key, min, max: (_ for _ in ()).throw(redis.ResponseError("WRONGTYPE"))
+    client.delete(queries_key(PREFIX, "wc"))
+    client.hset(queries_key(PREFIX, "wc"), mapping=listing())
+    make_wrong_type(client, progress_history_key(PREFIX, "wc", "counts"))
     with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
         collector.collect_snapshots(world.cfg, "wc", options=opts)
 
@@ -396,10 +346,9 @@ def test_n_apps_cycles_read_the_master_once(world, monkeypatch):
     rests = {n: FakeRest(f"http://127.0.0.{i + 1}:4040/api/v1") for i, n in enumerate(names)}
     monkeypatch.setattr(collector, "driver_rest_at", registered(lambda app: rests[app.name]))
     for n in names:
-        world.redis.strings[driver_key(PREFIX, n)] = "registered"
-        world.redis.hashes[queries_key(PREFIX, n)] = {"counts": info("counts", qid="qid-1")}
-        world.redis.streams[progress_history_key(PREFIX, n, "counts")] = world.redis.streams[
-            progress_history_key(PREFIX, "wc", "counts")]
+        world.redis.direct.set(driver_key(PREFIX, n), "registered")
+        world.redis.direct.hset(queries_key(PREFIX, n), "counts", info("counts", qid="qid-1"))
+        world.redis.direct.copy(progress_history_key(PREFIX, "wc", "counts"), progress_history_key(PREFIX, n, "counts"))
     costs = [collector.collect_snapshot(cfg, n, collector.CollectOptions(window_s=30)).extensions["cluster"]["requests"]
              for n in names]
     assert len(reads) == 1 and costs == [1, 0, 0, 0, 0]  # one master read for the apps of a round

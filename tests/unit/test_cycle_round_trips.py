@@ -1,8 +1,8 @@
 """What one cycle asks Redis and ZooKeeper, and what it waits on (issue 33: on a saturated machine
 each Redis round trip had a p99 of 0.1-0.16 s, and the cycle's p99 was their sum): the loop over
 the daemon's own collector (monitors/collector.py, with test_collector.py's handmade driver) and
-store adapters (daemon/wiring.py, store/), with counting fakes of both services and the other
-collaborators of tests/unit/test_autoscaler.py.
+store adapters (daemon/wiring.py, store/), with fakeredis and the fake ZooKeeper, both counting
+what they are asked, and the other collaborators of tests/unit/test_autoscaler.py.
 
 An ordinary cycle of a leader with nothing to do waits on one Redis round trip when it takes the
 driver round the stage prefetcher kept for it (the driver's registration, the query list, the
@@ -48,6 +48,7 @@ from sparkscale.store.action_records import BlocklistEntry
 from sparkscale.store.live import live_store
 from sparkscale.store.zk_journal import ZkJournals
 from sparkscale.store.zk_requests import ZkRequests
+from tests.unit.fake_redis import RecordingRedis, Trip
 from tests.unit.fakezk import FakeZk
 from tests.unit.test_autoscaler import (
     APP,
@@ -64,7 +65,6 @@ from tests.unit.test_autoscaler import (
     RecordingSink,
 )
 from tests.unit.test_collector import FakeRest, info, registered
-from tests.unit.test_store import MiniRedis
 
 PREFIX = "sparkscale:"
 ROOT = "/sparkscale"
@@ -73,83 +73,25 @@ WRITER = "sparkscale-decision-writer"  # the writer thread's name
 OPEN: list[tuple[CountingRedis, OrderedActionLog]] = []  # the test's writers (and their gates), stopped at its end
 
 
-class KeyRedis(MiniRedis):
-    """MiniRedis with the string commands the partition counts are read with."""
+class CountingRedis(RecordingRedis):
+    """RecordingRedis (each command a round trip, each pipeline's `execute` one) whose pipelines the
+    test may hold or refuse: `held`, when set, holds the writer thread's writes until it is set
+    (`holding` tells one waits); `refuse(commands)` true fails them as a lost connection does."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.strings: dict[str, str] = {}
-
-    def set(self, key: str, value: object) -> bool:
-        self.strings[key] = str(value)
-        return True
-
-    def get(self, key: str) -> str | None:
-        return self.strings.get(key)
-
-    def hget(self, key: str, name: str) -> str | None:
-        return self.hashes.get(key, {}).get(name)
-
-
-Trip = str | tuple[str, ...]
-
-
-class CountingRedis:
-    """A client whose every command is a round trip, and every pipeline's `execute` one: `trips`
-    lists them as the command's name, or the pipeline's commands in a tuple, each with the thread
-    that made it. `held`, when set, holds the writer thread's writes until it is set (`holding`
-    tells one waits)."""
-
-    def __init__(self, client: KeyRedis) -> None:
-        self.client = client
-        self.trips: list[tuple[int, Trip]] = []
         self.refuse: Callable[[tuple[str, ...]], bool] = lambda _commands: False
         self.held: threading.Event | None = None
         self.holding = threading.Event()
 
-    def pipeline(self, transaction: bool = True) -> CountingPipeline:
-        return CountingPipeline(self)
-
-    def __getattr__(self, name: str) -> Any:
-        method = getattr(self.client, name)
-
-        def command(*args: Any, **kwargs: Any) -> Any:
-            self.trips.append((threading.get_ident(), name))
-            return method(*args, **kwargs)
-
-        return command
-
-
-@dataclass
-class CountingPipeline:
-    counting: CountingRedis
-    queued: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = field(default_factory=list)
-
-    def __getattr__(self, name: str) -> Callable[..., CountingPipeline]:
-        def queue(*args: Any, **kwargs: Any) -> CountingPipeline:
-            self.queued.append((name, args, kwargs))
-            return self
-
-        return queue
-
-    def execute(self, raise_on_error: bool = True) -> list[Any]:
-        commands = tuple(name for name, _args, _kwargs in self.queued)
-        held = self.counting.held
+    def sending(self, commands: tuple[str, ...]) -> None:
+        held = self.held
         if held is not None and threading.current_thread().name == WRITER:
-            self.counting.holding.set()
+            self.holding.set()
             assert held.wait(WAIT_S)
-        self.counting.trips.append((threading.get_ident(), commands))
-        if self.counting.refuse(commands):
+        super().sending(commands)
+        if self.refuse(commands):
             raise redis.ConnectionError("Redis went away")
-        replies = []
-        for name, args, kwargs in self.queued:
-            try:
-                replies.append(getattr(self.counting.client, name)(*args, **kwargs))
-            except redis.ResponseError as exc:
-                if raise_on_error:
-                    raise
-                replies.append(exc)
-        return replies
 
 
 @dataclass
@@ -241,7 +183,7 @@ class World:
 
     def logged(self) -> list[tuple[str, str]]:
         """The action log's entries: (kind, mode or decision)."""
-        return [(fields["kind"], fields["json"]) for _id, fields in self.redis.client.xrange(actions_key(PREFIX))]
+        return [(fields["kind"], fields["json"]) for _id, fields in self.redis.direct.xrange(actions_key(PREFIX))]
 
     def other(self) -> FakeZk:
         """Another process's client of the same ZooKeeper (its writes fire this one's watches)."""
@@ -252,9 +194,9 @@ def world(*plans: Any) -> World:
     """A leader of APP with one query `q`, registered; decisions that start nothing are written by
     the writer thread."""
     cfg = Config.model_validate({"apps": [{"name": APP, "pipeline": "wordcount"}]})
-    zk, counting = FakeZk(), CountingRedis(KeyRedis())
-    counting.client.strings[driver_key(PREFIX, APP)] = "registered"
-    counting.client.hashes[queries_key(PREFIX, APP)] = {"q": info("q")}
+    zk, counting = FakeZk(), CountingRedis()
+    counting.direct.set(driver_key(PREFIX, APP), "registered")
+    counting.direct.hset(queries_key(PREFIX, APP), "q", info("q"))
     client: Any = counting
     store = live_store(client, PREFIX, zk, ROOT, ActionLogConfig())  # type: ignore[arg-type]
     action_log = OrderedActionLog(store.actions)
@@ -296,14 +238,14 @@ def test_an_ordinary_cycle_waits_on_one_redis_round_trip_and_no_zookeeper_call()
         assert trips == [EVERYTHING]  # with the round kept for it, in one
         assert ops == []  # the journal and the request list are kept while their watches hold
         assert w.written()[-1] == DECISION and len(w.written()) == n + 2  # each decision, off the cycle
-    assert [e.decision_id for e in w.decided()] == [entry for entry, _f in w.redis.client.xrange(actions_key(PREFIX))]
+    assert [e.decision_id for e in w.decided()] == [entry for entry, _f in w.redis.direct.xrange(actions_key(PREFIX))]
 
 
 def test_a_new_leader_and_an_absent_app_read_the_shape_on_their_own(prefetcher: KeptRounds):
     w = world()
     trips, _ops = w.cycle()
     assert trips[:2] == ["hgetall", "xrange"]  # the take-over: the shape, the action log recalled; then the collect
-    del w.redis.client.strings[driver_key(PREFIX, APP)]  # the driver is gone, and no round kept for it
+    w.redis.direct.delete(driver_key(PREFIX, APP))  # the driver is gone, and no round kept for it
     prefetcher.keep = False
     trips, _ops = w.cycle()
     assert w.ended()[-1].result == "absent" and trips == [LISTING, "hgetall"]  # its requests are served shaped
@@ -321,7 +263,7 @@ def test_a_query_listed_since_the_last_cycle_is_observed_in_the_cycle_that_lists
     w = world()
     w.cycle()
     w.cycle()
-    w.redis.client.hashes[queries_key(PREFIX, APP)]["r"] = info("r")
+    w.redis.direct.hset(queries_key(PREFIX, APP), "r", info("r"))
     trips, _ops = w.cycle()
     # Read ahead for `q` alone, then again for both: a second round trip, in this cycle only.
     assert trips == [EVERYTHING, ("get", "xrange", "xrange", "get", "hget", "get", "hget", "hgetall", "hgetall")]
@@ -329,7 +271,7 @@ def test_a_query_listed_since_the_last_cycle_is_observed_in_the_cycle_that_lists
         "q", "r"}
     trips, _ops = w.cycle()
     assert len(trips) == 1 and len(trips[0]) == len(EVERYTHING) + 3  # r's progress and partitions read ahead too
-    w.redis.client.hashes[queries_key(PREFIX, APP)]["r"] = info("r", "terminated")
+    w.redis.direct.hset(queries_key(PREFIX, APP), "r", info("r", "terminated"))
     trips, _ops = w.cycle()
     assert trips[1] == HISTORIES + RIDE and [s.query for s in w.planner.snapshots[-1]] == ["q"]
     assert set(w.decided()[-1].decision.partitions) == {"q"}
@@ -347,17 +289,17 @@ def test_a_driver_that_moved_is_read_at_its_new_url_and_its_old_round_dropped(pr
 
 def test_the_partitions_come_from_the_last_migration_else_the_progress_else_the_config():
     w = world()
-    client = w.redis.client
+    client = w.redis.direct
     w.cycle()
     configured = w.autoscaler.cfg.app(APP).shuffle_partitions
     assert w.planner.seen[-1].partitions == {"q": configured}
-    client.hashes[progress_key(PREFIX, APP, "q")] = {"state_partitions": "6"}
+    client.hset(progress_key(PREFIX, APP, "q"), "state_partitions", "6")
     w.cycle()
     assert w.planner.seen[-1].partitions == {"q": 6}
-    client.strings[partitions_key(PREFIX, APP, "q")] = "8"
+    client.set(partitions_key(PREFIX, APP, "q"), "8")
     w.cycle()
     assert w.planner.seen[-1].partitions == {"q": 8}
-    client.strings[partitions_key(PREFIX, APP, "q")] = "eight"  # unreadable: as if never migrated
+    client.set(partitions_key(PREFIX, APP, "q"), "eight")  # unreadable: as if never migrated
     trips, _ops = w.cycle()
     assert w.planner.seen[-1].partitions == {"q": 6} and trips == [EVERYTHING]
 
@@ -365,11 +307,12 @@ def test_the_partitions_come_from_the_last_migration_else_the_progress_else_the_
 def test_the_executor_shape_is_read_in_the_collect_and_a_bad_one_is_no_shape():
     w = world()
     w.cycle()
-    w.redis.client.hashes[shape_key(PREFIX, APP)] = {"executor_cores": "3", "executor_memory_mb": "2048",
-                                                    "migration": "mig-1"}
+    w.redis.direct.hset(shape_key(PREFIX, APP), mapping={"executor_cores": "3", "executor_memory_mb": "2048",
+                                                         "migration": "mig-1"})
     trips, _ops = w.cycle()
     assert trips == [EVERYTHING] and w.planner.apps[-1].executor_cores == 3
-    w.redis.client.hashes[shape_key(PREFIX, APP)] = {"executor_cores": "-1", "executor_memory_mb": "x"}
+    w.redis.direct.delete(shape_key(PREFIX, APP))
+    w.redis.direct.hset(shape_key(PREFIX, APP), mapping={"executor_cores": "-1", "executor_memory_mb": "x"})
     configured = w.autoscaler.cfg.app(APP).executor_cores
     assert w.cycle()[0] == [EVERYTHING] and w.planner.apps[-1].executor_cores == configured
 
@@ -380,7 +323,7 @@ def test_a_blocklist_entry_another_daemon_writes_is_seen_by_the_next_cycle():
     w.cycle()
     assert w.planner.seen[-1].blocklist.entries == () and w.ended()[-1].blocked == 0
     blocked = BlockedAction(APP, "under_provisioned", "scale_executors", TAKEN_AT + 600, "ds2")
-    live_store(w.redis.client, PREFIX, w.other(), ROOT).blocklist.block(  # type: ignore[arg-type]
+    live_store(w.redis.direct, PREFIX, w.other(), ROOT).blocklist.block(  # type: ignore[arg-type]
         BlocklistEntry(blocked, TAKEN_AT, "1-0", "unmet"))
     trips, _ops = w.cycle()
     assert trips == [EVERYTHING]  # read anew in the cycle's one round trip: never kept
@@ -395,7 +338,7 @@ def test_what_the_leader_settles_before_it_plans_is_read_again_in_that_cycle():
 
     def ended(flight: InFlight | None, app: str) -> TakenIn:
         # The migration it carried out wrote the query's partitions after the collect read them.
-        w.redis.client.strings[partitions_key(PREFIX, APP, "q")] = "8"
+        w.redis.direct.set(partitions_key(PREFIX, APP, "q"), "8")
         assert flight is not None
         return TakenIn(flight, None, "", TAKEN_AT)
 
@@ -404,7 +347,7 @@ def test_what_the_leader_settles_before_it_plans_is_read_again_in_that_cycle():
     assert trips == [EVERYTHING, RIDE] and w.planner.seen[-1].partitions == {"q": 8}
     w.executor.take_in = FakeExecutor().take_in  # type: ignore[method-assign]
     # An outcome judged unmet blocks its action (daemon/evaluator.py): the plan of that cycle sees it.
-    blocklist = live_store(w.redis.client, PREFIX, w.zk, ROOT).blocklist  # type: ignore[arg-type]
+    blocklist = live_store(w.redis.direct, PREFIX, w.zk, ROOT).blocklist  # type: ignore[arg-type]
     w.autoscaler.judge = BlockingJudge(blocklist)
     w.autoscaler.states[APP].pending.append(
         PendingOutcome("1-0", EXPECTED, SCALE_UP.changes[0], TAKEN_AT, "dhalion", "q"))
@@ -443,7 +386,7 @@ def test_a_decision_without_actions_is_not_waited_for_and_its_line_comes_with_it
     w.redis.held.set()
     assert w.action_log.flush(WAIT_S)
     decided = w.decided()[-1]
-    [(last_id, _fields)] = w.redis.client.xrange(actions_key(PREFIX))[-1:]
+    [(last_id, _fields)] = w.redis.direct.xrange(actions_key(PREFIX))[-1:]
     assert decided.decision_id == last_id and decided.decision.mode == "no_change"
 
 
