@@ -1,10 +1,9 @@
 """`sparkscale explain DECISION_ID`: the rendering of one logged decision, and the command over an
-action log in a stand-in Redis (the streams ActionLog writes and reads)."""
+action log in fakeredis (the streams ActionLog writes and reads)."""
 
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -19,6 +18,7 @@ from sparkscale.model.plan import Action, ExpectedOutcome, Observation, Plan
 from sparkscale.model.snapshot import Snapshot
 from sparkscale.model.snapshot_merge import merge_snapshots
 from sparkscale.policies.outcomes import Expectation
+from tests.unit.fake_redis import fake_redis
 
 T = 1_795_348_805.0  # 2026-11-22T12:00:05Z
 SCALE = Action.scale_executors(2, 4, "scale up: 4 cores needed at utilisation 0.7, 4 executor(s) of 1 core(s)")
@@ -134,81 +134,23 @@ def test_anything_else_is_not_a_decision_id():
         parse_decision_id("d-000123")
 
 
-class QueuedPipeline:
-    """A pipeline over a fake client: commands queued, run in order by `execute` (one round trip)."""
-
-    def __init__(self, client: Any) -> None:
-        self.client = client
-        self.queued: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
-
-    def __getattr__(self, name: str) -> Any:
-        def queue(*args: Any, **kwargs: Any) -> QueuedPipeline:
-            self.queued.append((name, args, kwargs))
-            return self
-        return queue
-
-    def execute(self, raise_on_error: bool = True) -> list[Any]:
-        self.client.round_trips += 1
-        queued, self.queued = self.queued, []
-        return [getattr(self.client, name)(*args, **kwargs) for name, args, kwargs in queued]
-
-
-class StreamRedis:
-    """The stream commands ActionLog uses (xadd, xtrim, xrange, xrevrange) over lists, ids `<ms>-<seq>`,
-    and pipelines of them (`round_trips` counts the pipelines executed)."""
-
-    def __init__(self) -> None:
-        self.streams: dict[str, list[tuple[str, dict[str, str]]]] = {}
-        self.ms = int(T * 1000)
-        self.round_trips = 0
-
-    def pipeline(self, transaction: bool = True) -> QueuedPipeline:
-        return QueuedPipeline(self)
-
-    def xadd(self, key: str, fields: dict[str, Any], maxlen: int | None = None, approximate: bool = True) -> str:
-        self.ms += 1
-        entries = self.streams.setdefault(key, [])
-        entries.append((f"{self.ms}-0", {k: str(v) for k, v in fields.items()}))
-        if maxlen is not None:
-            del entries[:-maxlen]
-        return entries[-1][0]
-
-    def xtrim(self, key: str, minid: str, approximate: bool = True) -> int:
-        entries = self.streams.get(key, [])
-        keep = [e for e in entries if _key(e[0]) >= _key(minid)]
-        self.streams[key] = keep
-        return len(entries) - len(keep)
-
-    def xrange(self, key: str, min: str = "-", max: str = "+") -> list[tuple[str, dict[str, str]]]:
-        low = (-1, -1) if min == "-" else _key(min)
-        high = (float("inf"), 0) if max == "+" else _key(max)
-        return [e for e in self.streams.get(key, []) if low <= _key(e[0]) <= high]
-
-    def xrevrange(self, key: str, max: str = "+", min: str = "-") -> list[tuple[str, dict[str, str]]]:
-        return list(reversed(self.xrange(key, min, max)))
-
-
-def _key(entry_id: str) -> tuple[int, int]:
-    ms, _, seq = entry_id.partition("-")
-    return int(ms), int(seq or 0)
-
-
 @pytest.fixture
 def logged(monkeypatch):
     """An action log holding two decisions of `clicks`: the judged one (with results, outcome and its
-    snapshot) and a later no_change, plus another app's decision between them."""
-    fake = StreamRedis()
+    snapshot) and a later no_change, plus another app's decision between them. Their ids, and the
+    results entry's."""
+    fake = fake_redis()
     monkeypatch.setattr(sparkscale.redisconn, "connect", lambda cfg, decode_responses=True: fake)
-    log = ActionLog(fake, "sparkscale:", ActionLogConfig())  # type: ignore[arg-type]
+    log = ActionLog(fake, "sparkscale:", ActionLogConfig())
     decision_id = log.append_decision(record(), app_snapshot())
     log.append_decision(DecisionRecord("other", T, "", "head-1:4242", 3, "ds2", None,
                                        Plan("ds2", "other"), "no_change"))
-    log.append_results(decision_id, "clicks", [ActionResult(SCALE, "done", "4 executors registered", "cmd-12",
-                                                            0.4, 11.2, 4)])
+    results_id = log.append_results(decision_id, "clicks", [ActionResult(SCALE, "done", "4 executors registered",
+                                                                         "cmd-12", 0.4, 11.2, 4)])
     log.append_outcome(OutcomeRecord(decision_id, "clicks", T + 90, True, "processed_rate", 1500.0, 3000.0,
                                      2900.0, "processed rate rose as expected"))
     quiet_id = log.append_decision(record("no_change", actions=(), expected=False, at=T + 5))
-    return decision_id, quiet_id
+    return decision_id, quiet_id, results_id
 
 
 def explain(*args: str):
@@ -216,7 +158,7 @@ def explain(*args: str):
 
 
 def test_the_command_explains_a_logged_decision_with_its_results_outcome_and_snapshot(logged):
-    decision_id, quiet_id = logged
+    decision_id, quiet_id, _results_id = logged
     done = explain(decision_id)
     assert done.exit_code == 0, done.output
     assert f"decision {decision_id}" in done.output and "outcome: met" in done.output
@@ -234,8 +176,8 @@ def test_an_unknown_or_malformed_id_is_a_clear_error_with_exit_2(logged):
     assert unknown.exit_code == 2
     assert "no decision 1700000000000-0 in the action log" in unknown.output
     assert "Traceback" not in unknown.output
-    # Ids: the kept snapshot T+1 ms, the decision +2, the other app's +3, the results +4.
-    results_entry = explain(f"{int(T * 1000) + 4}-0")  # an entry of the log, but a result, not a decision
+    _decision_id, _quiet_id, results_id = logged
+    results_entry = explain(results_id)  # an entry of the log, but a result, not a decision
     assert results_entry.exit_code == 2 and "no decision" in results_entry.output
     malformed = explain("d-000123")
     assert malformed.exit_code == 2 and "not a decision id" in malformed.output

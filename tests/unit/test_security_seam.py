@@ -10,6 +10,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any, ClassVar
 
+import fakeredis
 import pytest
 import redis
 from hypothesis import HealthCheck, given, settings
@@ -37,10 +38,10 @@ from sparkscale.store.driver_urls import AgentHosts, agent_hosts, configured_hos
 from sparkscale.store.live import live_store
 from sparkscale.store.redis_shapes import parse_shape
 from sparkscale.store.zk_requests import parse_request
+from tests.unit.fake_redis import fake_redis, make_wrong_type
 from tests.unit.fakezk import FakeZk
 from tests.unit.test_autoscaler import APP, NO_CHANGE, RecordingSink, loop
-from tests.unit.test_explain import QueuedPipeline
-from tests.unit.test_store import PREFIX, ROOT, MiniRedis
+from tests.unit.test_store import PREFIX, ROOT
 
 PROPERTY = settings(max_examples=60, deadline=None, database=None, derandomize=True,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -115,25 +116,9 @@ def test_parsing_an_agent_record_never_raises(data: bytes) -> None:
     assert isinstance(agent_hosts(data), frozenset)
 
 
-class _Registered:
+def _registered(app: str, ui_url: str) -> fakeredis.FakeRedis:
     """A Redis whose only key is the app's driver record (read alone, or in a pipeline: the collector's)."""
-
-    def __init__(self, app: str, ui_url: str) -> None:
-        self.value = json.dumps({"app": app, "ui_url": ui_url})
-        self.app = app
-        self.round_trips = 0
-
-    def get(self, key: str) -> str | None:
-        return self.value if key == driver_key(PREFIX, self.app) else None
-
-    def hgetall(self, key: str) -> dict[str, str]:
-        return {}
-
-    def pipeline(self, transaction: bool = True) -> QueuedPipeline:
-        return QueuedPipeline(self)
-
-    def close(self) -> None:
-        pass
+    return fake_redis(strings={driver_key(PREFIX, app): json.dumps({"app": app, "ui_url": ui_url})})
 
 
 @pytest.fixture
@@ -162,7 +147,7 @@ def _config(app: str) -> Config:
 def test_a_file_url_in_redis_is_never_opened_logged_once_and_the_app_reads_as_unreachable(
         monkeypatch: pytest.MonkeyPatch, no_agents: list[str]) -> None:
     cfg = _config("filer")
-    monkeypatch.setattr(sparkscale.redisconn, "connect", lambda _cfg, *_a, **_k: _Registered("filer", "file:///etc/passwd"))
+    monkeypatch.setattr(sparkscale.redisconn, "connect", lambda _cfg, *_a, **_k: _registered("filer", "file:///etc/passwd"))
     with capture_logs() as logs:
         for _ in range(2):
             with pytest.raises(SparkRestError, match="registered REST URL is refused: scheme 'file'") as info:
@@ -180,7 +165,7 @@ def test_a_url_to_a_host_nobody_vouches_for_is_refused_unless_the_agent_register
         monkeypatch: pytest.MonkeyPatch, no_agents: list[str]) -> None:
     cfg = _config("forger")
     forged = "http://10.66.0.1:8080\u001b[2J"
-    monkeypatch.setattr(sparkscale.redisconn, "connect", lambda _cfg, *_a, **_k: _Registered("forger", "http://10.66.0.1:8080"))
+    monkeypatch.setattr(sparkscale.redisconn, "connect", lambda _cfg, *_a, **_k: _registered("forger", "http://10.66.0.1:8080"))
     with capture_logs() as logs, pytest.raises(SparkRestError, match=r"host 10\.66\.0\.1 is not one"):
         driver_rest(cfg, cfg.app("forger"))
     assert no_agents == ["forger"] and len(_bad_lines(logs)) == 1
@@ -235,13 +220,10 @@ def test_judging_any_url_or_checkpoint_path_never_raises(text: str) -> None:
 @PROPERTY
 def test_any_driver_record_in_redis_is_a_client_or_an_unreachable_driver(record: bytes) -> None:
     cfg = _config("anyrec")
-
-    class Holding(_Registered):
-        def get(self, key: str) -> str | None:
-            return record.decode("utf-8", "replace")
-
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(sparkscale.redisconn, "connect", lambda _cfg, *_a, **_k: Holding("anyrec", ""))
+        # The record as text: bytes that are not UTF-8 replaced (a decoding client raises UnicodeDecodeError on them).
+        held = {driver_key(PREFIX, "anyrec"): record.decode("utf-8", "replace")}
+        mp.setattr(sparkscale.redisconn, "connect", lambda _cfg, *_a, **_k: fake_redis(strings=held))
         mp.setattr(driver_urls, "read_agent_record", lambda _cfg, _app: None)
         mp.setattr(driver_urls, "AGENTS", AgentHosts())
         outcome: SparkRestClient | SparkRestError
@@ -260,8 +242,8 @@ def test_any_driver_record_in_redis_is_a_client_or_an_unreachable_driver(record:
 
 @pytest.mark.parametrize("cores", ["two", "-1", "0", "99999999999", "9" * 5001, "1e3", " 2", "2.0", ""])
 def test_a_poisoned_shape_is_read_as_none_logged_once_and_the_config_shape_holds(cores: str) -> None:
-    shapes = live_store(MiniRedis(), PREFIX, FakeZk(), ROOT, ActionLogConfig()).shapes  # type: ignore[arg-type]
-    redis_ = shapes.client  # type: ignore[attr-defined]
+    redis_ = fake_redis()
+    shapes = live_store(redis_, PREFIX, FakeZk(), ROOT, ActionLogConfig()).shapes  # type: ignore[arg-type]
     redis_.hset(shape_key(PREFIX, "clicks"), mapping={"executor_cores": cores, "executor_memory_mb": "512",
                                                       "migration": "mig-9"})
     with capture_logs() as logs:
@@ -270,13 +252,9 @@ def test_a_poisoned_shape_is_read_as_none_logged_once_and_the_config_shape_holds
 
 
 def test_a_shape_key_that_is_not_a_hash_is_a_bad_record_not_a_failed_cycle() -> None:
-    client = MiniRedis()
+    client = fake_redis()
     shapes = live_store(client, PREFIX, FakeZk(), ROOT, ActionLogConfig()).shapes  # type: ignore[arg-type]
-
-    def wrongtype(key: str) -> None:
-        raise redis.ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value")
-
-    client.hgetall = wrongtype  # type: ignore[method-assign,assignment]
+    make_wrong_type(client, shape_key(PREFIX, "clicks"))
     with capture_logs() as logs:
         assert shapes.stored_shape("clicks") is None
     assert len(_bad_lines(logs)) == 1
@@ -321,7 +299,7 @@ def test_a_checkpoint_path_in_bounds_is_used(path: str) -> None:
 
 
 def test_a_published_query_with_a_bad_checkpoint_is_kept_with_its_checkpoint_unknown() -> None:
-    client = MiniRedis()
+    client = fake_redis()
     store = live_store(client, PREFIX, FakeZk(), ROOT, ActionLogConfig())  # type: ignore[arg-type]
     info = QueryInfo("q", "id-1", "run-1", "active", checkpoint="/ck/../../../home/user")
     client.hset(queries_key(PREFIX, "clicks"), "q", QUERY_INFO_JSON.dumps(info))
@@ -336,8 +314,7 @@ def test_a_published_query_with_a_bad_checkpoint_is_kept_with_its_checkpoint_unk
 @given(st.dictionaries(st.text(max_size=8), st.text(max_size=60) | JSON.map(json.dumps), max_size=3))
 @PROPERTY
 def test_any_published_query_hash_reads_as_queries_with_bounded_checkpoints(published: dict[str, str]) -> None:
-    client = MiniRedis()
-    client.hashes[queries_key(PREFIX, "clicks")] = published
+    client = fake_redis(hashes={queries_key(PREFIX, "clicks"): published})
     store = live_store(client, PREFIX, FakeZk(), ROOT, ActionLogConfig())  # type: ignore[arg-type]
     for info in store.queries.read_queries("clicks").values():
         assert info.checkpoint is None or checkpoint_refusal(info.checkpoint) is None
@@ -379,7 +356,7 @@ def test_parsing_a_request_znode_returns_a_bounded_request_or_refuses_it(data: b
 
 def _desk(contexts: Any = None) -> tuple[RequestDesk, Any, FakeZk]:
     zk = FakeZk()
-    store = live_store(MiniRedis(), PREFIX, zk, ROOT, ActionLogConfig())  # type: ignore[arg-type]
+    store = live_store(fake_redis(), PREFIX, zk, ROOT, ActionLogConfig())  # type: ignore[arg-type]
     return RequestDesk(store.requests, store.journals, store.actions, contexts, "me"), store, zk
 
 
@@ -477,7 +454,7 @@ def test_nothing_a_cycle_raises_escapes_it_and_the_failure_is_logged_and_counted
 
 def test_a_reload_that_fails_for_any_reason_keeps_the_running_config(monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = _config("kept")
-    daemon = service.Daemon(cfg, config_path="/nowhere.yaml", zk=FakeZk(), redis_client=MiniRedis())  # type: ignore[arg-type]
+    daemon = service.Daemon(cfg, config_path="/nowhere.yaml", zk=FakeZk(), redis_client=fake_redis())  # type: ignore[arg-type]
 
     def unreadable(*_args: object) -> Config:
         raise PermissionError(13, "Permission denied")

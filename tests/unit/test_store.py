@@ -1,5 +1,6 @@
 """The store seam (src/sparkscale/store/): one contract run against the in-memory store and against
-the Redis/ZooKeeper implementations on fakes, and bad records skipped and logged once."""
+the Redis/ZooKeeper implementations on fakeredis and a fake ZooKeeper, and bad records skipped and
+logged once."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import fakeredis
 import pytest
 from structlog.testing import capture_logs
 
@@ -25,45 +27,12 @@ from sparkscale.store.live import live_store
 from sparkscale.store.memory import memory_store
 from sparkscale.store.zk_journal import WriteFenced
 from sparkscale.store.zk_watch import read_existing
+from tests.unit.fake_redis import fake_redis
 from tests.unit.fakezk import FakeZk
-from tests.unit.test_explain import SCALE, StreamRedis, T, app_snapshot, record
+from tests.unit.test_explain import SCALE, T, app_snapshot, record
 
 PREFIX = "sparkscale:"
 ROOT = "/sparkscale"
-
-
-class MiniRedis(StreamRedis):
-    """StreamRedis with the hash and list commands the store uses."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.hashes: dict[str, dict[str, str]] = {}
-        self.lists: dict[str, list[str]] = {}
-
-    def hset(self, key: str, field: str | None = None, value: Any = None,
-             mapping: dict[str, Any] | None = None) -> int:
-        h = self.hashes.setdefault(key, {})
-        if field is not None:
-            h[field] = str(value)
-        h.update({k: str(v) for k, v in (mapping or {}).items()})
-        return 1
-
-    def hgetall(self, key: str) -> dict[str, str]:
-        return dict(self.hashes.get(key, {}))
-
-    def hdel(self, key: str, *fields: str) -> int:
-        return sum(self.hashes.get(key, {}).pop(f, None) is not None for f in fields)
-
-    def lpush(self, key: str, value: str) -> MiniRedis:
-        self.lists.setdefault(key, []).insert(0, value)
-        return self
-
-    def ltrim(self, key: str, start: int, end: int) -> MiniRedis:
-        self.lists[key] = self.lists.get(key, [])[start:end + 1]
-        return self
-
-    def lrange(self, key: str, start: int, end: int) -> list[str]:
-        return self.lists.get(key, [])[start:end + 1]
 
 
 @pytest.fixture(params=["memory", "live"])
@@ -71,7 +40,7 @@ def store(request: pytest.FixtureRequest) -> Iterator[Store]:
     if request.param == "memory":
         yield memory_store(ActionLogConfig(), clock=lambda: T)
     else:
-        yield live_store(MiniRedis(), PREFIX, FakeZk(), ROOT, ActionLogConfig())  # type: ignore[arg-type]
+        yield live_store(fake_redis(), PREFIX, FakeZk(), ROOT, ActionLogConfig())  # type: ignore[arg-type]
 
 
 def journal(epoch: int = 3) -> Journal:
@@ -178,8 +147,8 @@ def test_each_daemons_status_is_read_freshest_first(store: Store) -> None:
 # -- bad records ------------------------------------------------------------------------------------
 
 
-def _live() -> tuple[Store, MiniRedis, FakeZk]:
-    redis, zk = MiniRedis(), FakeZk()
+def _live() -> tuple[Store, fakeredis.FakeRedis, FakeZk]:
+    redis, zk = fake_redis(), FakeZk()
     return live_store(redis, PREFIX, zk, ROOT, ActionLogConfig()), redis, zk  # type: ignore[arg-type]
 
 
