@@ -1,6 +1,6 @@
 """Where identities are made and applied (issue 32): Redis ACL rules per role, the embedded Redis's
 users, `cluster up`'s secrets and root, `pipeline submit`'s agent identity and app znodes, and the
-driver given only its own secret (on fakes: no Redis, ZooKeeper or Spark here)."""
+driver given only its own secret (on fakes and fakeredis: no Redis server, ZooKeeper or Spark here)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from sparkscale.localenv.environment import LocalEnvironment
 from sparkscale.localenv.redis_auth import redis_auth_lines
 from sparkscale.protocol.acls import acl_layout
 from sparkscale.redis_acl import glob_escaped, redis_acl_rules
+from tests.unit.fake_redis import RecordingRedis
 from tests.unit.fakezk import FakeZk
 
 AGENT = identity_for(Role.AGENT, "wc")
@@ -63,19 +64,9 @@ class FakeClient(FakeZk):
     def close(self) -> None: ...
 
 
-class FakeRedis:
-    def __init__(self) -> None:
-        self.commands: list[tuple[str, ...]] = []
-
-    def execute_command(self, *args: str) -> None:
-        self.commands.append(args)
-
-    def close(self) -> None: ...
-
-
 @pytest.fixture
 def fakes(monkeypatch):
-    zk, redis = FakeClient(), FakeRedis()
+    zk, redis = FakeClient(), RecordingRedis()  # the ACL SETUSER commands sent, and run
     monkeypatch.setattr(identity_setup.zkconn, "client_as", lambda cfg, identity: zk)
     monkeypatch.setattr(identity_setup.zkconn, "client", lambda cfg: zk)
     monkeypatch.setattr(identity_setup, "connect_as", lambda cfg, identity: redis)
