@@ -15,6 +15,12 @@ import redis
 Trip = str | tuple[str, ...]  # a command's name, or a pipeline's commands in order
 Entries = Iterable[tuple[str, Mapping[str, Any]]]  # a stream's (entry id, fields)
 Client = TypeVar("Client", bound=redis.Redis)
+VERSION = (7, 0)  # the redis-server Debian 12 installs for the embedded environment (.ci/run): 7.0
+
+
+def server() -> fakeredis.FakeServer:
+    """A server of its own (a client made without one is kept in fakeredis' registry for good)."""
+    return fakeredis.FakeServer(version=VERSION)
 
 
 def seed(client: Client, hashes: Mapping[str, Mapping[str, Any]] | None = None,
@@ -34,7 +40,7 @@ def seed(client: Client, hashes: Mapping[str, Mapping[str, Any]] | None = None,
 def fake_redis(hashes: Mapping[str, Mapping[str, Any]] | None = None, streams: Mapping[str, Entries] | None = None,
                strings: Mapping[str, Any] | None = None) -> fakeredis.FakeRedis:
     """A client of a fresh server (nothing shared with another test), holding the keys given."""
-    return seed(fakeredis.FakeRedis(decode_responses=True), hashes, streams, strings)
+    return seed(fakeredis.FakeRedis(server=server(), decode_responses=True), hashes, streams, strings)
 
 
 def make_wrong_type(client: redis.Redis, key: str) -> None:
@@ -49,9 +55,9 @@ class RecordingRedis(fakeredis.FakeRedis):
     client of the same server that records nothing: the test's own writes and reads."""
 
     def __init__(self) -> None:
-        server = fakeredis.FakeServer()
-        super().__init__(server=server, decode_responses=True)
-        self.direct = fakeredis.FakeRedis(server=server, decode_responses=True)
+        shared = server()
+        super().__init__(server=shared, decode_responses=True)
+        self.direct = fakeredis.FakeRedis(server=shared, decode_responses=True)
         self.trips: list[tuple[int, Trip]] = []
         self.commands: list[tuple[Any, ...]] = []
         self.closed = 0
