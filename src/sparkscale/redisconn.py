@@ -75,10 +75,17 @@ class RedisAuth:
 NO_AUTH = RedisAuth()
 
 
+# How a decoding client reads bytes that are not UTF-8: each bad byte as U+FFFD. Strict decoding
+# raises UnicodeDecodeError in the middle of an answer, which fails a whole pipeline (a cycle reads
+# every app's keys in one round trip) with an error no reader names; replaced, the value reaches
+# its reader, whose validation refuses that record alone, by name.
+ENCODING_ERRORS = "replace"
+
+
 def connect(cfg: RedisConfig, decode_responses: bool = True, identity: Credentials | None = None) -> redis.Redis:
     """A client for the config's Redis, as `identity`'s ACL user (None: redis.username/password_file)."""
     return redis.Redis(
-        host=cfg.host, port=cfg.port, db=cfg.db, decode_responses=decode_responses,
+        host=cfg.host, port=cfg.port, db=cfg.db, decode_responses=decode_responses, encoding_errors=ENCODING_ERRORS,
         socket_timeout=cfg.socket_timeout_s, socket_connect_timeout=cfg.socket_timeout_s,
         **RedisAuth.from_config(cfg, identity).client_kwargs(),
     )

@@ -38,7 +38,7 @@ from sparkscale.store.driver_urls import AgentHosts, agent_hosts, configured_hos
 from sparkscale.store.live import live_store
 from sparkscale.store.redis_shapes import parse_shape
 from sparkscale.store.zk_requests import parse_request
-from tests.unit.fake_redis import fake_redis, make_wrong_type
+from tests.unit.fake_redis import fake_redis, make_wrong_type, server
 from tests.unit.fakezk import FakeZk
 from tests.unit.test_autoscaler import APP, NO_CHANGE, RecordingSink, loop
 from tests.unit.test_store import PREFIX, ROOT
@@ -161,6 +161,31 @@ def test_a_file_url_in_redis_is_never_opened_logged_once_and_the_app_reads_as_un
     assert no_agents == []  # a bad scheme needs no ZooKeeper read
 
 
+def test_a_driver_record_that_is_not_utf8_is_a_named_bad_record_not_a_decode_error(
+        monkeypatch: pytest.MonkeyPatch, no_agents: list[str]) -> None:
+    cfg = _config("garbled")
+    shared = server()
+    fakeredis.FakeRedis(server=shared).set(driver_key(PREFIX, "garbled"),
+                                           b'{"app": "garbled", "ui_url": "http://127.0.0.1:40\xff40"}')
+    # A client as `connect` makes them: strict decoding raised UnicodeDecodeError here, in any reader.
+    reader = fakeredis.FakeRedis(server=shared, decode_responses=True,
+                                 encoding_errors=sparkscale.redisconn.ENCODING_ERRORS)
+    monkeypatch.setattr(sparkscale.redisconn, "connect", lambda _cfg, *_a, **_k: reader)
+    with capture_logs() as logs:
+        with pytest.raises(SparkRestError) as info:
+            driver_rest(cfg, cfg.app("garbled"))
+        assert info.value.unreachable
+        with pytest.raises(collector.AppNotRunningError):
+            collector.collect_snapshots(cfg, "garbled")
+    assert [e["key"] for e in _bad_lines(logs)] == [driver_key(PREFIX, "garbled")]
+
+
+def test_connect_makes_clients_that_read_bytes_not_utf8_as_replaced_text() -> None:
+    client = sparkscale.redisconn.connect(Config.model_validate({}).redis)
+    assert client.connection_pool.connection_kwargs["encoding_errors"] == "replace"
+    assert client.connection_pool.connection_kwargs["decode_responses"] is True
+
+
 def test_a_url_to_a_host_nobody_vouches_for_is_refused_unless_the_agent_registered_it(
         monkeypatch: pytest.MonkeyPatch, no_agents: list[str]) -> None:
     cfg = _config("forger")
@@ -221,9 +246,12 @@ def test_judging_any_url_or_checkpoint_path_never_raises(text: str) -> None:
 def test_any_driver_record_in_redis_is_a_client_or_an_unreachable_driver(record: bytes) -> None:
     cfg = _config("anyrec")
     with pytest.MonkeyPatch.context() as mp:
-        # The record as text: bytes that are not UTF-8 replaced (a decoding client raises UnicodeDecodeError on them).
-        held = {driver_key(PREFIX, "anyrec"): record.decode("utf-8", "replace")}
-        mp.setattr(sparkscale.redisconn, "connect", lambda _cfg, *_a, **_k: fake_redis(strings=held))
+        # The record's bytes as written, read by a client decoding as `connect`'s do.
+        shared = server()
+        fakeredis.FakeRedis(server=shared).set(driver_key(PREFIX, "anyrec"), record)
+        reader = fakeredis.FakeRedis(server=shared, decode_responses=True,
+                                     encoding_errors=sparkscale.redisconn.ENCODING_ERRORS)
+        mp.setattr(sparkscale.redisconn, "connect", lambda _cfg, *_a, **_k: reader)
         mp.setattr(driver_urls, "read_agent_record", lambda _cfg, _app: None)
         mp.setattr(driver_urls, "AGENTS", AgentHosts())
         outcome: SparkRestClient | SparkRestError
