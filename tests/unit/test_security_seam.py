@@ -180,12 +180,6 @@ def test_a_driver_record_that_is_not_utf8_is_a_named_bad_record_not_a_decode_err
     assert [e["key"] for e in _bad_lines(logs)] == [driver_key(PREFIX, "garbled")]
 
 
-def test_connect_makes_clients_that_read_bytes_not_utf8_as_replaced_text() -> None:
-    client = sparkscale.redisconn.connect(Config.model_validate({}).redis)
-    assert client.connection_pool.connection_kwargs["encoding_errors"] == "replace"
-    assert client.connection_pool.connection_kwargs["decode_responses"] is True
-
-
 def test_a_url_to_a_host_nobody_vouches_for_is_refused_unless_the_agent_registered_it(
         monkeypatch: pytest.MonkeyPatch, no_agents: list[str]) -> None:
     cfg = _config("forger")
