@@ -85,6 +85,14 @@ def split_operator(names: Sequence[str], operator_id: str) -> tuple[str, str]:
     raise KeyError(f"operator {operator_id!r} belongs to none of the queries {', '.join(names)}")
 
 
+def query_of(names: Sequence[str], operator_id: str) -> str | None:
+    """The query of `names` an operator belongs to (None: none of them)."""
+    try:
+        return split_operator(names, operator_id)[0]
+    except KeyError:
+        return None
+
+
 def _batch_ratio(snapshot: Snapshot) -> float:
     if snapshot.batch_duration_s is None or not snapshot.trigger_interval_s:
         return -1.0

@@ -14,7 +14,7 @@ from pydantic import Field, model_validator
 from sparkscale.config import AppConfig, ConfigSection, PolicyConfig
 from sparkscale.model.plan import Action, ExpectedOutcome, Observation, Plan
 from sparkscale.model.snapshot import Snapshot
-from sparkscale.model.snapshot_merge import query_names, split_operator
+from sparkscale.model.snapshot_merge import query_names, query_of
 from sparkscale.partitions import many_divisor_count
 from sparkscale.policies.band import UtilizationBand
 from sparkscale.policies.base import register_policy
@@ -273,10 +273,7 @@ def _repartitions(est: Ds2Estimate, names: tuple[str, ...], ds2: Ds2Config, app:
 
 
 def _query_of(names: tuple[str, ...], operator_id: str) -> str:
-    try:
-        return split_operator(names, operator_id)[0]
-    except KeyError:
-        return operator_id
+    return query_of(names, operator_id) or operator_id
 
 
 def _capacity_figures(est: Ds2Estimate, cores: int) -> dict[str, float | None]:

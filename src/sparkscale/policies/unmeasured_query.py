@@ -15,15 +15,8 @@ from __future__ import annotations
 
 from sparkscale.model.plan import Action
 from sparkscale.model.snapshot import Snapshot
-from sparkscale.model.snapshot_merge import query_names, split_operator
+from sparkscale.model.snapshot_merge import query_names, query_of
 from sparkscale.policies.guard_input import GuardInput, replace_scale, scale
-
-
-def _query_of(names: tuple[str, ...], operator_id: str) -> str | None:
-    try:
-        return split_operator(names, operator_id)[0]
-    except KeyError:
-        return None
 
 
 def unmeasured_queries(snapshot: Snapshot) -> list[tuple[str, float]]:
@@ -31,13 +24,13 @@ def unmeasured_queries(snapshot: Snapshot) -> list[tuple[str, float]]:
     of whose stages finished in the window, in the snapshot's query order; none when no query has a
     stage in the window (nothing measured is not a partial view)."""
     names = query_names(snapshot)
-    measured = {q for op in snapshot.operators if not op.source and (q := _query_of(names, op.id)) is not None}
+    measured = {q for op in snapshot.operators if not op.source and (q := query_of(names, op.id)) is not None}
     if not measured:
         return []
     waiting: dict[str, float] = {}
     busy: set[str] = set()
     for op in snapshot.operators:
-        query = _query_of(names, op.id) if op.source else None
+        query = query_of(names, op.id) if op.source else None
         if query is None or query in measured:
             continue
         waiting[query] = waiting.get(query, 0.0) + (op.backlog or 0.0)
