@@ -61,6 +61,7 @@ from sparkscale.monitors.progress_reports import ProgressReport
 from sparkscale.monitors.snapshot_builder import (
     Batch,
     SnapshotInputs,
+    batch_running_since,
     build_snapshot,
     finished_batches,
     window_batches,
@@ -207,6 +208,7 @@ def _collect(cfg: Config, app_name: str, query: str | None, opts: CollectOptions
             batches=batches_of[info.name], stages=stages, progress=progress[info.name],
             trigger_interval_s=info.trigger_interval_s or app.trigger_interval_s, host=host,
             app_figures=app_figures, executor_work=work,
+            batch_running_since_s=batch_running_since(jobs, info.name, info.id),
             extra_extensions={"spark": {"app_id": spark_app.id,
                                         "rest_requests": driver.requests + fetched_of[info.name],
                                         "collect_s": round(time.time() - taken_at, 3), "collect_parts_s": parts_s,

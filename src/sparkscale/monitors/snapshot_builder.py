@@ -39,7 +39,7 @@ from sparkscale.model.snapshot import InstanceFigures, OperatorFigures, Snapshot
 from sparkscale.monitors.executor_figures import ExecutorWork, app_extension, executor_figures, window_work
 from sparkscale.monitors.progress_reports import ProgressReport
 from sparkscale.monitors.source_figures import SourceEstimate, WindowBatch, estimate_sources
-from sparkscale.monitors.spark_rest import RestExecutor, RestJob, RestStage, RestTask
+from sparkscale.monitors.spark_rest import BatchRef, RestExecutor, RestJob, RestStage, RestTask
 
 __all__ = ["SOURCE_OPERATOR", "Batch", "ProgressReport", "SnapshotInputs", "build_snapshot", "completed_stages",
            "finished_batches", "window_batches"]
@@ -74,9 +74,8 @@ def finished_batches(
     the query reported its progress, or a later batch of the same run has started.
     """
     grouped: dict[tuple[str, int], list[RestJob]] = defaultdict(list)
-    for job in jobs:
-        if job.batch is not None and (job.batch.query == query or (query_id and job.batch.query_id == query_id)):
-            grouped[(job.batch.run_id, job.batch.batch_id)].append(job)
+    for job, batch in _jobs_of(jobs, query, query_id):
+        grouped[(batch.run_id, batch.batch_id)].append(job)
     latest_by_run: dict[str, int] = {}
     for run_id, batch_id in grouped:
         latest_by_run[run_id] = max(batch_id, latest_by_run.get(run_id, batch_id))
@@ -95,6 +94,22 @@ def finished_batches(
             completed_at_s=max(j.completed_at_s for j in batch_jobs if j.completed_at_s is not None),
         ))
     return sorted(out, key=lambda b: (b.completed_at_s, b.batch_id))
+
+
+def _jobs_of(jobs: Sequence[RestJob], query: str, query_id: str | None) -> list[tuple[RestJob, BatchRef]]:
+    """The query's micro-batch jobs with their batch: by its name, or by `query_id` (an unnamed
+    query's jobs carry an empty name)."""
+    return [(j, j.batch) for j in jobs
+            if j.batch is not None and (j.batch.query == query or (query_id and j.batch.query_id == query_id))]
+
+
+def batch_running_since(jobs: Sequence[RestJob], query: str, query_id: str | None = None) -> float | None:
+    """When the query's oldest running micro-batch job was submitted (None: none runs). A query with
+    no batch in the window and one running since before it has a batch longer than the window;
+    with none running it waits for its trigger (policies/unmeasured_query.py)."""
+    running = [j.submitted_at_s for j, _batch in _jobs_of(jobs, query, query_id)
+               if j.status == "RUNNING" and j.submitted_at_s is not None]
+    return min(running) if running else None
 
 
 def window_batches(batches: Sequence[Batch], taken_at: float, window_s: float) -> list[Batch]:
@@ -133,6 +148,7 @@ class SnapshotInputs:
     # passes every stage it fetched for the app, so the figures cover all its queries).
     executor_work: Mapping[str, ExecutorWork] | None = None
     extra_extensions: Mapping[str, Any] = field(default_factory=dict)
+    batch_running_since_s: float | None = None  # `batch_running_since`: a batch of the query still running
 
 
 def build_snapshot(inputs: SnapshotInputs) -> Snapshot:
@@ -166,6 +182,7 @@ def build_snapshot(inputs: SnapshotInputs) -> Snapshot:
             "stage_count": majority,
             "excluded_batches": excluded,
             "source_records_from": dict(source.records_from),  # batches counted each way
+            "batch_running_since_s": inputs.batch_running_since_s,
         },
         "progress": _progress_summary(used_progress, run_first_batch(inputs.progress)),
         "source": source.extension(),

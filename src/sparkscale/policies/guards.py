@@ -8,7 +8,7 @@ Order, each step explained in the returned plan's explanation (lines starting "g
 1. executor range: a `scale_executors` target is clamped to the app's [min_executors,
    max_executors]; an app outside its range gets an action back into it.
 2. unmeasured query (unmeasured_query.py): no scale-down while one query has stages in the window
-   and another, with input arriving or waiting, has none (a batch longer than it): its need is unknown.
+   and another has none and a batch running since before the window: its need is unknown.
 3. scale-down delay (`guards.scale_down_delay_s`): a scale-down happens only once every
    recommendation over the delay was below the current count, and then to the largest of them
    (the recommendation is the clamped target, or the current count when the plan scales nothing);
