@@ -140,6 +140,14 @@ def no_agents(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return asked
 
 
+def _decoding_reader_of(key: str, raw: bytes) -> fakeredis.FakeRedis:
+    """A client decoding as `connect`'s do, of a server holding `raw` bytes as written at `key`."""
+    shared = server()
+    fakeredis.FakeRedis(server=shared).set(key, raw)
+    return fakeredis.FakeRedis(server=shared, decode_responses=True,
+                               encoding_errors=sparkscale.redisconn.ENCODING_ERRORS)
+
+
 def _config(app: str) -> Config:
     return Config.model_validate({"apps": [{"name": app, "pipeline": "wordcount"}]})
 
@@ -164,12 +172,9 @@ def test_a_file_url_in_redis_is_never_opened_logged_once_and_the_app_reads_as_un
 def test_a_driver_record_that_is_not_utf8_is_a_named_bad_record_not_a_decode_error(
         monkeypatch: pytest.MonkeyPatch, no_agents: list[str]) -> None:
     cfg = _config("garbled")
-    shared = server()
-    fakeredis.FakeRedis(server=shared).set(driver_key(PREFIX, "garbled"),
-                                           b'{"app": "garbled", "ui_url": "http://127.0.0.1:40\xff40"}')
-    # A client as `connect` makes them: strict decoding raised UnicodeDecodeError here, in any reader.
-    reader = fakeredis.FakeRedis(server=shared, decode_responses=True,
-                                 encoding_errors=sparkscale.redisconn.ENCODING_ERRORS)
+    # Strict decoding raised UnicodeDecodeError here, in any reader.
+    reader = _decoding_reader_of(driver_key(PREFIX, "garbled"),
+                                 b'{"app": "garbled", "ui_url": "http://127.0.0.1:40\xff40"}')
     monkeypatch.setattr(sparkscale.redisconn, "connect", lambda _cfg, *_a, **_k: reader)
     with capture_logs() as logs:
         with pytest.raises(SparkRestError) as info:
@@ -240,11 +245,7 @@ def test_judging_any_url_or_checkpoint_path_never_raises(text: str) -> None:
 def test_any_driver_record_in_redis_is_a_client_or_an_unreachable_driver(record: bytes) -> None:
     cfg = _config("anyrec")
     with pytest.MonkeyPatch.context() as mp:
-        # The record's bytes as written, read by a client decoding as `connect`'s do.
-        shared = server()
-        fakeredis.FakeRedis(server=shared).set(driver_key(PREFIX, "anyrec"), record)
-        reader = fakeredis.FakeRedis(server=shared, decode_responses=True,
-                                     encoding_errors=sparkscale.redisconn.ENCODING_ERRORS)
+        reader = _decoding_reader_of(driver_key(PREFIX, "anyrec"), record)
         mp.setattr(sparkscale.redisconn, "connect", lambda _cfg, *_a, **_k: reader)
         mp.setattr(driver_urls, "read_agent_record", lambda _cfg, _app: None)
         mp.setattr(driver_urls, "AGENTS", AgentHosts())

@@ -50,7 +50,7 @@ def unmeasured_queries(snapshot: Snapshot) -> list[tuple[str, float, float]]:
 
 
 def unmeasured_query(actions: list[Action], given: GuardInput, notes: list[str]) -> list[Action]:
-    """`actions` without a scale-down while some query with input has no stage in the window."""
+    """`actions` without a scale-down while `unmeasured_queries` names a query, saying which."""
     action = scale(actions)
     if action is None or action.executor_direction >= 0:
         return actions
