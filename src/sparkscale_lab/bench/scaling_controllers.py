@@ -6,19 +6,22 @@ the same day. `ds2` is the product's defaults (the utilisation band and the star
 by default) plus the stability guards the benchmark chooses for it, each value justified from the
 committed run (docs/results/bench_scaling/results.md) below. `threshold` and `dhalion` run with
 the product's defaults. `ds2-restart-aware` (run only when asked for) is `ds2` with the restart-aware
-catch-up on, so that one run weighs that setting against `ds2` on the same machine.
+catch-up on, so that one run weighs that setting against `ds2` on the same machine. `oracle` (run
+only when asked for, no daemon: bench.scaling_oracle) sets the calibration's executor count for the
+load to come, ahead of time: the best this machine allows, against which the others are judged.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-# Controller -> the policy its daemon runs; controllers not listed run no daemon (static, spark-dra).
+# Controller -> the policy its daemon runs; controllers not listed run no daemon (static, spark-dra, oracle).
 POLICY_OF: Mapping[str, str] = {"threshold": "threshold", "dhalion": "dhalion", "ds2-baseline": "ds2", "ds2": "ds2",
                                  "ds2-restart-aware": "ds2"}
 # The controllers a benchmark runs unless told; VARIANTS run only when named in --controllers.
 CONTROLLERS: tuple[str, ...] = ("static", "spark-dra", "threshold", "dhalion", "ds2-baseline", "ds2")
-VARIANTS: tuple[str, ...] = ("ds2-restart-aware",)
+ORACLE = "oracle"
+VARIANTS: tuple[str, ...] = ("ds2-restart-aware", ORACLE)
 KNOWN: tuple[str, ...] = CONTROLLERS + VARIANTS
 BASELINE_CONTROLLER = "ds2-baseline"
 
