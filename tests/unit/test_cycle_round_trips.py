@@ -46,6 +46,7 @@ from sparkscale.protocol.znodes import journal_path, requests_path, results_path
 from sparkscale.store import zk_watch
 from sparkscale.store.action_records import BlocklistEntry
 from sparkscale.store.live import live_store
+from sparkscale.store.memory import memory_store
 from sparkscale.store.zk_journal import ZkJournals
 from sparkscale.store.zk_requests import ZkRequests
 from tests.unit.fake_redis import RecordingRedis, Trip
@@ -315,6 +316,16 @@ def test_the_executor_shape_is_read_in_the_collect_and_a_bad_one_is_no_shape():
     w.redis.direct.hset(shape_key(PREFIX, APP), mapping={"executor_cores": "-1", "executor_memory_mb": "x"})
     configured = w.autoscaler.cfg.app(APP).executor_cores
     assert w.cycle()[0] == [EVERYTHING] and w.planner.apps[-1].executor_cores == configured
+
+
+def test_the_loop_reads_the_shape_and_the_blocklist_with_the_stores_own_readers():
+    """One reader of each per process: a bad record is logged once, not once per reader."""
+    client: Any = CountingRedis()
+    store = live_store(client, PREFIX, FakeZk(), ROOT)
+    apps: Any = loop_stores(store, "me", FakeZk(), client, PREFIX, OrderedActionLog(store.actions)).apps
+    assert apps.shapes is store.shapes and apps.blocklist is store.blocklist
+    with pytest.raises(TypeError, match="the store over Redis"):
+        loop_stores(memory_store(), "me", FakeZk(), client, PREFIX, OrderedActionLog(store.actions))
 
 
 def test_a_blocklist_entry_another_daemon_writes_is_seen_by_the_next_cycle():

@@ -108,11 +108,16 @@ class ActionLogDecisions:
 def loop_stores(store: Store, identity: str, zk: KazooClient, client: redis.Redis, prefix: str,
                 action_log: OrderedActionLog) -> Stores:
     """What the control loop reads and writes (control/stores.py), over the daemon's one store and
-    its action log in order (`action_log`, over `store.actions`); the shape and the blocklist are
-    read by the loop with their own readers, in the collect's last round trip."""
+    its action log in order (`action_log`, over `store.actions`); the loop reads the shape and the
+    blocklist in the collect's last round trip with the store's own readers, so that each keeps one
+    log of bad records in the process (store/live.py)."""
+    shapes, blocklist = store.shapes, store.blocklist
+    if not isinstance(shapes, RedisShapes) or not isinstance(blocklist, RedisBlocklist):
+        raise TypeError("loop_stores needs the store over Redis (store/live.py), not " +
+                        f"{type(shapes).__name__} and {type(blocklist).__name__}")
     return Stores(decisions=ActionLogDecisions(action_log, identity),
                   journals=ZooKeeperJournals(store.journals, zk, client),
-                  apps=RedisAppRecords(client, prefix, RedisShapes(client, prefix), RedisBlocklist(client, prefix)))
+                  apps=RedisAppRecords(client, prefix, shapes, blocklist))
 
 
 @dataclass(frozen=True)
