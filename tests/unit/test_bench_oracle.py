@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from sparkscale.cli import main
 from sparkscale_lab.bench.environment import BenchEnv
 from sparkscale_lab.bench.measures import needed_from_calibration
-from sparkscale_lab.bench.scaling_controllers import CONTROLLERS, KNOWN, ORACLE, POLICY_OF
+from sparkscale_lab.bench.scaling_controllers import CONTROLLERS, KNOWN, ORACLES, POLICY_OF
 from sparkscale_lab.bench.scaling_oracle import Oracle, oracle_schedule
 from sparkscale_lab.pipelines.profiles import parse_profile
 
@@ -37,6 +37,13 @@ def test_sine_holds_two_while_the_rate_is_above_one_executors_calibrated_45_per_
     assert [n for _, n in schedule] == [2, 1, 2, 1]
     down, up = schedule[1][0], schedule[2][0]
     assert 53 <= down <= 55 and 126 - 15 - 1 <= up <= 127 - 15
+
+
+def test_the_spare_oracle_holds_one_more_within_the_maximum():
+    profile = parse_profile("steps:15@45s,60@90s,15@90s")
+    needed = needed_from_calibration(DAG_CALIBRATION)
+    assert oracle_schedule(profile, needed, 4, lead_s=15, spare=1) == [(0.0, 2), (30.0, 3), (135.0, 2)]
+    assert oracle_schedule(profile, needed, 2, lead_s=15, spare=1) == [(0.0, 2)]
 
 
 def test_a_rate_above_every_calibrated_one_gets_the_maximum_and_no_load_keeps_one():
@@ -78,7 +85,8 @@ def test_stopping_the_oracle_cancels_the_steps_not_yet_due():
 
 
 def test_the_oracle_runs_only_when_named_without_a_daemon_and_needs_the_calibration():
-    assert ORACLE in KNOWN and ORACLE not in CONTROLLERS and ORACLE not in POLICY_OF
-    bad = CliRunner().invoke(main, ["bench", "scaling", "--controllers", "oracle", "--no-calibration",
-                                    "--out", "unused"])
-    assert bad.exit_code == 2 and "needs the calibration" in bad.output
+    for oracle in ("oracle", "oracle-spare"):
+        assert oracle in ORACLES and oracle in KNOWN and oracle not in CONTROLLERS and oracle not in POLICY_OF
+        bad = CliRunner().invoke(main, ["bench", "scaling", "--controllers", f"ds2,{oracle}", "--no-calibration",
+                                        "--out", "unused"])
+        assert bad.exit_code == 2 and "needs the calibration" in bad.output

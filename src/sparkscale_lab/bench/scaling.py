@@ -47,7 +47,7 @@ from sparkscale_lab.bench.measures import (
     observed_actions,
     segments,
 )
-from sparkscale_lab.bench.scaling_controllers import KNOWN, ORACLE, POLICY_OF, daemon_settings
+from sparkscale_lab.bench.scaling_controllers import KNOWN, ORACLES, POLICY_OF, daemon_settings
 from sparkscale_lab.bench.scaling_oracle import Oracle, oracle_schedule, scale_executors
 from sparkscale_lab.bench.scaling_workloads import (
     APP,
@@ -251,8 +251,9 @@ def run_controller(spec: BenchSpec, case: Case, controller: str, repeat: int,
             wait_for(lambda: daemon.events("cycle", app=APP), 120, "the daemon's first cycle")
         t0 = time.time()
         recorder = Recorder(cfg, APP, spec.sample_s, t0=t0, probe=wl.probe(cfg)).start()
-        oracle = (Oracle(env, oracle_schedule(profile, needed_from_calibration(calibration), spec.max_executors),
-                         t0).start() if controller == ORACLE else None)
+        oracle = (Oracle(env, oracle_schedule(profile, needed_from_calibration(calibration), spec.max_executors,
+                                              spare=ORACLES[controller]), t0).start()
+                  if controller in ORACLES else None)
         try:
             log.info("bench.run_start", case=case.name, controller=controller, repeat=repeat, profile=case.profile)
             wl.load(env, case.profile, spec.seed, "run")

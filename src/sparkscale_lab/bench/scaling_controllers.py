@@ -8,20 +8,22 @@ committed run (docs/results/bench_scaling/results.md) below. `threshold` and `dh
 the product's defaults. `ds2-restart-aware` (run only when asked for) is `ds2` with the restart-aware
 catch-up on, so that one run weighs that setting against `ds2` on the same machine. `oracle` (run
 only when asked for, no daemon: bench.scaling_oracle) sets the calibration's executor count for the
-load to come, ahead of time: the best this machine allows, against which the others are judged.
+load to come, ahead of time; `oracle-spare` one executor more. They know the load, which no
+controller in production does: what they reach shows what the targets ask of this machine.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-# Controller -> the policy its daemon runs; controllers not listed run no daemon (static, spark-dra, oracle).
+# Controller -> the policy its daemon runs; controllers not listed run no daemon (static, spark-dra, the oracles).
 POLICY_OF: Mapping[str, str] = {"threshold": "threshold", "dhalion": "dhalion", "ds2-baseline": "ds2", "ds2": "ds2",
                                  "ds2-restart-aware": "ds2"}
 # The controllers a benchmark runs unless told; VARIANTS run only when named in --controllers.
 CONTROLLERS: tuple[str, ...] = ("static", "spark-dra", "threshold", "dhalion", "ds2-baseline", "ds2")
-ORACLE = "oracle"
-VARIANTS: tuple[str, ...] = ("ds2-restart-aware", ORACLE)
+# The oracles -> the executors each holds beyond the calibration's count (bench.scaling_oracle).
+ORACLES: Mapping[str, int] = {"oracle": 0, "oracle-spare": 1}
+VARIANTS: tuple[str, ...] = ("ds2-restart-aware", *ORACLES)
 KNOWN: tuple[str, ...] = CONTROLLERS + VARIANTS
 BASELINE_CONTROLLER = "ds2-baseline"
 

@@ -1,7 +1,8 @@
-"""The `oracle` controller of `sparkscale bench scaling`: the calibration's executor count for the
-load to come, set ahead of time. It knows the profile, which no controller in production does, so
-its row is what this machine allows at best: a target the oracle misses is out of reach of any
-controller that reacts to what it measures, whatever its policy.
+"""The oracles of `sparkscale bench scaling`: `oracle` sets the calibration's executor count for the
+load to come, ahead of time; `oracle-spare` holds one executor more. They know the profile, which no
+controller in production does, so their rows show what the targets ask of this machine: a backlog
+the oracle cannot keep within the SLO at the calibrated count is out of reach of any controller
+sized to that count, and the spare oracle's over-provisioning is what keeping it took with foresight.
 
 Ahead by `ORACLE_LEAD_S`: the oracle holds, at each moment, the most executors the calibration
 needs at any rate of the next `ORACLE_LEAD_S` seconds, so that an executor asked for before a rise
@@ -32,16 +33,16 @@ ORACLE_LEAD_S = 15.0
 
 
 def oracle_schedule(profile: LoadProfile, needed: Callable[[float], int | None], max_executors: int,
-                    lead_s: float = ORACLE_LEAD_S, step_s: float = 1.0) -> list[tuple[float, int]]:
+                    lead_s: float = ORACLE_LEAD_S, step_s: float = 1.0, spare: int = 0) -> list[tuple[float, int]]:
     """(seconds after the start, executor count) at t = 0 and at each change: the most the calibration
-    needs over [t, t + lead_s], at least 1; `max_executors` where a rate is above every calibrated
-    one (the calibration's None)."""
+    needs over [t, t + lead_s], at least 1, plus `spare`, at most `max_executors`; `max_executors`
+    where a rate is above every calibrated one (the calibration's None)."""
     duration = profile.duration_s or 0.0
     steps = max(math.ceil(duration / step_s), 1)  # samples in [0, duration): the load's own seconds
 
     def need_at(t_s: float) -> int:
         n = needed(profile.rate_at(t_s))
-        return max_executors if n is None else min(max(n, 1), max_executors)
+        return max_executors if n is None else min(max(n, 1) + spare, max_executors)
 
     needs = [need_at(i * step_s) for i in range(steps)]
     ahead = max(round(lead_s / step_s), 0)
@@ -87,8 +88,10 @@ class Oracle:
             # The schedule is the condition: each step is due at its time, or the run has ended.
             if self._stopped.wait(max(self._t0 + at_s - time.time(), 0.0)):
                 return
+            sent_s = time.time() - self._t0
             try:
-                self._scale(self._env, to)
-                log.info("bench.oracle_scaled", at_s=at_s, to=to, late_s=round(time.time() - self._t0 - at_s, 1))
+                self._scale(self._env, to)  # returns once Spark has the executors (or has let them go)
+                log.info("bench.oracle_scaled", at_s=at_s, to=to, sent_s=round(sent_s, 1),
+                         done_s=round(time.time() - self._t0, 1))
             except (RuntimeError, subprocess.TimeoutExpired) as exc:
                 self.failures.append(f"oracle: scaling to {to} at {at_s:g} s failed: {exc}")

@@ -56,7 +56,7 @@ def bench() -> None:
               help="Default: static,spark-dra,threshold,dhalion,ds2-baseline,ds2 (--quick: ds2). ds2-baseline: DS2 "
                    "without the stability settings, the baseline ds2's scaling actions are compared with. Also known: "
                    "ds2-restart-aware (ds2 with policy.ds2.restart_aware on); oracle (no daemon: the calibration's "
-                   "executor count for the load of the next 15 s, set ahead; what this machine allows at best).")
+                   "executor count for the load of the next 15 s, set ahead), oracle-spare (one executor more).")
 @click.option("--repeat", type=click.IntRange(min=1), default=None, help="Default 3 (--quick: 1).")
 @click.option("--seed", type=int, default=7, show_default=True)
 @click.option("--max-executors", type=click.IntRange(min=1), default=4, show_default=True)
@@ -84,7 +84,7 @@ def bench_scaling(workloads: tuple[str, ...], profiles: tuple[str, ...], cases: 
     each case (a workload under a load profile)."""
     from sparkscale_lab.bench.report import render
     from sparkscale_lab.bench.scaling import WORKLOADS, BenchSpec, check_resume, estimated_duration_s, run_bench
-    from sparkscale_lab.bench.scaling_controllers import CONTROLLERS, KNOWN, ORACLE
+    from sparkscale_lab.bench.scaling_controllers import CONTROLLERS, KNOWN, ORACLES
     from sparkscale_lab.bench.scaling_workloads import make_cases, matrix
     from sparkscale_lab.pipelines.profiles import parse_profile
 
@@ -116,7 +116,7 @@ def bench_scaling(workloads: tuple[str, ...], profiles: tuple[str, ...], cases: 
         slo_backlog_s=slo_backlog_s, slo_latency_s=slo_latency_s, warmup_s=warmup_s,
         calibration_trial_s=calibration_trial_s or (30.0 if quick else 60.0),
         calibrate=not (no_calibration or (quick and calibration_trial_s is None)))
-    if ORACLE in spec.controllers and not spec.calibrate:
+    if set(ORACLES) & set(spec.controllers) and not spec.calibrate:
         raise click.BadParameter("the oracle sets the calibration's executor counts: it needs the calibration",
                                  param_hint="--controllers")
     _logging()
