@@ -22,6 +22,8 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
+import subprocess
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -48,7 +50,7 @@ from sparkscale_lab.bench.measures import (
     segments,
 )
 from sparkscale_lab.bench.scaling_controllers import KNOWN, ORACLES, POLICY_OF, daemon_settings
-from sparkscale_lab.bench.scaling_oracle import Oracle, oracle_schedule, scale_executors
+from sparkscale_lab.bench.scaling_oracle import Oracle, oracle_schedule
 from sparkscale_lab.bench.scaling_workloads import (
     APP,
     MEMORY_WORKLOADS,
@@ -199,7 +201,7 @@ def calibrate(spec: BenchSpec, workload: str, work_dir: Path) -> dict[float, int
 
 def _keeps_up_with(env: BenchEnv, wl: BenchWorkload, spec: BenchSpec, rate: float, executors: int) -> bool:
     """Over the trial's second half, the backlog stays within twice the SLO and ends within it."""
-    scale_executors(env, executors)
+    _scale_executors(env, executors)
     recorder = Recorder(env.cfg, APP, spec.sample_s, probe=wl.probe(env.cfg)).start()
     wl.load(env, f"constant:{rate:g}@{spec.calibration_trial_s:g}s", spec.seed, f"cal-{rate:g}-{executors}")
     samples = recorder.stop()
@@ -211,6 +213,16 @@ def _keeps_up_with(env: BenchEnv, wl: BenchWorkload, spec: BenchSpec, rate: floa
     log.info("bench.calibration_trial", rate=rate, executors=executors, keeps_up=ok,
              backlog_end=tail[-1] if tail else None, limit=limit)
     return ok
+
+
+def _scale_executors(env: BenchEnv, to: int) -> None:
+    argv = [sys.executable, "-m", "sparkscale", "scale-executors", "--app", APP, "--to", str(to),
+            "--config", env.config_path]
+    for s in [*env.overrides, "logging.stderr=false"]:
+        argv += ["--set", s]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f"scale-executors --to {to} failed: {out.stdout} {out.stderr}")
 
 
 def _wait_drained(env: BenchEnv, wl: BenchWorkload, timeout_s: float) -> bool:
@@ -252,7 +264,7 @@ def run_controller(spec: BenchSpec, case: Case, controller: str, repeat: int,
         t0 = time.time()
         recorder = Recorder(cfg, APP, spec.sample_s, t0=t0, probe=wl.probe(cfg)).start()
         oracle = (Oracle(env, oracle_schedule(profile, needed_from_calibration(calibration), spec.max_executors,
-                                              spare=ORACLES[controller]), t0).start()
+                                              spare=ORACLES[controller]), t0, _scale_executors).start()
                   if controller in ORACLES else None)
         try:
             log.info("bench.run_start", case=case.name, controller=controller, repeat=repeat, profile=case.profile)

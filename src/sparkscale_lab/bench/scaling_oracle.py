@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -21,7 +20,6 @@ from collections.abc import Callable, Sequence
 import structlog
 
 from sparkscale_lab.bench.environment import BenchEnv
-from sparkscale_lab.bench.scaling_workloads import APP
 from sparkscale_lab.pipelines.profiles import LoadProfile
 
 log = structlog.get_logger(__name__)
@@ -54,22 +52,13 @@ def oracle_schedule(profile: LoadProfile, needed: Callable[[float], int | None],
     return out
 
 
-def scale_executors(env: BenchEnv, to: int) -> None:
-    """`sparkscale scale-executors` on the bench's app, as an operator would type it."""
-    argv = [sys.executable, "-m", "sparkscale", "scale-executors", "--app", APP, "--to", str(to),
-            "--config", env.config_path]
-    for s in [*env.overrides, "logging.stderr=false"]:
-        argv += ["--set", s]
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
-    if out.returncode != 0:
-        raise RuntimeError(f"scale-executors --to {to} failed: {out.stdout} {out.stderr}")
-
-
 class Oracle:
-    """Carries out a schedule from `t0` on (wall-clock seconds, as the run's samples), in a thread."""
+    """Carries out a schedule from `t0` on (wall-clock seconds, as the run's samples), in a thread,
+    with `scale` (the benchmark's `sparkscale scale-executors`: RuntimeError or TimeoutExpired when
+    it fails)."""
 
     def __init__(self, env: BenchEnv, schedule: Sequence[tuple[float, int]], t0: float,
-                 scale: Callable[[BenchEnv, int], None] = scale_executors):
+                 scale: Callable[[BenchEnv, int], None]):
         self._env, self._schedule, self._t0, self._scale = env, list(schedule), t0, scale
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name="bench-oracle", daemon=True)
